@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 from typing import Any, Sequence
 
 from trl_agentic.environment import StepResult
@@ -96,3 +101,24 @@ def ppo_args(tmp_path, **overrides):
     from trl_agentic import AgenticPPOConfig
 
     return _small_config(AgenticPPOConfig, tmp_path, **{"num_generations": 1, "kl_coef": 0.05, **overrides})
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_isolated(code: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
+    """Run ``code`` (dedented) in a fresh Python with the repository and ``tests/`` importable. A run that outlasts
+    ``timeout`` seconds fails the calling test with the output so far (for tests whose failure mode is a hang)."""
+    import pytest
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "tests"), env.get("PYTHONPATH", "")])
+    try:
+        return subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=timeout, env=env
+        )
+    except subprocess.TimeoutExpired as exc:
+        def text(b: Any) -> str:
+            return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
+
+        pytest.fail(f"hung: no result after {timeout} s\nstdout:\n{text(exc.stdout)[-2000:]}\nstderr:\n{text(exc.stderr)[-2000:]}")
