@@ -1,90 +1,129 @@
 """The environment protocol: text in, text out, one instance per trajectory.
 
-Gymnasium-flavoured, but over text. The rollout engine creates one fresh instance per trajectory, calls
-:meth:`Environment.reset` with the dataset row, then :meth:`Environment.step` with the text the model produced
-in each turn, until the environment says ``done`` or a budget runs out. ``reset``/``step``/``close`` may be
-plain or ``async`` methods.
+Modelled on Gymnasium's ``Env`` (``gymnasium/core.py``), over text. The rollout engine creates one fresh instance per
+trajectory, calls :meth:`Environment.reset` with the dataset row, then :meth:`Environment.step` with the text the
+model produced in each turn, until the environment says ``terminated`` or ``truncated`` or a budget runs out, and
+finally :meth:`Environment.close`. Each method may be a plain or an ``async`` method.
+
+Subclassing :class:`Environment` is optional: any object with ``reset`` and ``step`` works (``close`` and
+``stop_strings`` are then taken as absent). What ``reset`` and ``step`` return is checked (:func:`check_step_result`,
+:func:`check_reset_result`); a wrong type costs that trajectory alone (``stop_reason="env_error"``), with an error
+naming the environment, the field and the type.
 """
 
 from __future__ import annotations
 
-import asyncio
-import inspect
-from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Union, runtime_checkable
+import math
+import numbers
+import warnings
+from dataclasses import InitVar, dataclass, field
+from typing import Any, Callable, Sequence
 
 
 @dataclass
 class StepResult:
-    """What an environment returns for one action.
+    """What :meth:`Environment.step` returns for one action.
 
     Attributes:
-        observation: Text appended after the model's action (masked out of training). ``None`` appends nothing.
-        reward: Turn-level reward for this action (available to reward functions as ``turn_rewards``).
-        done: Whether the episode is over; no further turn is generated.
-        info: Free-form details, kept on the trajectory (e.g. ``{"tool": "search", "invalid": True}``).
-            Keys the engine counts in metrics: ``tool`` (name of the tool called), ``invalid`` (bool),
-            ``tool_error`` (bool), ``tool_timeout`` (bool), ``observation_truncated`` (bool).
+        observation: Text appended after the model's action (masked out of training); ``None`` appends nothing.
+        reward: Turn-level reward of this action, a finite number (reward functions read it as
+            ``trajectory.turn_rewards``).
+        terminated: The task reached a terminal state (an answer was given): no further turn.
+        truncated: The environment cut the episode short for its own reason (a step limit of its own, a broken
+            tool): no further turn. Budgets of the engine (``max_turns``, tokens) are recorded separately, in
+            ``Trajectory.stop_reason``.
+        info: Free-form details, kept on the trajectory (``Trajectory.turn_infos``). Keys the engine counts in
+            metrics: ``tool`` (name of the tool called), ``invalid``, ``unknown_tool``, ``tool_error``,
+            ``tool_timeout`` (bools).
+        done: Deprecated alias of ``terminated``, accepted by the constructor only.
     """
 
     observation: str | None = None
     reward: float = 0.0
-    done: bool = False
+    terminated: bool = False
+    truncated: bool = False
     info: dict[str, Any] = field(default_factory=dict)
+    done: InitVar[bool | None] = None
+
+    def __post_init__(self, done: bool | None) -> None:
+        if done is not None:
+            warnings.warn("StepResult(done=...) is deprecated; use terminated=...", DeprecationWarning, stacklevel=3)
+            self.terminated = self.terminated or bool(done)
 
 
-@runtime_checkable
-class Environment(Protocol):
-    """What the rollout engine needs from an environment.
+class Environment:
+    """Base class of environments (optional: any object with ``reset`` and ``step`` is accepted).
 
-    ``reset(**example)`` receives the dataset row (all its columns as keyword arguments) and may return text
-    to append to the prompt; ``step(action)`` receives the text the model produced this turn. Either may be
-    ``async``. An optional ``close()`` (sync or async) is called once the trajectory ends, to release
-    resources such as a sandbox session.
+    Attributes:
+        stop_strings: Strings after which generation stops within a turn (e.g. ``"</search>"``), in addition to the
+            end-of-sequence tokens; the engine reads them from the first environment of a batch.
     """
 
-    def reset(self, **example: Any) -> str | None: ...
+    stop_strings: Sequence[str] = ()
 
-    def step(self, action: str) -> StepResult: ...
+    def reset(self, **row: Any) -> str | None:
+        """Start an episode for one dataset row (all its columns as keyword arguments).
+
+        Returns:
+            Text appended to the prompt (tokenized as untrusted text: special-token strings in it stay plain
+            text), or ``None``.
+        """
+        raise NotImplementedError
+
+    def step(self, action: str) -> StepResult:
+        """Act on the text the model produced in this turn (decoded without special tokens)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release resources (a sandbox session, a connection). Called once when the trajectory ends, also after an
+        error; the default does nothing."""
 
 
 EnvironmentFactory = Callable[[], Any]
 """A class or zero-argument callable that returns a fresh environment."""
 
 
-async def maybe_await(value: Any) -> Any:
-    """Await ``value`` if it is awaitable, else return it (lets sync and async environments share one path)."""
-    if inspect.isawaitable(value):
-        return await value
+class EnvironmentOutputError(TypeError):
+    """An environment returned a value of the wrong type; the message names the environment, the field and the
+    type, and says what to return instead."""
+
+
+def _check_text(value: Any, where: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise EnvironmentOutputError(f"{where} must be a str or None, got {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise EnvironmentOutputError(
+            f"{where} is not valid text (a lone surrogate at index {exc.start}); decode tool output with "
+            "errors='replace'"
+        ) from None
     return value
 
 
-async def call_env(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Call an environment method: coroutine functions are awaited, sync ones run in a worker thread so that a
-    slow (blocking) tool does not hold up the other trajectories of the turn."""
-    if inspect.iscoroutinefunction(fn):
-        return await fn(*args, **kwargs)
-    result = await asyncio.to_thread(fn, *args, **kwargs)
-    return await maybe_await(result)
+def check_reset_result(value: Any, env_name: str) -> str | None:
+    """Validate what ``reset`` returned: a ``str`` (valid Unicode) or ``None``."""
+    return _check_text(value, f"{env_name}.reset() return value")
 
 
-StepLike = Union[StepResult, tuple, str, None]
-
-
-def as_step_result(value: StepLike) -> StepResult:
-    """Normalise what ``step`` returned: a :class:`StepResult`, a Gymnasium-like tuple
-    ``(observation, reward, done[, info])``, a bare observation string, or ``None``."""
-    if isinstance(value, StepResult):
-        return value
-    if value is None:
-        return StepResult()
-    if isinstance(value, str):
-        return StepResult(observation=value)
-    if isinstance(value, tuple) and 3 <= len(value) <= 4:
-        observation, reward, done = value[:3]
-        info = dict(value[3]) if len(value) == 4 and value[3] else {}
-        return StepResult(observation=observation, reward=float(reward), done=bool(done), info=info)
-    raise TypeError(
-        f"Environment.step must return a StepResult, a (observation, reward, done[, info]) tuple, a string or "
-        f"None; got {type(value).__name__}"
-    )
+def check_step_result(value: Any, env_name: str) -> StepResult:
+    """Validate what ``step`` returned and give it back: a :class:`StepResult` whose ``observation`` is text or
+    ``None``, whose ``reward`` is a finite real number, whose flags are booleans and whose ``info`` is a dict."""
+    where = f"{env_name}.step()"
+    if not isinstance(value, StepResult):
+        raise EnvironmentOutputError(
+            f"{where} must return a trl_agentic.StepResult(observation, reward, terminated, truncated, info), got "
+            f"{type(value).__name__}"
+        )
+    _check_text(value.observation, f"{where}.observation")
+    reward = value.reward
+    if isinstance(reward, bool) or not isinstance(reward, numbers.Real) or not math.isfinite(float(reward)):
+        raise EnvironmentOutputError(f"{where}.reward must be a finite number, got {reward!r} ({type(reward).__name__})")
+    for flag in ("terminated", "truncated"):
+        if not isinstance(getattr(value, flag), (bool, numbers.Integral)):
+            raise EnvironmentOutputError(f"{where}.{flag} must be a bool, got {type(getattr(value, flag)).__name__}")
+    if not isinstance(value.info, dict):
+        raise EnvironmentOutputError(f"{where}.info must be a dict, got {type(value.info).__name__}")
+    return value

@@ -1,13 +1,14 @@
 """A ready-made environment for tag protocols (Search-R1, ReTool): tags map to Python callables.
 
 The model writes ``<search>query</search>`` or ``<code>...</code>``; the environment calls the tool mapped to that
-tag and returns its output wrapped in the observation tag (``<information>`` as in Search-R1, ``<interpreter>`` as
-in ReTool). ``<answer>...</answer>`` ends the episode. Generation stops after each closing tool tag and after the
-closing answer tag (the stop strings are derived from the tags). An action with neither a tool call nor an answer
-gets a corrective message.
+tag and returns its output wrapped in the observation tag of the :class:`~trl_agentic.tag_protocol.TagProtocol`
+(``<information>`` as in Search-R1, ``<interpreter>`` as in ReTool). ``<answer>...</answer>`` ends the episode
+(``terminated``). Generation stops after each closing tool tag and after the closing answer tag
+(``protocol.stop_strings``). An action with neither a tool call nor an answer gets a corrective message.
 
 Tools are plain callables ``str -> str`` (sync or async). A tool object with a ``session()`` method (a stateful
-code interpreter, say) gets one session per trajectory, closed when the trajectory ends.
+code interpreter, say) gets one session per trajectory, closed when the trajectory ends. The engine caps the tool
+output's tokens inside the observation tags (``max_observation_tokens``), so the closing tag always survives.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from .environment import StepResult, maybe_await
+from .environment import Environment, StepResult
+from .rollout.env_calls import run_in_thread
+from .tag_protocol import TagProtocol
 
 DEFAULT_INVALID_MESSAGE = (
     "\nMy previous action is invalid. If I want to use a tool, I should put the query between {tool_tags}. "
@@ -34,21 +37,28 @@ class ToolSpec:
     observation_tag: str
 
 
-class TagEnvironment:
+def _protocol_from_tools(tools: Mapping[str, Any], protocol: TagProtocol | None) -> TagProtocol:
+    declared = {tag: value[1] for tag, value in tools.items() if isinstance(value, tuple)}
+    if protocol is None:
+        return TagProtocol(tools={tag: declared.get(tag, "information") for tag in tools})
+    missing = [tag for tag in tools if tag not in protocol.tools]
+    conflicting = [tag for tag, obs in declared.items() if protocol.tools.get(tag) != obs]
+    if missing or conflicting:
+        raise ValueError(f"tools {missing or conflicting} do not match the protocol's tool tags {dict(protocol.tools)}")
+    return protocol
+
+
+class TagEnvironment(Environment):
     """Tag-protocol environment; one instance per trajectory (use ``functools.partial`` to configure it).
 
     Args:
-        tools: ``{tag: callable}`` (observations wrapped in ``observation_tag``) or ``{tag: (callable,
-            observation_tag)}`` to choose the wrapper per tool, e.g. ``{"search": (search, "information"),
-            "code": (sandbox, "interpreter")}``.
-        observation_tag: Default wrapper tag for tool output.
-        answer_tag: The tag that ends the episode.
+        tools: ``{tag: callable}`` or ``{tag: (callable, observation_tag)}``, e.g. ``{"search": (search,
+            "information"), "code": (sandbox, "interpreter")}``.
+        protocol: The tag protocol; by default built from ``tools`` (observation tag ``information`` unless given,
+            ``<think>`` and ``<answer>``). Pass the same object to the format and tool-use rewards.
         observation_template: Format of an observation; ``{tag}`` and ``{content}`` are filled in. The default
             reproduces Search-R1's ``\\n\\n<information>...</information>\\n\\n``.
-        invalid_message: Text returned for an action with no tool call and no answer; ``{tool_tags}`` is filled
-            in.
-        max_observation_chars: Tool output longer than this is cut (head kept) before wrapping, so that the
-            closing tag survives; the engine applies the token budget on top.
+        invalid_message: Text returned for an action with no tool call and no answer; ``{tool_tags}`` is filled in.
         tool_timeout: Seconds a tool call may take before an error observation is returned (``None``: no limit
             here; the engine's ``env_timeout`` still applies to the whole step).
     """
@@ -56,36 +66,31 @@ class TagEnvironment:
     def __init__(
         self,
         tools: Mapping[str, Any],
-        observation_tag: str = "information",
-        answer_tag: str = "answer",
+        protocol: TagProtocol | None = None,
         observation_template: str = "\n\n<{tag}>{content}</{tag}>\n\n",
         invalid_message: str = DEFAULT_INVALID_MESSAGE,
-        max_observation_chars: int = 8000,
         tool_timeout: float | None = 30.0,
     ) -> None:
         if not tools:
             raise ValueError("TagEnvironment needs at least one tool")
-        self.specs: dict[str, ToolSpec] = {}
-        for tag, value in tools.items():
-            fn, wrapper = value if isinstance(value, tuple) else (value, observation_tag)
-            self.specs[tag] = ToolSpec(fn, wrapper)
-        self.answer_tag = answer_tag
+        self.protocol = _protocol_from_tools(tools, protocol)
+        self.specs: dict[str, ToolSpec] = {
+            tag: ToolSpec(value[0] if isinstance(value, tuple) else value, self.protocol.tools[tag])
+            for tag, value in tools.items()
+        }
         self.observation_template = observation_template
         self.invalid_message = invalid_message
-        self.max_observation_chars = max_observation_chars
         self.tool_timeout = tool_timeout
-        tags = "|".join(re.escape(t) for t in [*self.specs, answer_tag])
-        self._pattern = re.compile(rf"<({tags})>(.*?)</\1>", re.DOTALL)
-        self._open_pattern = re.compile(rf"<({tags})>", re.DOTALL)
+        self._pattern = self.protocol.action_pattern()
         self._sessions: dict[str, Any] = {}
         self.answer: str | None = None
 
     @property
     def stop_strings(self) -> list[str]:
         """Closing tags after which generation stops: each tool's and the answer's."""
-        return [f"</{tag}>" for tag in [*self.specs, self.answer_tag]]
+        return self.protocol.stop_strings
 
-    def reset(self, **example: Any) -> str | None:
+    def reset(self, **row: Any) -> str | None:
         self.answer = None
         self._sessions = {}
         return None
@@ -97,20 +102,19 @@ class TagEnvironment:
             info = {"invalid": True, "unknown_tool": self._mentions_unknown_tag(action)}
             return StepResult(observation=self.invalid_message.format(tool_tags=tags), info=info)
         tag, content = match.group(1), match.group(2).strip()
-        if tag == self.answer_tag:
+        if tag == self.protocol.answer:
             self.answer = content
-            return StepResult(done=True, info={"answer": content})
+            return StepResult(terminated=True, info={"answer": content})
         output, info = await self._call_tool(tag, content)
-        if len(output) > self.max_observation_chars:
-            output = output[: self.max_observation_chars] + "\n...[truncated]"
-            info["observation_truncated"] = True
         observation = self.observation_template.format(tag=self.specs[tag].observation_tag, content=output)
         return StepResult(observation=observation, info=info)
 
     async def close(self) -> None:
-        for session in self._sessions.values():
-            await maybe_await(session.close())
-        self._sessions = {}
+        sessions, self._sessions = self._sessions, {}
+        for session in sessions.values():
+            result = session.close()
+            if inspect.isawaitable(result):
+                await result
 
     # -- helpers ---------------------------------------------------------------------------------------------
     def _mentions_unknown_tag(self, action: str) -> bool:
@@ -126,7 +130,8 @@ class TagEnvironment:
 
     async def _call_tool(self, tag: str, content: str) -> tuple[str, dict[str, Any]]:
         """Run one tool call under ``tool_timeout``. Tools from :mod:`trl_agentic.tools` report their status
-        (``ainvoke`` -> ``ToolOutput``: error, timeout, truncation); plain callables report by raising."""
+        (``ainvoke`` -> ``ToolOutput``: error, timeout, truncation); plain callables report by raising. Output that is
+        not text is an error observation (the episode goes on)."""
         info: dict[str, Any] = {"tool": tag}
         fn = self._callable_for(tag)
         try:
@@ -135,16 +140,20 @@ class TagEnvironment:
                 info.update(result.as_info())
                 return result.observation, info
             if hasattr(fn, "acall"):
-                call = fn.acall(content)
+                output = await asyncio.wait_for(fn.acall(content), self.tool_timeout)
             elif inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)):
-                call = fn(content)
-            else:
-                call = asyncio.to_thread(fn, content)
-            output = await asyncio.wait_for(call, self.tool_timeout)
+                output = await asyncio.wait_for(fn(content), self.tool_timeout)
+            else:  # on a daemon thread: a tool that hangs is abandoned at its timeout, never blocks later calls
+                output = await run_in_thread(fn, content, timeout=self.tool_timeout)
         except asyncio.TimeoutError:
             info["tool_timeout"] = info["tool_error"] = True
             return f"Error: the {tag} tool timed out after {self.tool_timeout} s.", info
         except Exception as exc:  # a failing tool returns an error observation; the episode goes on
             info["tool_error"] = True
             return f"Error: {type(exc).__name__}: {exc}", info
-        return str(output), info
+        if isinstance(output, bytes):
+            output = output.decode("utf-8", errors="replace")
+        if not isinstance(output, str):
+            info["tool_error"] = True
+            return f"Error: the {tag} tool returned {type(output).__name__}, not text.", info
+        return output.encode("utf-8", errors="replace").decode("utf-8"), info

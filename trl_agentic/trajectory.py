@@ -5,7 +5,25 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Literal, get_args
+
+StopReason = Literal["terminated", "truncated", "eos", "max_turns", "max_tokens", "env_error", "env_timeout"]
+"""Why a trajectory ended:
+
+- ``"terminated"``: the environment said the task ended (``StepResult.terminated``, e.g. an answer was given);
+- ``"truncated"``: the environment cut the episode short for a reason of its own (``StepResult.truncated``);
+- ``"eos"``: text mode, the model ended its text with an end-of-sequence id and the environment did not end the
+  episode;
+- ``"max_turns"``: ``max_turns`` model turns without an end;
+- ``"max_tokens"``: the trajectory's token budget (``max_completion_length``) ran out;
+- ``"env_error"``: the environment raised or returned an ill-typed value (``Trajectory.error`` says which);
+- ``"env_timeout"``: an environment call took longer than ``env_timeout``.
+"""
+
+STOP_REASONS: tuple[str, ...] = get_args(StopReason)
+TRUNCATING: frozenset[str] = frozenset({"truncated", "max_turns", "max_tokens", "env_error", "env_timeout"})
+"""Stop reasons after which the trajectory is ``truncated`` (it did not end on its own)."""
+ENV_FAILURES: frozenset[str] = frozenset({"env_error", "env_timeout"})
 
 
 @dataclass
@@ -29,10 +47,13 @@ class Trajectory:
             headers are in ``completion_ids`` only).
         turn_rewards: ``StepResult.reward`` of each turn.
         turn_infos: ``StepResult.info`` of each turn.
-        truncated: True when a budget (turns, tokens per turn, total tokens) ended the episode before ``done``.
-        stop_reason: ``"done"``, ``"max_turns"``, ``"max_tokens"``, ``"eos"``, ``"env_error"``.
+        stop_reason: Why the trajectory ended (:data:`StopReason`).
         prompt: The prompt as the engine received it (text or chat messages).
         events: Counts of rollout events (``env_error``, ``env_timeout``, ``observation_truncated``, ...).
+        error: What went wrong when ``stop_reason`` is ``env_error`` or ``env_timeout`` (``""`` otherwise).
+        generated_ids: The ids the generator returned for each turn, before the engine's cut (at the first end id,
+            stop string or budget); the reference of the mask audit (:mod:`trl_agentic.rollout.audit`). Not
+            written to JSONL.
     """
 
     prompt_ids: list[int]
@@ -44,10 +65,21 @@ class Trajectory:
     observations: list[str | None] = field(default_factory=list)
     turn_rewards: list[float] = field(default_factory=list)
     turn_infos: list[dict[str, Any]] = field(default_factory=list)
-    truncated: bool = False
-    stop_reason: str = ""
+    stop_reason: StopReason | None = None
     prompt: Any = None
     events: dict[str, int] = field(default_factory=dict)
+    error: str = ""
+    generated_ids: list[list[int]] = field(default_factory=list, repr=False)
+
+    @property
+    def truncated(self) -> bool:
+        """The trajectory did not end on its own: a budget, the environment's truncation or a failure ended it."""
+        return self.stop_reason in TRUNCATING
+
+    @property
+    def env_failed(self) -> bool:
+        """The environment raised, returned garbage or timed out (the trajectory carries no learning signal)."""
+        return self.stop_reason in ENV_FAILURES
 
     @property
     def num_turns(self) -> int:
@@ -76,13 +108,17 @@ class Trajectory:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        del data["generated_ids"]
         data["num_turns"] = self.num_turns
         data["env_reward"] = self.env_reward
+        data["truncated"] = self.truncated
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Trajectory":
         fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        if fields.get("stop_reason") == "done":  # files written before 0.2
+            fields["stop_reason"] = "terminated"
         fields["turn_spans"] = [tuple(span) for span in fields.get("turn_spans", [])]
         return cls(**fields)
 

@@ -18,9 +18,9 @@ def test_tool_call_and_answer():
     env.reset(question="q")
     result = run(env.step("<think>hm</think><search> paris </search>"))
     assert result.observation == "\n\n<information>docs for paris</information>\n\n"
-    assert result.info == {"tool": "search"} and not result.done
+    assert result.info == {"tool": "search"} and not result.terminated
     result = run(env.step("<answer> Paris </answer>"))
-    assert result.done and env.answer == "Paris"
+    assert result.terminated and env.answer == "Paris"
 
 
 def test_per_tool_observation_tags_and_template():
@@ -46,15 +46,29 @@ def test_failing_and_hanging_tools_return_error_observations():
 
     env = TagEnvironment(tools={"a": boom, "b": hang}, tool_timeout=0.2)
     result = run(env.step("<a>x</a>"))
-    assert result.info["tool_error"] and "RuntimeError: index missing" in result.observation and not result.done
+    assert result.info["tool_error"] and "RuntimeError: index missing" in result.observation
+    assert not result.terminated
     result = run(env.step("<b>x</b>"))
     assert result.info["tool_timeout"] and "timed out" in result.observation
 
 
-def test_huge_tool_output_is_cut_inside_the_tags():
-    env = TagEnvironment(tools={"search": lambda q: "x" * 100_000}, max_observation_chars=100)
-    result = run(env.step("<search>q</search>"))
-    assert result.info["observation_truncated"] and result.observation.endswith("[truncated]</information>\n\n")
+def test_huge_tool_output_is_cut_inside_the_tags(tokenizer):
+    """The engine caps the tool output's tokens inside the observation tags: both tags survive."""
+    from helpers import ScriptedGenerator
+    from trl_agentic import RolloutConfig, RolloutEngine
+
+    def make_env():
+        return TagEnvironment(tools={"search": lambda q: "word " * 100_000})
+
+    gen = ScriptedGenerator(tokenizer, lambda ids: "<search>q</search>")
+    engine = RolloutEngine(gen, tokenizer, make_env, RolloutConfig(max_turns=2, max_observation_tokens=50,
+                                                                    max_completion_length=400))
+    [t] = engine.run(["p"], [{}])
+    assert t.events["observation_truncated"] == 1
+    assert t.observations[0].startswith("\n\n<information>word word")
+    assert t.observations[0].endswith("[truncated]</information>\n\n")
+    content = t.observations[0].split("<information>")[1].split("</information>")[0]
+    assert len(tokenizer(content, add_special_tokens=False)["input_ids"]) <= 50
 
 
 def test_stateful_tool_gets_one_session_per_trajectory_and_is_closed():

@@ -13,7 +13,8 @@ Nothing here imports an optional extra at import time (math-verify is imported o
 
 from .base import OBSERVATION_TAGS, RewardFunc, RewardFunction, Sample, make_samples
 from .composite import Component, CompositeReward, progressive_reward
-from .format import RETOOL_TAGS, SEARCH_R1_TAGS, FormatReport, FormatReward, TagSpec, check_format
+from ..tag_protocol import RETOOL_TAGS, SEARCH_R1_TAGS, TagProtocol
+from .format import FormatReport, FormatReward, check_format
 from .length import LengthPenalty, linear_length_penalty, overlong_penalty, sigmoid_length_penalty
 from .schedules import (
     ConstantSchedule,
@@ -60,7 +61,7 @@ __all__ = [
     "Sample",
     "Schedule",
     "SearchR1Reward",
-    "TagSpec",
+    "TagProtocol",
     "ToolCall",
     "ToolUseReward",
     "TurnReward",
@@ -81,3 +82,11 @@ __all__ = [
     "token_f1",
     "training_progress",
 ]
+
+
+def __getattr__(name: str):
+    if name == "TagSpec":  # the name before 0.2
+        from . import format
+
+        return format.TagSpec
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,6 +1,6 @@
 """Format shaping: how well a completion follows the tag protocol, as a score in [0, 1].
 
-The protocol (configurable tag names, :class:`TagSpec`)::
+The protocol (configurable tag names, :class:`~trl_agentic.tag_protocol.TagProtocol`)::
 
     think -> (tool call -> observation -> think)* -> answer
 
@@ -22,47 +22,22 @@ with Search-R1's ``is_valid_sequence`` (v0.3 ``qa_em_format.py``) for the Search
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
+from ..tag_protocol import RETOOL_TAGS, SEARCH_R1_TAGS, TagProtocol
 from .base import RewardFunction, Sample
 
-
-@dataclass(frozen=True)
-class TagSpec:
-    """Tag names of a text protocol.
-
-    Attributes:
-        think: Reasoning tag, or ``None`` when reasoning is free text.
-        tools: Tool-call tag -> the observation tag that follows it (``{"search": "information"}``,
-            ``{"code": "interpreter"}``).
-        answer: Final-answer tag.
-    """
-
-    think: str | None = "think"
-    tools: Mapping[str, str] = field(default_factory=lambda: {"search": "information"})
-    answer: str = "answer"
-
-    @property
-    def observation_tags(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(self.tools.values()))
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        names = ([self.think] if self.think else []) + list(self.tools) + list(self.observation_tags) + [self.answer]
-        return tuple(dict.fromkeys(names))
-
-    def tag_pattern(self) -> re.Pattern[str]:
-        """Matches any opening or closing tag of the protocol, captured whole."""
-        return re.compile("(</?(?:" + "|".join(re.escape(n) for n in self.names) + ")>)")
+__all__ = ["FormatReport", "FormatReward", "RETOOL_TAGS", "SEARCH_R1_TAGS", "TagProtocol", "check_format"]
 
 
-SEARCH_R1_TAGS = TagSpec(think="think", tools={"search": "information"}, answer="answer")
-"""Search-R1 (arXiv 2503.09516): ``<think>``, ``<search>`` -> ``<information>``, ``<answer>``."""
+def __getattr__(name: str) -> Any:
+    if name == "TagSpec":  # the name before 0.2
+        import warnings
 
-RETOOL_TAGS = TagSpec(think=None, tools={"code": "interpreter"}, answer="answer")
-"""ReTool (arXiv 2504.11536): free reasoning, ``<code>`` -> ``<interpreter>``, ``<answer>``."""
+        warnings.warn("TagSpec is deprecated; use trl_agentic.TagProtocol", DeprecationWarning, stacklevel=2)
+        return TagProtocol
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -91,15 +66,15 @@ _State = tuple[str, str]
 _INSIDE = ("think", "tool", "obs", "answer")
 
 
-def _open_action(spec: TagSpec, name: str) -> _State | None:
-    if name in spec.tools:
+def _open_action(protocol: TagProtocol, name: str) -> _State | None:
+    if name in protocol.tools:
         return ("tool", name)
-    if name == spec.answer:
+    if name == protocol.answer:
         return ("answer", name)
     return None
 
 
-def _next_state(spec: TagSpec, state: _State, tag: str) -> _State | None:
+def _next_state(protocol: TagProtocol, state: _State, tag: str) -> _State | None:
     kind, current = state
     closing = tag.startswith("</")
     name = tag.strip("</>")
@@ -108,26 +83,26 @@ def _next_state(spec: TagSpec, state: _State, tag: str) -> _State | None:
     if closing:
         return None
     if kind in ("start", "after_obs"):
-        if spec.think is not None:
-            return ("think", name) if name == spec.think else None
-        return _open_action(spec, name)
+        if protocol.think is not None:
+            return ("think", name) if name == protocol.think else None
+        return _open_action(protocol, name)
     if kind == "after_think":
-        return _open_action(spec, name)
+        return _open_action(protocol, name)
     if kind == "after_tool":
-        return ("obs", name) if name == spec.tools[current] else None
+        return ("obs", name) if name == protocol.tools[current] else None
     return None  # after_answer: nothing may follow
 
 
-def check_format(text: str, spec: TagSpec = SEARCH_R1_TAGS) -> FormatReport:
+def check_format(text: str, protocol: TagProtocol = SEARCH_R1_TAGS) -> FormatReport:
     """Score how well ``text`` (model text and observations, in order) follows the protocol; see the module
     docstring for the criteria."""
-    parts = spec.tag_pattern().split(text)
+    parts = protocol.tag_pattern().split(text)
     gaps, tags = parts[0::2], parts[1::2]
     if not tags:
         return FormatReport(0.0, 0.0, 0.0, 0.0, "no protocol tags")
     errors: list[str] = []
 
-    present = [n for n in spec.names if f"<{n}>" in tags or f"</{n}>" in tags]
+    present = [n for n in protocol.names if f"<{n}>" in tags or f"</{n}>" in tags]
     unbalanced = [n for n in present if tags.count(f"<{n}>") != tags.count(f"</{n}>")]
     if unbalanced:
         errors.append(f"unbalanced tags: {unbalanced}")
@@ -136,20 +111,20 @@ def check_format(text: str, spec: TagSpec = SEARCH_R1_TAGS) -> FormatReport:
     state: _State = ("start", "")
     accepted = 0
     for tag in tags:
-        following = _next_state(spec, state, tag)
+        following = _next_state(protocol, state, tag)
         if following is None:
             errors.append(f"unexpected {tag} after state {state[0]}")
             break
         state, accepted = following, accepted + 1
     order = accepted / len(tags)
 
-    observation_closers = {f"</{o}>" for o in spec.observation_tags}
+    observation_closers = {f"</{o}>" for o in protocol.observation_tags}
     outside = stray = 0
     for i, gap in enumerate(gaps):
         previous = tags[i - 1] if i else None
         if previous is not None and not previous.startswith("</"):
             continue  # inside a block: any content is allowed
-        if spec.think is None and (previous is None or previous in observation_closers):
+        if protocol.think is None and (previous is None or previous in observation_closers):
             continue  # free reasoning text takes the place of a think block
         outside += 1
         if gap.strip():
@@ -157,8 +132,8 @@ def check_format(text: str, spec: TagSpec = SEARCH_R1_TAGS) -> FormatReport:
             errors.append(f"text outside tags: {gap.strip()[:40]!r}")
     clean = 1 - stray / outside if outside else 1.0
 
-    single_answer = tags.count(f"<{spec.answer}>") == 1 and tags.count(f"</{spec.answer}>") == 1
-    answer = float(single_answer and tags[-1] == f"</{spec.answer}>")
+    single_answer = tags.count(f"<{protocol.answer}>") == 1 and tags.count(f"</{protocol.answer}>") == 1
+    answer = float(single_answer and tags[-1] == f"</{protocol.answer}>")
     if not answer:
         errors.append("no single final answer block")
     return FormatReport(balanced, order, clean, answer, errors[0] if errors else "")
@@ -168,14 +143,14 @@ class FormatReward(RewardFunction):
     """Shaping reward: :func:`check_format` score in [0, 1] of the completion (model text and observations).
 
     Args:
-        spec: The protocol's tag names (default Search-R1's).
+        protocol: The tag protocol (default Search-R1's).
         name: ``__name__`` (metric name in TRL).
     """
 
-    def __init__(self, spec: TagSpec = SEARCH_R1_TAGS, name: str = "format") -> None:
+    def __init__(self, protocol: TagProtocol = SEARCH_R1_TAGS, name: str = "format") -> None:
         super().__init__(name)
-        self.spec = spec
+        self.protocol = protocol
 
     def score(self, sample: Sample) -> float:
-        return check_format(sample.text, self.spec).score
+        return check_format(sample.text, self.protocol).score
 

@@ -25,7 +25,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .base import RewardFunction, Sample, golds_as_list
-from .format import SEARCH_R1_TAGS, TagSpec, check_format
+from ..tag_protocol import SEARCH_R1_TAGS, TagProtocol
+from .format import check_format
 from .text import find_blocks, last_block
 from .verifiers.qa import exact_match, normalize_answer
 
@@ -39,7 +40,7 @@ class SearchR1Reward(RewardFunction):
         structure_format_score: ``f`` in the table.
         final_format_score: ``b`` in the table.
         retrieval_score: ``g`` in the table.
-        spec: Protocol tags (Search-R1's by default).
+        protocol: The tag protocol (Search-R1's by default).
         name: ``__name__`` (metric name in TRL).
     """
 
@@ -50,7 +51,7 @@ class SearchR1Reward(RewardFunction):
         structure_format_score: float = 0.2,
         final_format_score: float = 0.1,
         retrieval_score: float = 0.0,
-        spec: TagSpec = SEARCH_R1_TAGS,
+        protocol: TagProtocol = SEARCH_R1_TAGS,
         name: str = "search_r1",
     ) -> None:
         super().__init__(name)
@@ -59,17 +60,17 @@ class SearchR1Reward(RewardFunction):
         self.structure_format_score = structure_format_score
         self.final_format_score = final_format_score
         self.retrieval_score = retrieval_score
-        self.spec = spec
+        self.protocol = protocol
 
     def _retrieved(self, text: str, golds: list[str]) -> bool:
-        blocks = [normalize_answer(b) for tag in self.spec.observation_tags for b in find_blocks(text, tag)]
+        blocks = [normalize_answer(b) for tag in self.protocol.observation_tags for b in find_blocks(text, tag)]
         return any(normalize_answer(gold) in block for gold in golds for block in blocks)
 
     def score(self, sample: Sample) -> float:
         text = sample.text
-        valid = check_format(text, self.spec).valid
+        valid = check_format(text, self.protocol).valid
         golds = golds_as_list(sample.column(self.answer_column))
-        answer = last_block(sample.model_text(self.spec.observation_tags), self.spec.answer)
+        answer = last_block(sample.model_text(self.protocol.observation_tags), self.protocol.answer)
         if answer is not None and exact_match(answer, golds):
             return self.correct_score if valid else self.correct_score - self.structure_format_score
         if valid:

@@ -34,8 +34,12 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .base import OBSERVATION_TAGS, RewardFunction, Sample
+from ..tag_protocol import TagProtocol
+from .base import RewardFunction, Sample
 from .text import strip_blocks
+
+ANY_TOOL_TAGS = TagProtocol(think="think", tools={"search": "information", "code": "interpreter"})
+"""The default protocol of :class:`ToolUseReward`: Search-R1's and ReTool's tool tags."""
 
 
 @dataclass(frozen=True)
@@ -115,18 +119,13 @@ def _calls_from_text(text: str, tool_tags: Sequence[str]) -> list[ToolCall]:
     return [ToolCall(m.group(1), _squash(m.group(2)), invalid=not m.group(2).strip()) for m in pattern.finditer(text)]
 
 
-def extract_tool_calls(
-    sample: Sample,
-    tool_tags: Sequence[str] = ("search", "code"),
-    think_tag: str | None = "think",
-    observation_tags: Sequence[str] = OBSERVATION_TAGS,
-) -> list[ToolCall]:
+def extract_tool_calls(sample: Sample, protocol: TagProtocol = ANY_TOOL_TAGS) -> list[ToolCall]:
     """The tool calls of a completion, in order (sources and their priority in the module docstring)."""
     if sample.trajectory is not None:
-        return _calls_from_trajectory(sample, think_tag)
+        return _calls_from_trajectory(sample, protocol.think)
     if not isinstance(sample.completion, str) and any(m.get("tool_calls") for m in sample.completion):
         return _calls_from_messages(sample.completion)
-    return _calls_from_text(sample.model_text(observation_tags), tool_tags)
+    return _calls_from_text(sample.model_text(protocol.observation_tags), protocol.tool_tags)
 
 
 class ToolUseReward(RewardFunction):
@@ -137,13 +136,13 @@ class ToolUseReward(RewardFunction):
         required_column: Dataset column with the tools a row needs (a name or a list of names; ``None``/missing
             value: unknown).
         known_tools: Tools that exist; a call to any other name is unknown. ``None`` treats every name as known.
-        tool_tags: Tool tags to parse when there is neither a trajectory nor chat messages.
+        protocol: The tag protocol: its tool tags are parsed when there is neither a trajectory nor chat messages,
+            and its think tag is removed from an action that serves as a call's arguments.
         need_reward: Weight of the name-matching term.
         unknown_penalty: Penalty per call to an unknown tool.
         invalid_penalty: Penalty per invalid call.
         duplicate_penalty: Penalty per call identical to the one just before.
         clip: ``(low, high)`` bounds of the reward.
-        think_tag: Reasoning tag, removed from an action when it serves as the call's arguments.
         name: ``__name__`` (metric name in TRL).
     """
 
@@ -152,13 +151,12 @@ class ToolUseReward(RewardFunction):
         required_tools: Collection[str] | None = None,
         required_column: str | None = "required_tools",
         known_tools: Collection[str] | None = None,
-        tool_tags: Sequence[str] = ("search", "code"),
+        protocol: TagProtocol = ANY_TOOL_TAGS,
         need_reward: float = 0.5,
         unknown_penalty: float = 0.25,
         invalid_penalty: float = 0.25,
         duplicate_penalty: float = 0.25,
         clip: tuple[float, float] = (-0.5, 0.5),
-        think_tag: str | None = "think",
         name: str = "tool_use",
     ) -> None:
         if clip[0] > clip[1]:
@@ -167,13 +165,12 @@ class ToolUseReward(RewardFunction):
         self.required_tools = None if required_tools is None else frozenset(required_tools)
         self.required_column = required_column
         self.known_tools = None if known_tools is None else frozenset(known_tools)
-        self.tool_tags = tuple(tool_tags)
+        self.protocol = protocol
         self.need_reward = need_reward
         self.unknown_penalty = unknown_penalty
         self.invalid_penalty = invalid_penalty
         self.duplicate_penalty = duplicate_penalty
         self.clip = clip
-        self.think_tag = think_tag
 
     def _required(self, sample: Sample) -> frozenset[str] | None:
         value = sample.columns.get(self.required_column) if self.required_column else None
@@ -185,7 +182,7 @@ class ToolUseReward(RewardFunction):
         return self.known_tools is None or name in self.known_tools
 
     def score(self, sample: Sample) -> float:
-        calls = extract_tool_calls(sample, self.tool_tags, self.think_tag)
+        calls = extract_tool_calls(sample, self.protocol)
         unknown = [c.unknown or (c.name is not None and not self._known(c.name)) for c in calls]
         n_unknown = sum(unknown)
         n_invalid = sum(c.invalid and not u for c, u in zip(calls, unknown))

@@ -12,6 +12,10 @@ import random
 from typing import Any
 
 from ..tag_environment import TagEnvironment
+from ..tag_protocol import TagProtocol
+
+LOOKUP_TAGS = TagProtocol(think=None, tools={"lookup": "result"}, answer="answer")
+"""The lookup task's protocol: ``<lookup>`` -> ``<result>``, ``<answer>``."""
 
 
 def make_lookup_dataset(n: int = 64, seed: int = 0, num_values: int = 10, conversational: bool = False) -> list[dict]:
@@ -33,7 +37,7 @@ class LookupEnvironment(TagEnvironment):
     def __init__(self) -> None:
         super().__init__(
             tools={"lookup": self._lookup},
-            observation_tag="result",
+            protocol=LOOKUP_TAGS,
             observation_template="<{tag}>{content}</{tag}>",
             invalid_message="<result>invalid</result>",
             tool_timeout=5.0,
