@@ -23,8 +23,11 @@ class ScriptedGenerator:
         self.extra_after_stop = extra_after_stop
         self.calls: list[dict[str, Any]] = []
 
-    def generate(self, prompts: list[list[int]], max_new_tokens: int, stop: Sequence[str]) -> list[Generation]:
-        self.calls.append({"batch": len(prompts), "max_new_tokens": max_new_tokens, "stop": list(stop)})
+    def generate(
+        self, prompts: list[list[int]], max_new_tokens: int, stop_strings: Sequence[str], stop_token_ids: Sequence[int]
+    ) -> list[Generation]:
+        self.calls.append({"batch": len(prompts), "max_new_tokens": max_new_tokens, "stop": list(stop_strings),
+                           "stop_token_ids": list(stop_token_ids)})
         out = []
         for ids in prompts:
             text = self.script(ids) + self.extra_after_stop
@@ -59,7 +62,8 @@ class EchoEnvironment:
             time.sleep(5)
         if self.fail == "flood":
             return StepResult(observation="x" * 10_000_000, reward=0.0)
-        return StepResult(observation=f"<result>{self.n}</result>", reward=float(self.n), done=self.n >= self.turns)
+        return StepResult(observation=f"<result>{self.n}</result>", reward=float(self.n),
+                          terminated=self.n >= self.turns)
 
 
 def lookup_dataset(n: int = 8, conversational: bool = False):
@@ -100,7 +104,7 @@ def agentic_args(tmp_path, **overrides):
 def ppo_args(tmp_path, **overrides):
     from trl_agentic import AgenticPPOConfig
 
-    return _small_config(AgenticPPOConfig, tmp_path, **{"num_generations": 1, "kl_coef": 0.05, **overrides})
+    return _small_config(AgenticPPOConfig, tmp_path, **{"num_generations": 1, "beta": 0.05, **overrides})
 
 
 REPO = Path(__file__).resolve().parents[1]

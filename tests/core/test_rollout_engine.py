@@ -44,7 +44,7 @@ def test_multi_turn_text_mode_appends_observation_ids(tokenizer):
     engine = RolloutEngine(gen, tokenizer, LookupEnvironment, RolloutConfig(max_turns=4, max_completion_length=100))
     [t] = engine.run(["find key k1\n"], [{"value": "7"}])
     assert t.actions == ["go <lookup>k1</lookup>", "<answer>7</answer>"]
-    assert t.stop_reason == "done" and not t.truncated and t.num_turns == 2
+    assert t.stop_reason == "terminated" and not t.truncated and t.num_turns == 2
     start, end = t.turn_spans[0][1], t.turn_spans[1][0]
     assert t.completion_ids[start:end] == tokenizer("<result>7</result>", add_special_tokens=False)["input_ids"]
     assert t.env_mask[start:end] == [0] * (end - start)
@@ -103,7 +103,7 @@ def test_failing_environment_costs_one_trajectory(tokenizer, fail, reason):
     )
     bad, good = trajs
     assert bad.stop_reason == reason and bad.truncated and bad.events[reason] == 1
-    assert good.stop_reason == "done" and good.num_turns == 2
+    assert good.stop_reason == "terminated" and good.num_turns == 2
 
 
 def test_flooding_observation_is_capped(tokenizer):
@@ -133,7 +133,7 @@ def test_ranks_make_the_same_number_of_generation_calls(tokenizer):
 
 def test_chat_mode_appends_message_delta(tokenizer):
     gen = ScriptedGenerator(tokenizer, lambda ids: "act" + tokenizer.eos_token)
-    cfg = RolloutConfig(mode="chat", max_turns=2, max_completion_length=200)
+    cfg = RolloutConfig(rollout_mode="chat", max_turns=2, max_completion_length=200)
     [t] = RolloutEngine(gen, tokenizer, lambda: EchoEnvironment(turns=2), cfg).run(
         [[{"role": "user", "content": "hi"}]], [{}]
     )
@@ -145,7 +145,7 @@ def test_chat_mode_appends_message_delta(tokenizer):
 
 def test_chat_mode_closes_turn_ended_by_stop_string(tokenizer):
     gen = ScriptedGenerator(tokenizer, _script_lookup(tokenizer))
-    cfg = RolloutConfig(mode="chat", max_turns=3, max_completion_length=200)
+    cfg = RolloutConfig(rollout_mode="chat", max_turns=3, max_completion_length=200)
     [t] = RolloutEngine(gen, tokenizer, LookupEnvironment, cfg).run([[{"role": "user", "content": "k1?"}]],
                                                                    [{"value": "7"}])
     start, end = t.turn_spans[0][1], t.turn_spans[1][0]
@@ -160,9 +160,8 @@ def test_chat_template_that_is_not_prefix_preserving_is_refused(tokenizer):
     bad = copy.deepcopy(tokenizer)
     bad.chat_template = "{{ messages|length }}" + tokenizer.chat_template
     gen = ScriptedGenerator(bad, lambda ids: "act" + bad.eos_token)
-    engine = RolloutEngine(gen, bad, lambda: EchoEnvironment(turns=2), RolloutConfig(mode="chat"))
-    with pytest.raises(TemplateNotPrefixPreservingError, match="prefix-preserving"):
-        engine.run([[{"role": "user", "content": "hi"}]], [{}])
+    with pytest.raises(TemplateNotPrefixPreservingError, match="prefix-preserving"):  # refused before any rollout
+        RolloutEngine(gen, bad, lambda: EchoEnvironment(turns=2), RolloutConfig(rollout_mode="chat"))
 
 
 def test_async_environment(tokenizer):
@@ -172,7 +171,7 @@ def test_async_environment(tokenizer):
 
     gen = ScriptedGenerator(tokenizer, lambda ids: "act")
     [t] = RolloutEngine(gen, tokenizer, lambda: AsyncEnv(turns=2), RolloutConfig()).run(["p"], [{}])
-    assert t.stop_reason == "done" and t.turn_rewards == [1.0, 2.0]
+    assert t.stop_reason == "terminated" and t.turn_rewards == [1.0, 2.0]
 
 
 def test_environment_steps_of_a_turn_run_concurrently(tokenizer):

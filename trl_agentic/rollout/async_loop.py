@@ -1,25 +1,102 @@
-"""A background event loop, so that environments run concurrently even when the caller already runs one
-(Jupyter, Colab) and ``asyncio.run`` would refuse."""
+"""A background event loop for environment calls, with waits that always end.
+
+Environments of one turn run concurrently on an event loop in a background thread, so that the engine works where
+the caller already runs a loop (Jupyter, Colab) and ``asyncio.run`` would refuse.
+
+Every wait on that loop has a deadline (:func:`run_coroutine`). A loop that stopped answering (an ``async`` step that
+blocks it, e.g. ``time.sleep`` inside ``async def``) or whose thread died is abandoned, and the next call starts a
+fresh one: such an environment costs its batch's unfinished calls, never later batches. A ``KeyboardInterrupt`` in
+the waiting thread (a real Ctrl-C) cancels the work on the loop and is re-raised at once.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import logging
 import threading
+import time
 from typing import Any, Coroutine
 
-_loop: asyncio.AbstractEventLoop | None = None
+logger = logging.getLogger(__name__)
+
+_POLL_S = 0.25  # how often a wait checks that the loop's thread is alive
+_PING_S = 1.0  # how long a loop may take to run a no-op before it counts as blocked
+
+
+class LoopTimeout(TimeoutError):
+    """The coroutine did not finish before its deadline (its unfinished work was cancelled)."""
+
+
+class _Loop:
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="trl-agentic-env-loop", daemon=True)
+        self.thread.start()
+
+    def healthy(self) -> bool:
+        """Alive and able to run a callback within ``_PING_S``."""
+        if not self.thread.is_alive() or self.loop.is_closed():
+            return False
+        ran = threading.Event()
+        try:
+            self.loop.call_soon_threadsafe(ran.set)
+        except RuntimeError:  # closed meanwhile
+            return False
+        return ran.wait(_PING_S)
+
+
+_current: _Loop | None = None
 _lock = threading.Lock()
 
 
-def _background_loop() -> asyncio.AbstractEventLoop:
-    global _loop
+def _get_loop() -> _Loop:
+    global _current
     with _lock:
-        if _loop is None or _loop.is_closed():
-            _loop = asyncio.new_event_loop()
-            threading.Thread(target=_loop.run_forever, name="trl-agentic-env-loop", daemon=True).start()
-        return _loop
+        if _current is None or not _current.thread.is_alive() or _current.loop.is_closed():
+            _current = _Loop()
+        return _current
 
 
-def run_coroutine(coro: Coroutine[Any, Any, Any]) -> Any:
-    """Run ``coro`` on the background loop and wait for its result."""
-    return asyncio.run_coroutine_threadsafe(coro, _background_loop()).result()
+def _abandon(stale: _Loop) -> None:
+    """Forget ``stale`` so that the next call starts a fresh loop; stop it if it still answers."""
+    global _current
+    with _lock:
+        if _current is stale:
+            _current = None
+    if stale.thread.is_alive() and not stale.loop.is_closed():
+        try:
+            stale.loop.call_soon_threadsafe(stale.loop.stop)
+        except RuntimeError:
+            pass
+    logger.warning("the environment event loop stopped answering; later calls use a fresh loop")
+
+
+def run_coroutine(coro: Coroutine[Any, Any, Any], timeout: float | None = None) -> Any:
+    """Run ``coro`` on the background loop and wait at most ``timeout`` seconds (``None``: no deadline, but a dead
+    loop is still noticed within a fraction of a second).
+
+    Raises:
+        LoopTimeout: the deadline passed or the loop died; the coroutine was cancelled, and the loop replaced if it no
+            longer answers.
+    """
+    handle = _get_loop()
+    future = asyncio.run_coroutine_threadsafe(coro, handle.loop)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    try:
+        while True:
+            wait = _POLL_S if deadline is None else max(0.0, min(_POLL_S, deadline - time.monotonic()))
+            try:
+                return future.result(wait)
+            except concurrent.futures.TimeoutError:
+                if not handle.thread.is_alive():
+                    _abandon(handle)
+                    raise LoopTimeout("the environment event loop died") from None
+                if deadline is not None and time.monotonic() >= deadline:
+                    future.cancel()
+                    if not handle.healthy():
+                        _abandon(handle)
+                    raise LoopTimeout(f"environment calls did not finish within {timeout:.1f} s") from None
+    except BaseException:  # KeyboardInterrupt (a real Ctrl-C) or LoopTimeout: stop the work on the loop
+        future.cancel()
+        raise

@@ -3,30 +3,34 @@
 For a batch of prompts the engine creates one environment per trajectory, then loops over turns::
 
     every active trajectory of this process, in ONE generation call
-        -> keep the sampled ids up to the first stop string / EOS / budget (mask 1)
+        -> keep the sampled ids up to the first end id / stop string / budget (mask 1)
     Environment.step(action) for all of them, concurrently, each under a timeout
-        -> observation text tokenized on its own (text mode) or as a chat-message delta (chat mode) (mask 0)
+        -> observation tokenized as untrusted text (text mode) or as a chat-message delta (chat mode) (mask 0)
 
 The loop runs while *any* process still has an active trajectory (``sync_any``), so every rank makes the same
 number of generation calls per step, which vLLM server mode, tensor-parallel colocate and DeepSpeed ZeRO-3 require.
 A rank with nothing left to generate sends a one-token dummy prompt and discards the result.
 
-Failures cost one trajectory, never the run: an environment that raises or exceeds ``env_timeout`` ends its
-trajectory (``stop_reason`` ``env_error`` / ``env_timeout``, counted in ``Trajectory.events``), and an observation
-longer than ``max_observation_tokens`` is cut (counted as ``observation_truncated``).
+End ids: a turn ends at the first of the model's end ids (every id of ``generation_config.eos_token_id`` and the
+tokenizer's EOS; in chat mode also the template's end-of-turn token); nothing after it is kept.
+
+Failures cost one trajectory, never the batch or the run (:mod:`trl_agentic.rollout.env_calls`): an environment
+whose factory, ``reset`` or ``step`` raises or returns an ill-typed value ends its trajectory with ``env_error``,
+one that exceeds ``env_timeout`` with ``env_timeout``; an observation's content longer than
+``max_observation_tokens`` is cut (counted as ``observation_truncated``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import InitVar, dataclass, field
 from typing import Any, Callable, Sequence
 
-from ..environment import EnvironmentFactory, as_step_result, call_env
-from ..trajectory import Trajectory
-from .async_loop import run_coroutine
-from .generation import Generator, HFGenerator, cut_at_stop
+from ..environment import EnvironmentFactory
+from ..trajectory import StopReason, Trajectory
+from .env_calls import EnvFailure, call_all
+from .generation import Generator, HFGenerator, cut_at_stop, end_token_ids
 from .observations import ObservationEncoder, RolloutMode
 
 logger = logging.getLogger(__name__)
@@ -34,39 +38,49 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class RolloutConfig:
-    """Budgets and protocol of a rollout.
+    """Budgets and protocol of a rollout (the same names as :class:`~trl_agentic.AgenticGRPOConfig`).
 
     Attributes:
-        max_turns: Most model turns per trajectory; reaching it without ``done`` marks the trajectory truncated.
+        max_turns: Most model turns per trajectory; reaching it without an end gives ``stop_reason="max_turns"``.
         max_tokens_per_turn: Most tokens sampled in one turn.
         max_completion_length: Most completion tokens in all (sampled + observation tokens), as in TRL.
-        mode: ``"text"`` (observations continue the text) or ``"chat"`` (observations are new messages).
-        observation_role: Role of observation messages in chat mode.
-        stop: Stop strings, in addition to those the environment declares (``environment.stop_strings``).
-        max_observation_tokens: Hard cap on the tokens of one observation (the head is kept).
+        rollout_mode: ``"text"`` (observations continue the text) or ``"chat"`` (observations are new messages).
+        observation_role: Role of observation messages in chat mode (``"user"`` for templates without a tool role).
+        stop_strings: Stop strings, in addition to those the environment declares (``environment.stop_strings``).
+        max_observation_tokens: Most tokens of one observation's content (the head is kept).
         env_timeout: Seconds allowed for one ``reset``/``step``/``close`` call.
         chat_template_kwargs: Passed to ``apply_chat_template``.
+        mode: Deprecated alias of ``rollout_mode``.
+        stop: Deprecated alias of ``stop_strings``.
     """
 
     max_turns: int = 4
     max_tokens_per_turn: int = 256
     max_completion_length: int = 1024
-    mode: RolloutMode = "text"
+    rollout_mode: RolloutMode = "text"
     observation_role: str = "tool"
-    stop: Sequence[str] = ()
+    stop_strings: Sequence[str] = ()
     max_observation_tokens: int = 1024
     env_timeout: float = 60.0
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    mode: InitVar[RolloutMode | None] = None
+    stop: InitVar[Sequence[str] | None] = None
 
-    def __post_init__(self) -> None:
-        if self.max_turns < 1 or self.max_tokens_per_turn < 1 or self.max_completion_length < 1:
-            raise ValueError("max_turns, max_tokens_per_turn and max_completion_length must be >= 1")
-
-
-class _EnvFailure(Exception):
-    def __init__(self, kind: str, detail: str) -> None:
-        super().__init__(detail)
-        self.kind = kind
+    def __post_init__(self, mode: RolloutMode | None, stop: Sequence[str] | None) -> None:
+        if mode is not None:
+            warnings.warn("RolloutConfig(mode=...) is deprecated; use rollout_mode=", DeprecationWarning, stacklevel=3)
+            self.rollout_mode = mode
+        if stop is not None:
+            warnings.warn("RolloutConfig(stop=...) is deprecated; use stop_strings=", DeprecationWarning, stacklevel=3)
+            self.stop_strings = stop
+        for name in ("max_turns", "max_tokens_per_turn", "max_completion_length", "max_observation_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if isinstance(self.stop_strings, str) or not all(isinstance(s, str) and s for s in self.stop_strings):
+            raise TypeError(f"stop_strings must be a list of non-empty strings, got {self.stop_strings!r}")
+        if not isinstance(self.env_timeout, (int, float)) or not self.env_timeout > 0:
+            raise ValueError(f"env_timeout must be a positive number of seconds, got {self.env_timeout!r}")
 
 
 class RolloutEngine:
@@ -74,190 +88,189 @@ class RolloutEngine:
 
     Args:
         generator: The generation seam (``HFGenerator``, TRL's vLLM backend, a fake).
-        tokenizer: The policy's tokenizer.
-        environment_factory: Class or zero-argument callable giving a fresh environment per trajectory.
+        processing_class: The policy's tokenizer.
+        environment: Class or zero-argument callable giving a fresh environment per trajectory.
         config: Budgets and protocol.
         sync_any: Given whether this process still has active trajectories, return whether *any* process has
             (identity on one process).
+        eos_token_ids: Every id that ends the model's generation (:func:`~trl_agentic.rollout.generation.end_token_ids`);
+            by default read from the generator's ``generation_config`` and the tokenizer.
     """
 
     def __init__(
         self,
         generator: Generator,
-        tokenizer: Any,
-        environment_factory: EnvironmentFactory,
+        processing_class: Any,
+        environment: EnvironmentFactory,
         config: RolloutConfig | None = None,
         sync_any: Callable[[bool], bool] | None = None,
+        eos_token_ids: Sequence[int] | None = None,
     ) -> None:
         self.generator = generator
         self.config = config or RolloutConfig()
+        if eos_token_ids is None:
+            eos_token_ids = end_token_ids(processing_class, getattr(generator, "generation_config", None))
+        cfg = self.config
         self.encoder = ObservationEncoder(
-            tokenizer, self.config.mode, self.config.observation_role, self.config.chat_template_kwargs
+            processing_class, cfg.rollout_mode, cfg.observation_role, cfg.chat_template_kwargs, eos_token_ids
         )
         self.tokenizer = self.encoder.tokenizer
-        self.environment_factory = environment_factory
+        layout = self.encoder.layout
+        self.eos_token_ids = list(dict.fromkeys([*eos_token_ids, *([layout.end_of_turn_id] if layout else [])]))
+        self.environment = environment
         self.sync_any = sync_any or (lambda local: local)
-        eos = self.tokenizer.eos_token_id
-        self.eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
         self.generation_calls = 0  # per process; the multi-process invariant is checked against it
 
     # -- public ----------------------------------------------------------------------------------------------
-    def run(self, prompts: Sequence[Any], examples: Sequence[dict[str, Any]] | None = None) -> list[Trajectory]:
-        """Roll out one trajectory per prompt. ``examples[i]`` (the dataset row) is passed to ``reset``."""
-        examples = list(examples) if examples is not None else [{} for _ in prompts]
-        if len(examples) != len(prompts):
-            raise ValueError(f"got {len(prompts)} prompts but {len(examples)} examples")
-        envs = [self.environment_factory() for _ in prompts]
-        stop = self._stop_strings(envs)
-        trajectories, active = self._start(prompts, examples, envs)
+    def run(self, prompts: Sequence[Any], rows: Sequence[dict[str, Any]] | None = None) -> list[Trajectory]:
+        """Roll out one trajectory per prompt. ``rows[i]`` (the dataset row) is passed to ``reset``."""
+        rows = list(rows) if rows is not None else [{} for _ in prompts]
+        if len(rows) != len(prompts):
+            raise ValueError(f"got {len(prompts)} prompts but {len(rows)} rows")
+        envs = [self._make_environment() for _ in prompts]
+        stop_strings = self._stop_strings(envs)
+        trajectories, active = self._start(prompts, rows, envs)
         turn = 0
         while self.sync_any(bool(active)):
-            self._generate_turn(trajectories, active, stop)
-            active = self._step_environments(trajectories, envs, active, turn)
+            ends = self._generate_turn(trajectories, active, stop_strings)
+            active = self._step_environments(trajectories, envs, active, ends, turn)
             turn += 1
-        run_coroutine(self._close_all(envs, trajectories))
+        self._close(envs, trajectories)
         return trajectories
 
     # -- turn loop -------------------------------------------------------------------------------------------
-    def _start(self, prompts, examples, envs) -> tuple[list[Trajectory], list[int]]:
-        suffixes = run_coroutine(self._gather(envs, "reset", [dict(e) for e in examples]))
+    def _start(self, prompts, rows, envs) -> tuple[list[Trajectory], list[int]]:
+        live = [i for i, env in enumerate(envs) if not isinstance(env, EnvFailure)]
+        results: list[Any] = list(envs)
+        for i, result in zip(live, call_all([envs[i] for i in live], "reset", [dict(rows[i]) for i in live],
+                                            self.config.env_timeout)):
+            results[i] = result
         trajectories, active = [], []
-        for i, (prompt, suffix) in enumerate(zip(prompts, suffixes)):
-            failed = isinstance(suffix, _EnvFailure)
-            trajectory = Trajectory(prompt_ids=self.encoder.encode_prompt(prompt, None if failed else suffix))
+        for i, (prompt, result) in enumerate(zip(prompts, results)):
+            failed = isinstance(result, EnvFailure)
+            trajectory = Trajectory(prompt_ids=self.encoder.encode_prompt(prompt, None if failed else result))
             trajectory.prompt = prompt
             if failed:
-                self._fail(trajectory, suffix)
+                self._fail(trajectory, result)
             else:
                 active.append(i)
             trajectories.append(trajectory)
         return trajectories, active
 
-    def _generate_turn(self, trajectories: list[Trajectory], active: list[int], stop: list[str]) -> None:
+    def _generate_turn(self, trajectories: list[Trajectory], active: list[int], stop_strings: list[str]) -> dict[int, str | None]:
+        """One generation call for every active trajectory; returns why each one's turn ended (``"eos"``,
+        ``"stop"``, ``"max_tokens"`` when the trajectory's budget cut it, ``None`` at the per-turn budget)."""
         cfg = self.config
         max_new = min(cfg.max_tokens_per_turn, cfg.max_completion_length)
         if active:
             inputs = [trajectories[i].prompt_ids + trajectories[i].completion_ids for i in active]
         else:  # keep collective generation calls aligned across processes
-            inputs = [trajectories[0].prompt_ids[:1] or [self.eos_ids[0]]]
-        outputs = self.generator.generate(inputs, max_new, stop)
+            inputs = [trajectories[0].prompt_ids[:1] or [self.eos_token_ids[0]]]
+        outputs = self.generator.generate(inputs, max_new, stop_strings, self.eos_token_ids)
         self.generation_calls += 1
+        ends: dict[int, str | None] = {}
         for i, out in zip(active, outputs):
             t = trajectories[i]
-            end, reason = cut_at_stop(out.ids, self._decode, stop, self.eos_ids)
+            end, reason = cut_at_stop(out.ids, self._decode, stop_strings, self.eos_token_ids)
             budget = cfg.max_completion_length - len(t.completion_ids)
             if end > budget:
                 end, reason = budget, "max_tokens"
             ids = out.ids[:end]
             start = len(t.completion_ids)
+            t.generated_ids.append(list(out.ids))
             t.completion_ids.extend(ids)
             t.env_mask.extend([1] * len(ids))
             t.logprobs.extend(out.logprobs[:end] if out.logprobs is not None else [0.0] * len(ids))
             t.turn_spans.append((start, start + len(ids)))
             t.actions.append(self._decode(ids))
-            t.stop_reason = reason or "turn_budget"
+            ends[i] = reason
+        return ends
 
-    def _step_environments(self, trajectories, envs, active, turn) -> list[int]:
-        cfg = self.config
-        stepping = [i for i in active if trajectories[i].stop_reason != "max_tokens"]
-        for i in set(active) - set(stepping):
-            trajectories[i].truncated = True
-        results = run_coroutine(
-            self._gather([envs[i] for i in stepping], "step", [trajectories[i].actions[-1] for i in stepping])
-        )
+    def _step_environments(self, trajectories, envs, active, ends, turn) -> list[int]:
+        stepping = []
+        for i in active:
+            if ends[i] == "max_tokens":
+                self._end(trajectories[i], "max_tokens")
+            else:
+                stepping.append(i)
+        results = call_all([envs[i] for i in stepping], "step", [trajectories[i].actions[-1] for i in stepping],
+                           self.config.env_timeout)
         still_active = []
         for i, result in zip(stepping, results):
             t = trajectories[i]
-            if isinstance(result, _EnvFailure):
-                t.turn_rewards.append(0.0)
-                t.turn_infos.append({})
-                t.observations.append(None)
+            if isinstance(result, EnvFailure):
                 self._fail(t, result)
                 continue
-            t.turn_rewards.append(result.reward)
+            t.turn_rewards.append(float(result.reward))
             t.turn_infos.append(dict(result.info))
-            if result.done:
-                t.observations.append(None)
-                t.stop_reason = "done"
-                continue
-            if self.config.mode == "text" and t.stop_reason == "eos":
-                t.observations.append(None)  # the model ended its text; the environment did not object
-                continue
-            if turn + 1 >= cfg.max_turns:
-                t.observations.append(None)
-                t.truncated, t.stop_reason = True, "max_turns"
-                continue
-            if self._append_observation(t, result.observation):
+            if result.terminated or result.truncated:
+                self._end(t, "terminated" if result.terminated else "truncated")
+            elif self.config.rollout_mode == "text" and ends[i] == "eos":
+                self._end(t, "eos")  # the model ended its text; the environment did not object
+            elif turn + 1 >= self.config.max_turns:
+                self._end(t, "max_turns")
+            elif self._append_observation(t, result.observation):
                 still_active.append(i)
         return still_active
 
     def _append_observation(self, t: Trajectory, text: str | None) -> bool:
-        """Tokenize and append one observation; False when the budget leaves no room for another turn."""
+        """Tokenize and append one observation; False (and ``max_tokens``) when the budget leaves no room."""
         cfg = self.config
-        if text is None and cfg.mode == "text":
+        if text is None and cfg.rollout_mode == "text":
             t.observations.append(None)
-            return len(t.completion_ids) < cfg.max_completion_length
-        text = text or ""
-        char_cap = 16 * cfg.max_observation_tokens  # never tokenize gigabytes
-        if len(text) > char_cap:
-            text = text[:char_cap]
+            if len(t.completion_ids) >= cfg.max_completion_length:
+                self._end(t, "max_tokens", observation_recorded=True)
+                return False
+            return True
         start, end = t.turn_spans[-1]
-        ids = self.encoder.encode_observation(text, t.completion_ids[start:end])
-        cut = len(ids) > cfg.max_observation_tokens
-        if cut:
-            ids = ids[: cfg.max_observation_tokens]
+        encoded = self.encoder.encode_observation(text or "", t.completion_ids[start:end], cfg.max_observation_tokens)
+        if encoded.truncated:
             t.count("observation_truncated")
-        if len(t.completion_ids) + len(ids) >= cfg.max_completion_length:
-            t.observations.append(None)
-            t.truncated, t.stop_reason = True, "max_tokens"
+        if len(t.completion_ids) + len(encoded.ids) >= cfg.max_completion_length:
+            self._end(t, "max_tokens")
             return False
-        # the text the model reads: in text mode the appended tokens; in chat mode the message content (the
-        # template's role headers live in completion_ids only), unless the token cap cut the message
-        exact = cfg.mode == "text" or cut
-        t.observations.append(self._decode(ids, skip_special_tokens=False) if exact else text)
-        t.completion_ids.extend(ids)
-        t.env_mask.extend([0] * len(ids))
-        t.logprobs.extend([0.0] * len(ids))
+        t.observations.append(encoded.text)
+        t.completion_ids.extend(encoded.ids)
+        t.env_mask.extend([0] * len(encoded.ids))
+        t.logprobs.extend([0.0] * len(encoded.ids))
         return True
 
     # -- environments ----------------------------------------------------------------------------------------
-    async def _call(self, env: Any, method: str, arg: Any) -> Any:
-        fn = getattr(env, method)
+    def _make_environment(self) -> Any:
         try:
-            if method == "reset":
-                return await asyncio.wait_for(call_env(fn, **arg), self.config.env_timeout)
-            return as_step_result(await asyncio.wait_for(call_env(fn, arg), self.config.env_timeout))
-        except asyncio.TimeoutError:
-            return _EnvFailure("env_timeout", f"{type(env).__name__}.{method} exceeded {self.config.env_timeout}s")
-        except Exception as exc:  # an environment bug costs one trajectory, not the run
-            logger.warning("%s.%s raised %s: %s", type(env).__name__, method, type(exc).__name__, exc)
-            return _EnvFailure("env_error", f"{type(exc).__name__}: {exc}")
+            return self.environment()
+        except Exception as exc:  # a factory that raises costs its trajectory
+            name = getattr(self.environment, "__name__", type(self.environment).__name__)
+            logger.warning("environment factory %s raised %s: %s", name, type(exc).__name__, exc)
+            return EnvFailure("env_error", f"environment factory {name} raised {type(exc).__name__}: {exc}")
 
-    async def _gather(self, envs: list[Any], method: str, args: list[Any]) -> list[Any]:
-        return await asyncio.gather(*(self._call(env, method, arg) for env, arg in zip(envs, args)))
-
-    async def _close_all(self, envs: list[Any], trajectories: list[Trajectory]) -> None:
-        async def close(env: Any, t: Trajectory) -> None:
-            fn = getattr(env, "close", None)
-            if fn is None:
-                return
-            try:
-                await asyncio.wait_for(call_env(fn), self.config.env_timeout)
-            except Exception:
-                t.count("env_close_error")
-
-        await asyncio.gather(*(close(env, t) for env, t in zip(envs, trajectories)))
+    def _close(self, envs: list[Any], trajectories: list[Trajectory]) -> None:
+        live = [i for i, env in enumerate(envs) if not isinstance(env, EnvFailure)]
+        for i, result in zip(live, call_all([envs[i] for i in live], "close", [None] * len(live), self.config.env_timeout)):
+            if isinstance(result, EnvFailure):
+                trajectories[i].count("env_close_error")
 
     @staticmethod
-    def _fail(t: Trajectory, failure: _EnvFailure) -> None:
-        t.truncated, t.stop_reason = True, failure.kind
+    def _end(t: Trajectory, reason: StopReason, observation_recorded: bool = False) -> None:
+        if not observation_recorded and len(t.observations) < len(t.actions):
+            t.observations.append(None)
+        t.stop_reason = reason
+
+    def _fail(self, t: Trajectory, failure: EnvFailure) -> None:
+        if len(t.turn_rewards) < len(t.actions):  # the failed step of this turn
+            t.turn_rewards.append(0.0)
+            t.turn_infos.append({})
+        self._end(t, failure.kind)
+        t.error = failure.detail
         t.count(failure.kind)
 
     # -- helpers ---------------------------------------------------------------------------------------------
     def _stop_strings(self, envs: list[Any]) -> list[str]:
-        stop = list(self.config.stop)
-        for env in envs[:1]:  # one environment class per batch: read its declared stop strings once
-            stop += [s for s in getattr(env, "stop_strings", ()) if s not in stop]
+        stop = list(self.config.stop_strings)
+        for env in envs:  # one environment class per batch: read its declared stop strings once
+            if not isinstance(env, EnvFailure):
+                stop += [s for s in getattr(env, "stop_strings", ()) if s not in stop]
+                break
         return stop
 
     def _decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
@@ -268,7 +281,7 @@ def run_rollouts(
     model: Any,
     processing_class: Any,
     environment: EnvironmentFactory,
-    examples: Sequence[dict[str, Any]],
+    rows: Sequence[dict[str, Any]],
     *,
     prompt_column: str = "prompt",
     config: RolloutConfig | None = None,
@@ -282,11 +295,12 @@ def run_rollouts(
         model: A causal LM (ignored when ``generator`` is given).
         processing_class: Its tokenizer.
         environment: Class or zero-argument factory of the environment.
-        examples: Dataset rows; ``row[prompt_column]`` is the prompt (text or chat messages) and the whole row is
-            passed to ``Environment.reset``.
+        rows: Dataset rows (a list of dicts or a ``datasets.Dataset``); ``row[prompt_column]`` is the prompt (text or
+            chat messages) and the whole row is passed to ``Environment.reset``.
         config: A :class:`RolloutConfig`; or pass its fields as keyword arguments (``max_turns=3``, ...).
         generator: Override the generation backend (defaults to :class:`HFGenerator` with sampling and log-probs).
-        generation_config: transformers ``GenerationConfig`` for the default generator.
+        generation_config: transformers ``GenerationConfig`` for the default generator (default: the model's, with
+            sampling on). Its ``eos_token_id`` (every end id) is where turns end.
     """
     if config is None:
         config = RolloutConfig(**config_kwargs)
@@ -295,5 +309,8 @@ def run_rollouts(
     if generator is None:
         generator = HFGenerator(model, processing_class, generation_config, return_logprobs=True)
     engine = RolloutEngine(generator, processing_class, environment, config)
-    rows = list(examples)
+    rows = [dict(row) for row in rows]
+    missing = [i for i, row in enumerate(rows) if prompt_column not in row]
+    if missing:
+        raise KeyError(f"row {missing[0]} has no {prompt_column!r} column; pass prompt_column= to name the prompt column")
     return engine.run([row[prompt_column] for row in rows], rows)

@@ -6,10 +6,13 @@ The rollout engine talks to generation only through :class:`Generator`. Implemen
 - ``trl_agentic.compat.TRLVLLMGenerator``: TRL's vLLM backend (colocate or server) inside a trainer;
 - scripted fakes in the tests.
 
-Stop strings: vLLM stops on them itself; transformers ``generate`` stops once a stop string has been produced but
-may overshoot by part of a token, so every backend's output goes through :func:`cut_at_stop`, which keeps the
-shortest prefix of sampled ids whose text contains a stop string (or that ends with an EOS id). The kept ids are
-exactly ids the model sampled: nothing is re-tokenized.
+End of a turn: every backend stops on the model's end ids (``stop_token_ids``: all of
+``generation_config.eos_token_id`` and the tokenizer's EOS, as TRL's ``eos_token_ids``; see
+:func:`end_token_ids`) and on stop strings. A batched backend pads the rows that finished early, and transformers
+``generate`` may overshoot a stop string by part of a token, so every backend's output goes through
+:func:`cut_at_stop`, which keeps the shortest prefix of sampled ids that ends with an end id or whose text contains a
+stop string. Nothing after an end id is ever kept. The kept ids are exactly ids the model sampled: nothing is
+re-tokenized.
 """
 
 from __future__ import annotations
@@ -31,9 +34,27 @@ class Generation:
 
 
 class Generator(Protocol):
-    """Generate one continuation per prompt (all prompts of a turn in one batch)."""
+    """Generate one continuation per prompt (all prompts of a turn in one batch), stopping at any of
+    ``stop_token_ids`` and ``stop_strings`` or after ``max_new_tokens``."""
 
-    def generate(self, prompts: list[list[int]], max_new_tokens: int, stop: Sequence[str]) -> list[Generation]: ...
+    def generate(
+        self, prompts: list[list[int]], max_new_tokens: int, stop_strings: Sequence[str], stop_token_ids: Sequence[int]
+    ) -> list[Generation]: ...
+
+
+def end_token_ids(tokenizer: Any, generation_config: Any = None) -> list[int]:
+    """Every id that ends the model's generation: ``generation_config.eos_token_id`` (an int or a list: instruct
+    models list several, e.g. Qwen ``<|im_end|>`` and ``<|endoftext|>``, Llama-3 ``<|eot_id|>``, ``<|eom_id|>`` and
+    ``<|end_of_text|>``) plus the tokenizer's ``eos_token_id``, in that order, without duplicates. The same list as
+    TRL's ``GRPOTrainer.eos_token_ids``."""
+    tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
+    configured = getattr(generation_config, "eos_token_id", None) if generation_config is not None else None
+    ids = [configured] if isinstance(configured, int) else list(configured or [])
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
+        ids = [tokenizer.eos_token_id, *ids]
+    if not ids:
+        raise ValueError("the model has no end-of-sequence id: set generation_config.eos_token_id or the tokenizer's eos")
+    return list(dict.fromkeys(int(i) for i in ids))
 
 
 def cut_at_stop(
@@ -41,8 +62,8 @@ def cut_at_stop(
 ) -> tuple[int, str | None]:
     """Length of the prefix of ``ids`` to keep, and why it ends (``"stop"``, ``"eos"`` or ``None``).
 
-    The prefix ends at the first EOS id (kept, as TRL keeps it) or at the first token after which the decoded text
-    contains a stop string, whichever comes first.
+    The prefix ends at the first end id (kept, as TRL keeps it) or at the first token after which the decoded text
+    contains a stop string, whichever comes first. Nothing after an end id is kept.
     """
     eos = set(eos_ids)
     end, reason = len(ids), None
@@ -93,8 +114,10 @@ class HFGenerator:
         self.unwrap = unwrap or (lambda: contextlib.nullcontext(self.model))
         self.return_logprobs = return_logprobs
 
-    def generate(self, prompts: list[list[int]], max_new_tokens: int, stop: Sequence[str]) -> list[Generation]:
-        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+    def generate(
+        self, prompts: list[list[int]], max_new_tokens: int, stop_strings: Sequence[str], stop_token_ids: Sequence[int]
+    ) -> list[Generation]:
+        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else stop_token_ids[0]
         width = max(len(p) for p in prompts)
         input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
         attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
@@ -104,7 +127,8 @@ class HFGenerator:
         config = copy.deepcopy(self.generation_config)
         config.max_new_tokens = max_new_tokens
         config.pad_token_id = pad_id
-        config.stop_strings = list(stop) or None
+        config.eos_token_id = list(stop_token_ids)
+        config.stop_strings = list(stop_strings) or None
         config.return_dict_in_generate = True
         config.output_scores = self.return_logprobs
         with self.unwrap() as model, torch.no_grad():
@@ -113,7 +137,7 @@ class HFGenerator:
                 input_ids=input_ids.to(device),
                 attention_mask=attention_mask.to(device),
                 generation_config=config,
-                tokenizer=self.tokenizer if stop else None,
+                tokenizer=self.tokenizer if stop_strings else None,
             )
         new_ids = out.sequences[:, width:].cpu()
         logprobs = None

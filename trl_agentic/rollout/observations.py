@@ -1,28 +1,57 @@
-"""Turning prompts and observation text into token ids without re-tokenizing history.
+"""Turning prompts and observations into token ids, without re-tokenizing history and without letting untrusted text
+become control tokens.
 
-Two rollout modes:
+Two rollout modes (``rollout_mode``):
 
-- ``"text"``: the model's text continues; an observation string is tokenized on its own (no special tokens) and
-  appended. For base models and Search-R1-style protocols (one user turn, the agent's whole episode in one
-  assistant turn).
-- ``"chat"``: each observation becomes a new message (role ``tool`` by default) rendered by the chat template.
-  Only the new message is tokenized: the template is rendered for a short dummy conversation with and without the
-  message, and the *delta* after the assistant's end-of-turn token is appended. A template that is not
-  prefix-preserving (rendering more messages changes the earlier tokens) is refused with a clear error, because
-  its token stream could not match what the model saw.
+- ``"text"``: the model's text continues; an observation string is tokenized on its own and appended. For base
+  models and Search-R1-style protocols (one user turn, the agent's whole episode in one assistant turn).
+- ``"chat"``: each observation becomes a new message (role ``tool`` by default) rendered by the chat template. The
+  template is probed once (:class:`ChatLayout`): the text it puts between the end of an assistant message and the
+  observation's content (``prefix``), and after the content up to the next assistant header (``suffix``). An
+  observation is then ``prefix + content + suffix``, closed by the end-of-turn token first when the model's turn
+  did not end with an end id (a stop string or a budget ended it).
+
+Untrusted text: observations, and the text ``Environment.reset`` adds to a prompt, come from tools, web pages and
+programs. *Control tokens* in them are tokenized as plain text, never as the tokens, so tool output cannot forge
+the end of a turn or a role header (:meth:`ObservationEncoder.tokenize_untrusted`). Control tokens are, as for
+transformers' ``apply_chat_template(sanitize_control_tokens=True)``, the tokenizer's special tokens (``<|im_end|>``,
+``<eos>``, ``<|start_header_id|>``) plus, in chat mode, the added tokens the chat template itself writes (Qwen3's
+``<tool_response>``). Only the template's own text (``prefix``/``suffix``) is tokenized with them parsed. Other
+added tokens (protocol tags such as ``<answer>`` in a tokenizer that has them) keep their single-token form.
+
+Caps: ``max_tokens`` bounds the tokens of an observation's *content*: the tool output inside its wrapping tag in
+text mode (``\\n\\n<information>...</information>\\n\\n`` keeps both tags), the message content in chat mode (the
+template's tokens around it are kept whole). The head is kept and ``TRUNCATION_MARKER`` appended.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, Sequence
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Literal, Sequence
 
 RolloutMode = Literal["text", "chat"]
 
-_DUMMY_USER = "Hello."
-_DUMMY_ASSISTANT = "Hi."
+TRUNCATION_MARKER = "\n...[truncated]"
+"""Appended to an observation's content when the token cap cut it."""
+
+_SENTINEL = "TRLAGENTICOBSERVATIONSENTINEL"
+_PROBE = '  a "quoted" \\ word\n\tand é  '
+_CHARS_PER_TOKEN_CAP = 16  # content longer than 16 * max_tokens characters is cut before tokenizing
+_WRAPPED = re.compile(r"^(\s*<([A-Za-z_][\w-]*)>)(.*)(</\2>\s*)$", re.DOTALL)
+_CONTENT_TRANSFORMS: dict[str, Callable[[str], str]] = {
+    "verbatim": lambda s: s,
+    "strip": lambda s: s.strip(),
+    "json": lambda s: json.dumps(s, ensure_ascii=False)[1:-1],  # Llama-3's `content | tojson`, quotes in the layout
+}
 
 
-class TemplateNotPrefixPreservingError(ValueError):
+class ChatTemplateError(ValueError):
+    """The chat template cannot be used for chat-mode rollouts; the message says why and what to pass instead."""
+
+
+class TemplateNotPrefixPreservingError(ChatTemplateError):
     """The chat template renders earlier messages differently once a message is added."""
 
 
@@ -30,62 +59,174 @@ def is_conversational(prompt: Any) -> bool:
     return isinstance(prompt, list) and bool(prompt) and isinstance(prompt[0], dict) and "role" in prompt[0]
 
 
+@dataclass(frozen=True)
+class EncodedObservation:
+    """Token ids to append (all masked), the text the model reads (in chat mode the message content), and whether
+    the cap cut it."""
+
+    ids: list[int]
+    text: str
+    truncated: bool
+
+
+@dataclass(frozen=True)
+class ChatLayout:
+    """How a chat template renders an observation message after an assistant turn.
+
+    Attributes:
+        end_of_turn_id: The token that closes an assistant message.
+        prefix: Template text after that token and before the content.
+        suffix: Template text after the content, through the next assistant header.
+        transform: How the template writes the content (``"verbatim"``, ``"strip"`` or ``"json"``).
+    """
+
+    end_of_turn_id: int
+    prefix: str
+    suffix: str
+    transform: str
+
+
 class ObservationEncoder:
     """Tokenizes prompts and observations for one tokenizer and rollout mode.
 
     Args:
-        tokenizer: The policy's tokenizer (or processor with a tokenizer).
-        mode: ``"text"`` or ``"chat"``.
-        observation_role: Message role of observations in chat mode (``"tool"`` or ``"user"``).
+        tokenizer: The policy's tokenizer (or a processor with a ``tokenizer``).
+        rollout_mode: ``"text"`` or ``"chat"``.
+        observation_role: Message role of observations in chat mode (``"tool"``; ``"user"`` for templates without a
+            tool role, such as Gemma's).
         chat_template_kwargs: Extra keyword arguments for ``apply_chat_template`` (e.g. ``enable_thinking``).
+        end_token_ids: Ids that end a model turn (every end-of-sequence id of the model). In chat mode a turn that
+            ended on one of them is not closed again.
     """
 
     def __init__(
         self,
         tokenizer: Any,
-        mode: RolloutMode = "text",
+        rollout_mode: RolloutMode = "text",
         observation_role: str = "tool",
         chat_template_kwargs: dict[str, Any] | None = None,
+        end_token_ids: Sequence[int] = (),
     ) -> None:
-        if mode not in ("text", "chat"):
-            raise ValueError(f"rollout_mode must be 'text' or 'chat', got {mode!r}")
+        if rollout_mode not in ("text", "chat"):
+            raise ValueError(f"rollout_mode must be 'text' or 'chat', got {rollout_mode!r}")
         self.tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
-        self.mode = mode
+        self.rollout_mode = rollout_mode
         self.observation_role = observation_role
         self.chat_template_kwargs = chat_template_kwargs or {}
-        self._end_of_turn_id: int | None = None
-        if mode == "chat":
-            if getattr(self.tokenizer, "chat_template", None) is None:
-                raise ValueError("rollout_mode='chat' needs a tokenizer with a chat template")
-            self._end_of_turn_id = self._find_end_of_turn_id()
+        self.end_token_ids = set(end_token_ids)
+        self.control_tokens = self._find_control_tokens()
+        self._control_re = re.compile("(" + "|".join(map(re.escape, self.control_tokens)) + ")") if self.control_tokens else None
+        self._control_ids = {self.tokenizer.convert_tokens_to_ids(t) for t in self.control_tokens}
+        self.layout: ChatLayout | None = self._probe_template() if rollout_mode == "chat" else None
+
+    # -- tokenization ----------------------------------------------------------------------------------------
+    def tokenize_untrusted(self, text: str) -> list[int]:
+        """Ids of ``text`` with every control-token string in it encoded as plain text, and no BOS/EOS added;
+        ``decode`` gives ``text`` back."""
+        if self._control_re is None or not self._control_re.search(text):
+            return self._encode_plain(text)
+        ids: list[int] = []
+        for i, piece in enumerate(self._control_re.split(text)):
+            if piece:
+                ids += self._control_as_text(piece) if i % 2 else self._encode_plain(piece)
+        return ids
+
+    def _encode_plain(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+
+    def _control_as_text(self, token: str) -> list[int]:
+        """A control-token string as text: split after its first character (so that no added token matches),
+        or, if a control id still appears, one character at a time."""
+        ids = self._encode_plain(token[:1]) + self._encode_plain(token[1:])
+        if self._control_ids.isdisjoint(ids):
+            return ids
+        return [i for ch in token for i in self._encode_plain(ch)]
+
+    def _tokenize_template(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def _has_control(self, text: str) -> bool:
+        return self._control_re is not None and self._control_re.search(text) is not None
+
+    def _find_control_tokens(self) -> list[str]:
+        """Special tokens, plus (chat mode) the non-whitespace added tokens that the chat template writes."""
+        template = getattr(self.tokenizer, "chat_template", None) if self.rollout_mode == "chat" else None
+        template = template if isinstance(template, str) else ""
+        strings = set(getattr(self.tokenizer, "all_special_tokens", []) or [])
+        for token in getattr(self.tokenizer, "added_tokens_decoder", {}).values():
+            content = str(token)
+            if getattr(token, "special", False) or (content in template and not content.isspace()):
+                strings.add(content)
+        return sorted((s for s in strings if s), key=len, reverse=True)
 
     # -- prompts ---------------------------------------------------------------------------------------------
     def encode_prompt(self, prompt: Any, suffix: str | None = None) -> list[int]:
-        """Token ids of a prompt (a string, or chat messages rendered with the generation prompt), with the text
-        returned by ``Environment.reset`` appended to the last user message (chat) or to the string (text)."""
-        if is_conversational(prompt):
-            messages = [dict(m) for m in prompt]
+        """Token ids of a prompt: a string (tokenized as the tokenizer does, BOS included where it adds one), or
+        chat messages rendered with the generation prompt. ``suffix`` (text returned by ``Environment.reset``) is
+        appended to the string or to the last message's content, as untrusted text."""
+        if not is_conversational(prompt):
+            ids = list(self.tokenizer(text=prompt)["input_ids"])
+            return ids + self.tokenize_untrusted(suffix) if suffix else ids
+        messages = [dict(m) for m in prompt]
+        if not suffix or not self._has_control(suffix):
             if suffix:
                 messages[-1]["content"] = messages[-1]["content"] + suffix
-            return self._render(messages, add_generation_prompt=True)
-        text = prompt + (suffix or "")
-        return list(self.tokenizer(text=text)["input_ids"])
+            return self._render_ids(messages, add_generation_prompt=True)
+        messages[-1]["content"] = messages[-1]["content"] + _SENTINEL
+        before, after = self._render_text(messages, add_generation_prompt=True).split(_SENTINEL)
+        return self._tokenize_template(before) + self.tokenize_untrusted(suffix) + self._tokenize_template(after)
 
     # -- observations ----------------------------------------------------------------------------------------
-    def encode_observation(self, text: str, last_action_ids: Sequence[int]) -> list[int]:
-        """Ids to append after a turn whose sampled ids were ``last_action_ids``.
+    def encode_observation(self, text: str, last_action_ids: Sequence[int], max_tokens: int) -> EncodedObservation:
+        """Ids to append after a turn whose sampled ids were ``last_action_ids``; see the module docstring."""
+        if self.rollout_mode == "text":
+            return self._encode_text(text, max_tokens)
+        return self._encode_chat(text, last_action_ids, max_tokens)
 
-        Chat mode closes the assistant turn first: if the model did not sample the end-of-turn token (a stop string
-        or a budget ended its turn), that token is added here, as part of the observation (masked).
-        """
-        if self.mode == "text":
-            return list(self.tokenizer(text=text, add_special_tokens=False)["input_ids"])
-        delta = self._chat_delta(text)
-        if not last_action_ids or last_action_ids[-1] != self._end_of_turn_id:
-            delta = [self._end_of_turn_id, *delta]
-        return delta
+    def _cap(self, content: str, max_tokens: int) -> tuple[list[int], bool]:
+        """Content ids cut to ``max_tokens`` (marker included), and whether they were cut."""
+        char_cap = _CHARS_PER_TOKEN_CAP * max_tokens
+        cut = len(content) > char_cap
+        ids = self.tokenize_untrusted(content[:char_cap] if cut else content)
+        if not cut and len(ids) <= max_tokens:
+            return ids, False
+        marker = self.tokenize_untrusted(TRUNCATION_MARKER)
+        return ids[: max(0, max_tokens - len(marker))] + marker, True
 
-    def _render(self, messages: list[dict[str, Any]], add_generation_prompt: bool) -> list[int]:
+    def _encode_text(self, text: str, max_tokens: int) -> EncodedObservation:
+        match = _WRAPPED.match(text)
+        prefix, content, suffix = (match.group(1), match.group(3), match.group(4)) if match else ("", text, "")
+        content_ids, truncated = self._cap(content, max_tokens)
+        if truncated:
+            ids = self.tokenize_untrusted(prefix) + content_ids + self.tokenize_untrusted(suffix)
+        else:
+            ids = self.tokenize_untrusted(text)
+        return EncodedObservation(ids, self.tokenizer.decode(ids, skip_special_tokens=False), truncated)
+
+    def _encode_chat(self, text: str, last_action_ids: Sequence[int], max_tokens: int) -> EncodedObservation:
+        layout = self.layout
+        content_ids, truncated = self._cap(text, max_tokens)
+        content = self.tokenizer.decode(content_ids, skip_special_tokens=False) if truncated else text
+        written = _CONTENT_TRANSFORMS[layout.transform](content)
+        if self._has_control(written):
+            ids = (self._tokenize_template(layout.prefix) + self.tokenize_untrusted(written)
+                   + self._tokenize_template(layout.suffix))
+        else:  # no special-token string in the content: one call gives the template's own tokenization
+            ids = self._tokenize_template(layout.prefix + written + layout.suffix)
+        if not last_action_ids or last_action_ids[-1] not in self.end_token_ids | {layout.end_of_turn_id}:
+            ids = [layout.end_of_turn_id, *ids]
+        return EncodedObservation(ids, content, truncated)
+
+    # -- chat template ---------------------------------------------------------------------------------------
+    def _template_name(self) -> str:
+        return getattr(self.tokenizer, "name_or_path", "") or type(self.tokenizer).__name__
+
+    def _render_text(self, messages: list[dict[str, Any]], add_generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=add_generation_prompt, **self.chat_template_kwargs
+        )
+
+    def _render_ids(self, messages: list[dict[str, Any]], add_generation_prompt: bool) -> list[int]:
         ids = self.tokenizer.apply_chat_template(
             messages, tokenize=True, add_generation_prompt=add_generation_prompt, return_dict=True,
             **self.chat_template_kwargs,
@@ -94,34 +235,56 @@ class ObservationEncoder:
             ids = ids[0]
         return list(ids)
 
-    def _dummy(self) -> list[dict[str, str]]:
-        return [{"role": "user", "content": _DUMMY_USER}, {"role": "assistant", "content": _DUMMY_ASSISTANT}]
-
-    def _find_end_of_turn_id(self) -> int:
-        """The token that closes an assistant message: the last special/EOS token of the rendered assistant turn."""
-        base = self._render(self._dummy(), add_generation_prompt=False)
-        candidates = set(self.tokenizer.all_special_ids)
-        if self.tokenizer.eos_token_id is not None:
-            candidates.add(self.tokenizer.eos_token_id)
+    def _end_of_turn_id(self, dummy: list[dict[str, str]]) -> int:
+        """The token that closes an assistant message: the last special token of the rendered assistant turn."""
+        base = self._render_ids(dummy, add_generation_prompt=False)
+        candidates = set(self.tokenizer.all_special_ids) | self.end_token_ids
         for token in reversed(base):
             if token in candidates:
                 return token
-        raise ValueError(
-            "rollout_mode='chat': could not find the token that ends an assistant message in the chat template "
-            "(no special token after the assistant's content)"
+        raise ChatTemplateError(
+            f"rollout_mode='chat': the chat template of {self._template_name()} ends an assistant message with no "
+            "special token, so the end of a turn cannot be told apart from text; use rollout_mode='text'"
         )
 
-    def _chat_delta(self, text: str) -> list[int]:
-        base = self._render(self._dummy(), add_generation_prompt=False)
-        full = self._render(
-            self._dummy() + [{"role": self.observation_role, "content": text}], add_generation_prompt=True
+    def _probe_template(self) -> ChatLayout:
+        if getattr(self.tokenizer, "chat_template", None) is None:
+            raise ChatTemplateError("rollout_mode='chat' needs a tokenizer with a chat template; use rollout_mode='text'")
+        user = {"role": "user", "content": "Hello."}
+        dummies = [  # the second keeps reasoning in the assistant turn (Qwen3 strips an empty one from history)
+            [user, {"role": "assistant", "content": "Hi."}],
+            [user, {"role": "assistant", "content": "<think>\nOK.\n</think>\n\nHi."}],
+        ]
+        for dummy in dummies:
+            end_of_turn_id = self._end_of_turn_id(dummy)
+            base = self._render_text(dummy, add_generation_prompt=False)
+            full = self._observation_render(dummy, _SENTINEL)
+            if full.startswith(base) and full.count(_SENTINEL) == 1:
+                end_string = self.tokenizer.convert_ids_to_tokens(end_of_turn_id)
+                cut = base.rfind(end_string) + len(end_string)
+                prefix, suffix = full[cut:].split(_SENTINEL)
+                probe_tail = self._observation_render(dummy, _PROBE)[cut:]
+                for name, transform in _CONTENT_TRANSFORMS.items():
+                    if probe_tail == prefix + transform(_PROBE) + suffix:
+                        return ChatLayout(end_of_turn_id, prefix, suffix, name)
+                raise ChatTemplateError(
+                    f"the chat template of {self._template_name()} rewrites {self.observation_role!r} message "
+                    "content in a way trl-agentic cannot reproduce token for token; use rollout_mode='text' or "
+                    "another observation_role"
+                )
+        raise TemplateNotPrefixPreservingError(
+            f"The chat template of {self._template_name()} is not prefix-preserving: adding an observation message "
+            "changes the tokens of earlier messages, so an appended observation would not match what the model "
+            "conditions on. Use rollout_mode='text', or a template that renders earlier turns unchanged."
         )
-        if full[: len(base)] != base:
-            raise TemplateNotPrefixPreservingError(
-                "The chat template is not prefix-preserving: adding an observation message changes the tokens of "
-                "earlier messages, so an appended observation would not match what the model conditions on. Use "
-                "rollout_mode='text', or a template that renders earlier turns unchanged (for Qwen3, keep "
-                "reasoning content in history)."
-            )
-        last_eot = max(i for i, t in enumerate(base) if t == self._end_of_turn_id)
-        return full[last_eot + 1 :]
+
+    def _observation_render(self, dummy: list[dict[str, str]], content: str) -> str:
+        messages = dummy + [{"role": self.observation_role, "content": content}]
+        try:
+            return self._render_text(messages, add_generation_prompt=True)
+        except Exception as exc:  # noqa: BLE001 - jinja's TemplateError or a raise_exception() of the template
+            raise ChatTemplateError(
+                f"the chat template of {self._template_name()} rejects an observation message with role "
+                f"{self.observation_role!r} ({type(exc).__name__}: {exc}); pass observation_role='user' for templates "
+                "without a tool role (Gemma), or rollout_mode='text'"
+            ) from None

@@ -1,0 +1,189 @@
+"""Misbehaving environments cost their own trajectory, never the batch, the run or the next run.
+
+Each scenario that could hang runs in a child process (helpers.run_isolated): a hang fails the test after a timeout.
+"""
+
+import json
+
+import pytest
+
+from helpers import EchoEnvironment, ScriptedGenerator, run_isolated
+from trl_agentic import RolloutConfig, RolloutEngine, StepResult
+
+PRELUDE = """
+import json, sys, time, asyncio
+from helpers import EchoEnvironment, ScriptedGenerator
+from trl_agentic import RolloutConfig, RolloutEngine, StepResult
+from trl_agentic.toy import build_tokenizer
+tok = build_tokenizer()
+
+def engine(factory, timeout=0.5, turns=2):
+    gen = ScriptedGenerator(tok, lambda ids: "act")
+    return RolloutEngine(gen, tok, factory, RolloutConfig(max_turns=turns, env_timeout=timeout))
+
+def report(trajs):
+    print(json.dumps([[t.stop_reason, t.num_turns, t.error] for t in trajs]))
+"""
+
+
+def _last_json(result):
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("exc", ["KeyboardInterrupt", "SystemExit", "GeneratorExit", "asyncio.CancelledError"])
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_base_exceptions_in_step_cost_one_trajectory_and_the_next_run_works(exc, kind):
+    code = PRELUDE + f"""
+class Bad(EchoEnvironment):
+    {'async ' if kind == 'async' else ''}def step(self, action):
+        if self.fail:
+            raise {exc}()
+        return EchoEnvironment.step(self, action)
+
+first = engine(Bad).run(["p", "q"], [{{"fail": True}}, {{}}])
+second = engine(Bad).run(["p"], [{{}}])  # the same process: the event loop must still serve
+report(first + second)
+"""
+    first_bad, first_good, second = _last_json(run_isolated(code, timeout=60))
+    assert first_bad[0] == "env_error" and exc.split(".")[-1] in first_bad[2]
+    assert first_good[:2] == ["terminated", 2] and second[:2] == ["terminated", 2]
+
+
+def test_hung_sync_steps_do_not_starve_later_batches():
+    """Before: hung steps held the default executor's threads (6 on 2 cores), so the next batch's healthy
+    environments timed out too."""
+    code = PRELUDE + """
+class Hang(EchoEnvironment):
+    def step(self, action):
+        if self.fail:
+            time.sleep(1000)
+        time.sleep(0.05)
+        return EchoEnvironment.step(self, action)
+
+hung = engine(Hang).run(["p"] * 16, [{"fail": True}] * 16)
+start = time.perf_counter()
+healthy = engine(Hang, timeout=2.0).run(["p"] * 16, [{}] * 16)
+print("seconds", time.perf_counter() - start, file=sys.stderr)
+report(hung + healthy)
+"""
+    rows = _last_json(run_isolated(code, timeout=90))
+    assert all(r[0] == "env_timeout" for r in rows[:16])
+    assert all(r[:2] == ["terminated", 2] for r in rows[16:])
+
+
+def test_async_step_that_blocks_the_loop_costs_its_batch_not_the_next():
+    code = PRELUDE + """
+class Blocking(EchoEnvironment):
+    async def step(self, action):
+        if self.fail:
+            time.sleep(8)  # blocks the event loop: no timeout can preempt it
+        return EchoEnvironment.step(self, action)
+
+start = time.perf_counter()
+first = engine(Blocking, timeout=0.3).run(["p", "q"], [{"fail": True}, {}])
+elapsed = time.perf_counter() - start
+second = engine(Blocking, timeout=0.3).run(["p"], [{}])
+report(first + second)
+print(json.dumps(elapsed))
+"""
+    result = run_isolated(code, timeout=60)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows, elapsed = (json.loads(line) for line in result.stdout.strip().splitlines()[-2:])
+    assert rows[0][0] == "env_timeout"
+    assert rows[2][:2] == ["terminated", 2]  # a fresh loop serves the next batch
+    assert elapsed < 8  # the batch did not wait for the blocked loop
+
+
+def test_real_ctrl_c_stops_the_run_promptly():
+    code = PRELUDE + """
+import signal, threading, os
+class Slow(EchoEnvironment):
+    def step(self, action):
+        time.sleep(30)
+        return EchoEnvironment.step(self, action)
+
+threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+start = time.perf_counter()
+try:
+    engine(Slow, timeout=60).run(["p"] * 4, [{}] * 4)
+    print(json.dumps("no interrupt"))
+except KeyboardInterrupt:
+    print(json.dumps(time.perf_counter() - start))
+"""
+    elapsed = _last_json(run_isolated(code, timeout=60))
+    assert isinstance(elapsed, float) and elapsed < 5
+
+
+BAD_RETURNS = {
+    "int observation": "StepResult(observation=7)",
+    "bytes observation": "StepResult(observation=b'abc')",
+    "lone surrogate": "StepResult(observation='ok \\ud800 bad')",
+    "None info": "StepResult(observation='x', info=None)",
+    "NaN reward": "StepResult(observation='x', reward=float('nan'))",
+    "string reward": "StepResult(observation='x', reward='1')",
+    "tuple": "('obs', 0.0, False)",
+    "None": "None",
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_RETURNS))
+def test_ill_typed_step_result_costs_one_trajectory_with_a_clear_error(tokenizer, name):
+    value = BAD_RETURNS[name]
+
+    class Bad(EchoEnvironment):
+        def step(self, action):
+            if self.fail:
+                return eval(value)  # noqa: S307 - a fixed expression of this test
+            return super().step(action)
+
+    gen = ScriptedGenerator(tokenizer, lambda ids: "act")
+    bad, good = RolloutEngine(gen, tokenizer, Bad, RolloutConfig(max_turns=2)).run(["p", "q"], [{"fail": True}, {}])
+    assert bad.stop_reason == "env_error" and bad.truncated and bad.events["env_error"] == 1
+    assert "Bad.step()" in bad.error  # names the environment (and the field, see below)
+    assert good.stop_reason == "terminated" and good.num_turns == 2
+
+
+def test_error_message_names_field_and_type(tokenizer):
+    class Bad(EchoEnvironment):
+        def step(self, action):
+            return StepResult(observation=b"abc")
+
+    gen = ScriptedGenerator(tokenizer, lambda ids: "act")
+    [t] = RolloutEngine(gen, tokenizer, Bad, RolloutConfig(max_turns=2)).run(["p"], [{}])
+    assert "Bad.step().observation must be a str or None, got bytes" in t.error
+
+
+def test_failing_factory_and_bad_reset_cost_one_trajectory(tokenizer):
+    calls = {"n": 0}
+
+    def factory():
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise OSError("no sandbox left")
+        return EchoEnvironment()
+
+    class BadReset(EchoEnvironment):
+        def reset(self, **row):
+            return 42 if row.get("bad") else None
+
+    gen = ScriptedGenerator(tokenizer, lambda ids: "act")
+    first, second = RolloutEngine(gen, tokenizer, factory, RolloutConfig(max_turns=2)).run(["p", "q"], [{}, {}])
+    assert first.stop_reason == "env_error" and "no sandbox left" in first.error and first.num_turns == 0
+    assert second.stop_reason == "terminated"
+    bad, good = RolloutEngine(gen, tokenizer, BadReset, RolloutConfig(max_turns=2)).run(["p", "q"], [{"bad": 1}, {}])
+    assert bad.stop_reason == "env_error" and "reset() return value must be a str or None, got int" in bad.error
+    assert good.stop_reason == "terminated"
+
+
+def test_garbage_tool_output_is_an_error_observation_not_a_crash(tokenizer):
+    from trl_agentic import TagEnvironment
+
+    def make():
+        return TagEnvironment(tools={"search": lambda q: {"not": "text"}, "code": lambda c: "ok \ud800"})
+
+    script = iter(["<search>x</search>", "<code>1</code>", "<answer>1</answer>"])
+    gen = ScriptedGenerator(tokenizer, lambda ids: next(script))
+    [t] = RolloutEngine(gen, tokenizer, make, RolloutConfig(max_turns=3, max_completion_length=300)).run(["p"], [{}])
+    assert t.stop_reason == "terminated" and t.turn_infos[0]["tool_error"]
+    assert "returned dict, not text" in t.observations[0] and "\ud800" not in t.observations[1]
