@@ -274,7 +274,7 @@ def build_config(args: argparse.Namespace, precision: dict[str, Any], model: dic
     if args.loss_type:
         kwargs["loss_type"] = args.loss_type
     if args.algo == "ppo":
-        kwargs["kl_coef"] = args.beta
+        kwargs["beta"] = args.beta
         kwargs["critic"] = args.critic
         kwargs["critic_learning_rate"] = args.critic_learning_rate or 10 * args.learning_rate
     else:

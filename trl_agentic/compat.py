@@ -1,44 +1,64 @@
-"""Every use of TRL internals, in one place.
+"""The boundary with TRL: every override of a ``GRPOTrainer`` method and every private TRL (or transformers
+``Trainer``) name used by trl-agentic lives in this module, and nowhere else (``tests/core/test_boundary.py``
+enforces it with a grep).
 
-trl-agentic builds on GRPOTrainer's public surface (``rollout_func``, the reward-function keyword arguments, the
-config) plus the few private names below. Private attributes are reached only through this module; the private
-methods the trainers override (``_generate_and_score_completions``, ``_calculate_rewards``, ``_compute_loss``) are
-declared in ``REQUIRED_SIGNATURES`` here. ``tests/core/test_compat.py`` checks their signatures and behaviour, so a
-TRL upgrade that changes them fails there, loudly, instead of silently drifting. Tested range: see ``TESTED_TRL`` (pinned in ``pyproject.toml``).
+trl-agentic builds on GRPOTrainer's public surface: ``rollout_func`` (the rollout seam; its extra keys reach the
+reward functions as keyword arguments, which is how trajectories travel), the reward-function keyword arguments,
+the config, ``eos_token_ids``, ``reward_weights``, ``num_generations``, ``generation_config``. On top of it,
+:class:`GRPOTrainerBoundary` overrides TRL's private methods once and hands our trainers small named hooks:
 
-Private names used:
-- ``GRPOTrainer._generate_and_score_completions(inputs)``: overridden to hand the dataset rows to the rollout
-  (``Environment.reset(**row)``) and, for PPO, to replace advantages after scoring.
-- ``GRPOTrainer._compute_loss(model, inputs)``: overridden for the k1/k2 KL estimators (TRL hard-codes k3).
-- ``GRPOTrainer._get_per_token_logps_and_entropies(...)``: wrapped to capture the policy log-probs of the loss.
-- ``GRPOTrainer._calculate_rewards(inputs, prompts, completions, completion_ids_list)``: wrapped to keep the
-  rewards (gathered over processes) for the zero-variance policies and PPO's scores.
-- ``GRPOTrainer._metrics``: where TRL collects logged metrics.
-- ``GRPOTrainer._dist.summon_full_params``: FSDP parameter gathering around generation.
-- ``VLLMGeneration.max_completion_length`` / ``.generation_kwargs`` / ``.generate(...)``: per-turn token limit and
-  stop strings on the vLLM path.
+===================================  =====================================================================
+hook (override in a subclass)        called
+===================================  =====================================================================
+``training_batch(rows) -> TRLBatch``  for each generation round; default: :meth:`~GRPOTrainerBoundary.score_round`
+``loss(model, batch) -> Tensor``      for each micro-batch; default: TRL's loss (:meth:`~GRPOTrainerBoundary.trl_loss`)
+``extra_parameters() -> list``        parameters outside the model that the optimizer updates (a critic): clipped
+                                      with the model's and cleared after each optimizer step
+``reshuffle_each_pass: bool``         draw a new mini-batch permutation for every pass over a generation batch
+===================================  =====================================================================
+
+and services: :meth:`~GRPOTrainerBoundary.score_round` (TRL's generation and scoring of one round, returning the
+batch, the rewards of every reward function over all processes, and the trajectories),
+:meth:`~GRPOTrainerBoundary.rollout_rows` (the dataset rows of the round being generated, for
+``Environment.reset``), :meth:`~GRPOTrainerBoundary.trl_loss` (TRL's loss with or without its k3 term, and the
+policy log-probs it computed), :meth:`~GRPOTrainerBoundary.aggregate_like_trl`,
+:meth:`~GRPOTrainerBoundary.importance_weights`, :meth:`~GRPOTrainerBoundary.policy_logps` and
+:meth:`~GRPOTrainerBoundary.log_metric`. :class:`TRLBatch` is the typed view of TRL's batch dict.
+
+Private TRL names used (each has a contract test in ``tests/core/test_compat.py``): the methods in
+``REQUIRED_SIGNATURES``; ``GRPOTrainer._metrics``, ``._step``, ``._buffered_inputs``, ``._dist``;
+``trl.trainer.utils.shuffle_sequence_dict`` / ``split_tensor_dict`` / ``split_pixel_values_by_grid`` /
+``unsplit_pixel_values_by_grid``; ``VLLMGeneration.max_completion_length`` / ``.generation_kwargs`` /
+``.generate(...)``. From transformers' ``Trainer``: ``_clip_grad_norm``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import inspect
-from typing import Any, Iterator, Sequence
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 import trl
 from packaging.version import Version
+from transformers import TrainerCallback
+from trl import GRPOTrainer
 
+from .algorithms.masked import zero_masked
 from .rollout.generation import Generation
 
 TESTED_TRL = (Version("1.15.0"), Version("1.17.0"))  # [min, max)
 
-# Names and parameters this module relies on; checked by the contract tests.
+# Private methods of GRPOTrainer this module overrides or calls, with the parameters it relies on.
 REQUIRED_SIGNATURES: dict[str, list[str]] = {
     "_generate_and_score_completions": ["self", "inputs"],
     "_compute_loss": ["self", "model", "inputs"],
     "_get_per_token_logps_and_entropies": ["self", "model", "input_ids", "attention_mask", "logits_to_keep"],
     "_calculate_rewards": ["self", "inputs", "prompts", "completions", "completion_ids_list"],
+    "_prepare_inputs": ["self", "generation_batch"],
+    "_clip_grad_norm": ["self", "model"],
     "__init__": ["self", "model", "reward_funcs", "args", "rollout_func"],
 }
 
@@ -47,8 +67,6 @@ def check_trl_version() -> None:
     """Warn when TRL is outside the tested range (the contract tests say exactly what broke)."""
     version = Version(trl.__version__)
     if not TESTED_TRL[0] <= version < TESTED_TRL[1]:
-        import warnings
-
         warnings.warn(
             f"trl-agentic is tested with trl>={TESTED_TRL[0]},<{TESTED_TRL[1]}; found trl {trl.__version__}. Run "
             "tests/core/test_compat.py to see whether the TRL internals it uses still match.",
@@ -60,7 +78,7 @@ def signature_mismatches() -> list[str]:
     """Names whose parameters no longer include what we call them with (empty when compatible)."""
     problems = []
     for name, required in REQUIRED_SIGNATURES.items():
-        fn = getattr(trl.GRPOTrainer, name, None)
+        fn = getattr(GRPOTrainer, name, None)
         if fn is None:
             problems.append(f"GRPOTrainer.{name} is gone")
             continue
@@ -71,83 +89,354 @@ def signature_mismatches() -> list[str]:
     return problems
 
 
-# -- metrics ---------------------------------------------------------------------------------------------------
-def log_metric(trainer: Any, name: str, value: float) -> None:
-    """Append a metric for the current mode; TRL averages and logs it with its own metrics."""
-    mode = "train" if trainer.model.training else "eval"
-    trainer._metrics[mode][name].append(value)
+class _OnePerPrompt(int):
+    """The group size 1, except that it is not "less than 2": it passes ``GRPOConfig``'s check that GRPO samples
+    at least two completions per prompt, and every divisibility check sees 1."""
+
+    def __new__(cls) -> "_OnePerPrompt":
+        return super().__new__(cls, 1)
+
+    def __lt__(self, other: Any) -> bool:
+        return False if other == 2 else int(self) < other
 
 
-# -- loss ------------------------------------------------------------------------------------------------------
-@contextlib.contextmanager
-def capture_policy_logps(trainer: Any) -> Iterator[dict[str, torch.Tensor]]:
-    """Record the per-token log-probs (with gradient) that ``_compute_loss`` computes for the policy."""
-    captured: dict[str, torch.Tensor] = {}
-    original = trainer._get_per_token_logps_and_entropies
-
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        result = original(*args, **kwargs)
-        captured["logps"] = result[0]
-        return result
-
-    trainer._get_per_token_logps_and_entropies = wrapper
+def post_init_with_one_generation(config: Any, post_init: Callable[[], None]) -> None:
+    """Run ``GRPOConfig.__post_init__`` (``post_init``) for a config that samples one completion per prompt (PPO),
+    which GRPOConfig refuses (GRPOTrainer itself handles it), then leave ``num_generations`` a plain ``1``."""
+    if config.num_generations != 1:
+        post_init()
+        return
+    config.num_generations = _OnePerPrompt()
     try:
-        yield captured
+        post_init()
     finally:
-        del trainer._get_per_token_logps_and_entropies  # back to the class method
+        config.num_generations = 1
 
 
-@contextlib.contextmanager
-def without_trl_kl(trainer: Any) -> Iterator[None]:
-    """Run TRL's loss with its (k3) KL term switched off."""
-    beta = trainer.beta
-    trainer.beta = 0.0
-    try:
-        yield
-    finally:
-        trainer.beta = beta
+# -- the batch -------------------------------------------------------------------------------------------------
+class TRLBatch:
+    """Typed view of the batch dict TRL's ``_generate_and_score_completions`` returns (and ``_compute_loss``
+    takes). Shapes: ``B`` rows (this process), ``P`` prompt width, ``C`` completion width.
+
+    =============================  =======================================================================
+    property (TRL key)             meaning
+    =============================  =======================================================================
+    ``prompt_ids``, ``prompt_mask``  (B, P), **left**-padded
+    ``completion_ids``              (B, C), right-padded with the pad id
+    ``completion_mask``             (B, C), 1 on real completion positions (0 on padding)
+    ``env_mask`` (``tool_mask``)    (B, C), 1 where the model sampled the token, 0 on observations
+    ``loss_mask``                   ``completion_mask * env_mask``: the positions the loss trains
+    ``advantages``                  (B,) group advantages, or (B, C) per-token advantages
+    ``old_logps`` / ``ref_logps``   (B, C) or None (``old_per_token_logps`` / ``ref_per_token_logps``)
+    ``num_items_in_batch``          scalar: trained positions over all processes (for ``loss_type="dapo"``)
+    =============================  =======================================================================
+    """
+
+    LEFT_PADDED = ("prompt_ids", "prompt_mask")
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data = data
+
+    # -- ids and masks
+    @property
+    def prompt_ids(self) -> torch.Tensor:
+        return self.data["prompt_ids"]
+
+    @property
+    def prompt_mask(self) -> torch.Tensor:
+        return self.data["prompt_mask"]
+
+    @property
+    def completion_ids(self) -> torch.Tensor:
+        return self.data["completion_ids"]
+
+    @property
+    def completion_mask(self) -> torch.Tensor:
+        return self.data["completion_mask"]
+
+    @property
+    def env_mask(self) -> torch.Tensor:
+        mask = self.data.get("tool_mask")
+        return torch.ones_like(self.completion_mask) if mask is None else mask
+
+    @env_mask.setter
+    def env_mask(self, value: torch.Tensor) -> None:
+        self.data["tool_mask"] = value
+
+    @property
+    def loss_mask(self) -> torch.Tensor:
+        return self.completion_mask * self.env_mask
+
+    def input_ids(self) -> torch.Tensor:
+        return torch.cat([self.prompt_ids, self.completion_ids], dim=1)
+
+    def attention_mask(self) -> torch.Tensor:
+        return torch.cat([self.prompt_mask, self.completion_mask], dim=1)
+
+    # -- learning signal
+    @property
+    def advantages(self) -> torch.Tensor:
+        return self.data["advantages"]
+
+    @advantages.setter
+    def advantages(self, value: torch.Tensor) -> None:
+        self.data["advantages"] = value
+
+    @property
+    def old_logps(self) -> torch.Tensor | None:
+        return self.data.get("old_per_token_logps")
+
+    @old_logps.setter
+    def old_logps(self, value: torch.Tensor) -> None:
+        self.data["old_per_token_logps"] = value
+
+    @property
+    def ref_logps(self) -> torch.Tensor | None:
+        return self.data.get("ref_per_token_logps")
+
+    def pop_ref_logps(self) -> torch.Tensor | None:
+        """Remove the reference log-probs (PPO puts the KL in the reward, so TRL's loss must not see them)."""
+        return self.data.pop("ref_per_token_logps", None)
+
+    @property
+    def num_items_in_batch(self) -> torch.Tensor:
+        return self.data["num_items_in_batch"]
+
+    def recount_items(self, gather: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        """Recompute ``num_items_in_batch`` after the loss mask changed (``gather`` concatenates over processes)."""
+        self.data["num_items_in_batch"] = gather(self.loss_mask.sum().reshape(1)).sum()
+
+    def __getitem__(self, key: str) -> Any:  # extra keys our trainers add (PPO's values, returns)
+        return self.data[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.data[key] = value
+
+    # -- layout, for merging rounds
+    def row_keys(self) -> list[str]:
+        """Keys of per-row tensors (dim 0 = this process's rows), in TRL's order."""
+        rows = self.prompt_ids.size(0)
+        return [k for k, v in self.data.items() if isinstance(v, torch.Tensor) and v.dim() >= 1 and v.size(0) == rows]
+
+    def pad_value(self, key: str, pad_token_id: int) -> float:
+        return pad_token_id if key in ("prompt_ids", "completion_ids") else 0
+
+    def is_left_padded(self, key: str) -> bool:
+        return key in self.LEFT_PADDED
 
 
-def aggregate_like_trl(trainer: Any, per_token: torch.Tensor, mask: torch.Tensor, inputs: dict[str, Any]) -> torch.Tensor:
-    """Reduce a (B, T) per-token term exactly as TRL 1.16's ``_compute_loss`` reduces its per-token loss for the
-    configured ``loss_type`` (including gradient-accumulation scaling), so an extra term added here equals the same
-    term added inside TRL's loss. Verified against TRL's own k3 term in the contract tests."""
-    training = trainer.model.training
-    accumulation = trainer.current_gradient_accumulation_steps if training else 1.0
-    loss_type = trainer.loss_type
-    masked = per_token * mask
-    if loss_type in ("grpo", "sapo"):
-        return (masked.sum(-1) / mask.sum(-1).clamp(min=1.0)).mean() / accumulation
-    if loss_type == "bnpo":
-        return masked.sum() / mask.sum().clamp(min=1.0) / accumulation
-    if loss_type == "dr_grpo":
-        return masked.sum() / (per_token.size(0) * trainer.max_completion_length) / accumulation
-    if loss_type in ("cispo", "dapo", "vespo"):
-        normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / trainer.accelerator.num_processes
-        if training:
-            normalizer = normalizer * trainer.current_gradient_accumulation_steps / trainer.args.steps_per_generation
-        return masked.sum() / normalizer
-    if loss_type == "luspo":
-        return masked.sum(-1).mean() / accumulation
-    raise ValueError(f"aggregate_like_trl does not know loss_type {loss_type!r}")
+@dataclass
+class ScoredRound:
+    """One generation round as TRL scored it.
+
+    Attributes:
+        batch: This process's batch.
+        rewards_per_func: (B_global, num_reward_funcs) rewards of every process (NaN: unscorable).
+        trajectories: This process's trajectories, one per row (empty without an environment).
+        rows: The dataset rows of the round.
+    """
+
+    batch: TRLBatch
+    rewards_per_func: torch.Tensor
+    trajectories: list[Any]
+    rows: list[dict[str, Any]]
 
 
-def policy_logps(trainer: Any, model: Any, batch: dict[str, Any]) -> torch.Tensor:
-    """Per-token log-probs of the completion under ``model``, computed as TRL computes them (no gradient here)."""
-    input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
-    attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
-    with torch.no_grad():
-        logps, _, _ = trainer._get_per_token_logps_and_entropies(
-            model, input_ids, attention_mask, batch["completion_ids"].size(1),
-            batch_size=trainer.args.per_device_train_batch_size,
+class GRPOTrainerBoundary(GRPOTrainer):
+    """``GRPOTrainer`` with TRL's private methods overridden once, behind named hooks (module docstring).
+
+    Without any hook overridden it behaves exactly as ``GRPOTrainer``.
+    """
+
+    reshuffle_each_pass: bool = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._round_rows: list[dict[str, Any]] = []
+        self._round_rewards: torch.Tensor | None = None
+        self._full_generation_batch: dict[str, Any] | None = None
+        super().__init__(*args, **kwargs)
+        self.add_callback(_ClearExtraGradients(self))
+
+    # -- hooks -----------------------------------------------------------------------------------------------
+    def training_batch(self, rows: list[dict[str, Any]]) -> TRLBatch:
+        """The batch to train on for one generation round of dataset ``rows`` (default: TRL's)."""
+        return self.score_round(rows).batch
+
+    def loss(self, model: Any, batch: TRLBatch) -> torch.Tensor:
+        """The loss of one micro-batch (default: TRL's)."""
+        return self.trl_loss(model, batch, with_kl=True)[0]
+
+    def extra_parameters(self) -> list[torch.nn.Parameter]:
+        """Trained parameters that are not the model's (default: none)."""
+        return []
+
+    def reward_adjustment(self, rewards_per_func: torch.Tensor, rows: list[dict[str, Any]]) -> torch.Tensor:
+        """Adjust the gathered rewards before TRL computes advantages (default: unchanged). ``rows`` are this
+        process's dataset rows, with the rollout's extra fields (``trajectory``) merged in."""
+        return rewards_per_func
+
+    # -- services --------------------------------------------------------------------------------------------
+    def rollout_rows(self) -> list[dict[str, Any]]:
+        """The dataset rows of the round being generated (``rollout_func`` receives only the prompts)."""
+        return self._round_rows
+
+    def score_round(self, rows: list[dict[str, Any]]) -> ScoredRound:
+        """Generate and score one round with TRL's own code (the rollout goes through ``rollout_func``)."""
+        self._round_rows = rows
+        try:
+            data = super()._generate_and_score_completions(rows)
+        finally:
+            self._round_rows = []
+        rewards, self._round_rewards = self._round_rewards, None
+        trajectories = [row["trajectory"] for row in rows if "trajectory" in row]
+        return ScoredRound(TRLBatch(data), rewards, trajectories, rows)
+
+    def trl_loss(self, model: Any, batch: TRLBatch, with_kl: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """TRL's loss (with its k3 KL term when ``with_kl``) and the per-token policy log-probs (with gradient) it
+        computed.
+
+        TRL masks by multiplication (``per_token_loss * mask``), so a non-finite value at a masked position would
+        turn the loss into NaN. Before TRL reads them, the old, reference and sampling log-probs at masked positions
+        are set to the policy's own log-probs (a log-ratio of 0: ratio 1, KL 0) and per-token advantages and
+        importance ratios there to 0 and 1; values at trained positions are untouched.
+        """
+        mask = batch.loss_mask.bool()
+        data = dict(batch.data)
+        if data["advantages"].dim() == 2:
+            data["advantages"] = zero_masked(data["advantages"], mask)
+        ratio = data.get("importance_sampling_ratio")
+        if isinstance(ratio, torch.Tensor) and ratio.shape == mask.shape:
+            data["importance_sampling_ratio"] = torch.where(mask, ratio, torch.ones_like(ratio))
+        captured: dict[str, torch.Tensor] = {}
+        original = self._get_per_token_logps_and_entropies
+
+        def capture(*args: Any, **kwargs: Any) -> Any:
+            result = original(*args, **kwargs)
+            logps = captured["logps"] = result[0]
+            for key in ("old_per_token_logps", "ref_per_token_logps", "sampling_per_token_logps"):
+                if isinstance(data.get(key), torch.Tensor) and data[key].shape == mask.shape:
+                    data[key] = torch.where(mask, data[key], logps.detach())
+            return result
+
+        beta = self.beta
+        self._get_per_token_logps_and_entropies = capture
+        if not with_kl:
+            self.beta = 0.0
+        try:
+            loss = super()._compute_loss(model, data)
+        finally:
+            del self._get_per_token_logps_and_entropies  # back to the class method
+            self.beta = beta
+        return loss, captured["logps"]
+
+    def aggregate_like_trl(self, per_token: torch.Tensor, mask: torch.Tensor, batch: TRLBatch) -> torch.Tensor:
+        """Reduce a (B, T) per-token term exactly as TRL 1.16's ``_compute_loss`` reduces its per-token loss for
+        the configured ``loss_type`` (gradient-accumulation scaling included), so that an extra term added here
+        equals the same term added inside TRL's loss. Masked with ``torch.where``. Checked against TRL's own k3
+        term for every loss type in the contract tests."""
+        training = self.model.training
+        accumulation = self.current_gradient_accumulation_steps if training else 1.0
+        masked = zero_masked(per_token, mask)
+        mask = mask.to(masked.dtype)
+        loss_type = self.loss_type
+        if loss_type in ("grpo", "sapo"):
+            return (masked.sum(-1) / mask.sum(-1).clamp(min=1.0)).mean() / accumulation
+        if loss_type == "bnpo":
+            return masked.sum() / mask.sum().clamp(min=1.0) / accumulation
+        if loss_type == "dr_grpo":
+            return masked.sum() / (per_token.size(0) * self.max_completion_length) / accumulation
+        if loss_type in ("cispo", "dapo", "vespo"):
+            normalizer = batch.num_items_in_batch.clamp(min=1.0) / self.accelerator.num_processes
+            if training:
+                normalizer = normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
+            return masked.sum() / normalizer
+        if loss_type == "luspo":
+            return masked.sum(-1).mean() / accumulation
+        raise ValueError(f"aggregate_like_trl does not know loss_type {loss_type!r}")
+
+    def importance_weights(self, logps: torch.Tensor, batch: TRLBatch) -> torch.Tensor:
+        """TRL's importance weights ``coef_1`` = ``pi / pi_old``: per token (B, T) for
+        ``importance_sampling_level="token"``, per sequence (B, 1) ``exp(mean_t log ratio)`` over trained tokens for
+        ``"sequence"`` (GSPO), as TRL 1.16 computes them in ``_compute_loss``."""
+        old = batch.old_logps if batch.old_logps is not None else logps.detach()
+        mask = batch.loss_mask
+        log_ratio = zero_masked(logps - old, mask)  # 0 at masked positions, as the sanitized inputs of trl_loss
+        if self.importance_sampling_level == "sequence":
+            log_ratio = (log_ratio.sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
+        return torch.exp(log_ratio)
+
+    def policy_logps(self, model: Any, batch: TRLBatch) -> torch.Tensor:
+        """Per-token log-probs of the completion under ``model``, computed as TRL computes them (no gradient)."""
+        with torch.no_grad():
+            logps, _, _ = self._get_per_token_logps_and_entropies(
+                model, batch.input_ids(), batch.attention_mask(), batch.completion_ids.size(1),
+                batch_size=self.args.per_device_train_batch_size,
+            )
+        return logps
+
+    def log_metric(self, name: str, value: float) -> None:
+        """Append a metric for the current mode; TRL averages and logs it with its own metrics."""
+        self._metrics["train" if self.model.training else "eval"][name].append(value)
+
+    def training_step(self, model: Any, inputs: dict[str, Any], num_items_in_batch: Any = None) -> torch.Tensor:
+        """TRL's step; then, on the last micro-batch of an optimizer step, the gradients of the extra parameters
+        (which DDP does not wrap) are averaged over processes."""
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if self.accelerator.num_processes > 1 and self.accelerator.sync_gradients:
+            for p in self.extra_parameters():
+                if p.grad is not None:
+                    p.grad = self.accelerator.reduce(p.grad, reduction="mean")
+        return loss
+
+    # -- TRL's private methods, overridden here and only here ------------------------------------------------
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        return self.training_batch(inputs).data
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # type: ignore[override]
+        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        rewards = self.reward_adjustment(rewards, inputs)
+        self._round_rewards = rewards
+        return rewards
+
+    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+        return self.loss(model, TRLBatch(inputs))
+
+    def _prepare_inputs(self, generation_batch: Any) -> Any:
+        if not (self.reshuffle_each_pass and self.model.training):
+            return super()._prepare_inputs(generation_batch)
+        from trl.trainer.utils import (
+            shuffle_sequence_dict,
+            split_pixel_values_by_grid,
+            split_tensor_dict,
+            unsplit_pixel_values_by_grid,
         )
-    return logps
+
+        passes_of = self.args.steps_per_generation
+        if self._step % (passes_of * self.num_iterations) == 0 or self._full_generation_batch is None:
+            self._full_generation_batch = split_pixel_values_by_grid(self._generate_and_score_completions(generation_batch))
+        if self._step % passes_of == 0 or self._buffered_inputs is None:  # a new pass: a new permutation
+            batches = split_tensor_dict(shuffle_sequence_dict(self._full_generation_batch), passes_of)
+            self._buffered_inputs = [unsplit_pixel_values_by_grid(b) for b in batches]
+        return self._buffered_inputs[self._step % passes_of]
+
+    def _clip_grad_norm(self, model: Any) -> Any:
+        extra = [p for p in self.extra_parameters() if p.grad is not None]
+        if not extra:
+            return super()._clip_grad_norm(model)
+        params = list(model.parameters()) + extra
+        return self.accelerator.clip_grad_norm_(params, self.args.max_grad_norm)
 
 
-def loss_mask(inputs: dict[str, Any]) -> torch.Tensor:
-    """TRL's mask of trained completion positions: ``completion_mask * tool_mask``."""
-    mask = inputs["completion_mask"]
-    return mask * inputs["tool_mask"] if "tool_mask" in inputs else mask
+class _ClearExtraGradients(TrainerCallback):
+    """Clears the gradients of the trainer's extra parameters after each optimizer step, as the Trainer's
+    ``model.zero_grad()`` clears the model's (without it they would add up over steps)."""
+
+    def __init__(self, trainer: GRPOTrainerBoundary) -> None:
+        self.trainer = trainer
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        for p in self.trainer.extra_parameters():
+            p.grad = None
 
 
 # -- generation ------------------------------------------------------------------------------------------------
@@ -174,18 +463,24 @@ def unwrap_for_generation(trainer: Any) -> contextlib.AbstractContextManager[Any
 class TRLVLLMGenerator:
     """The generation seam over TRL's vLLM backend (colocate or server).
 
-    Per call it sets vLLM's ``max_tokens`` to the turn budget and passes the stop strings (with
-    ``include_stop_str_in_output`` so the closing tag is part of the sampled ids), then restores TRL's settings.
-    Weight sync is TRL's: ``GRPOTrainer._generate`` syncs before calling ``rollout_func`` when the step changed.
+    Per call it sets vLLM's ``max_tokens`` to the turn budget, the stop strings (with ``include_stop_str_in_output``
+    so the closing tag is part of the sampled ids) and ``stop_token_ids`` (every end id), then restores TRL's
+    settings. Weight sync is TRL's: ``GRPOTrainer._generate`` syncs before calling ``rollout_func`` when the step
+    changed.
     """
 
     def __init__(self, trainer: Any) -> None:
         self.vllm = trainer.vllm_generation
 
-    def generate(self, prompts: list[list[int]], max_new_tokens: int, stop: Sequence[str]) -> list[Generation]:
+    def generate(
+        self, prompts: list[list[int]], max_new_tokens: int, stop_strings: Sequence[str], stop_token_ids: Sequence[int]
+    ) -> list[Generation]:
         saved_max, saved_kwargs = self.vllm.max_completion_length, self.vllm.generation_kwargs
+        extra: dict[str, Any] = {"stop_token_ids": list(stop_token_ids)}
+        if stop_strings:
+            extra.update(stop=list(stop_strings), include_stop_str_in_output=True)
         self.vllm.max_completion_length = max_new_tokens
-        self.vllm.generation_kwargs = {**saved_kwargs, **({"stop": list(stop), "include_stop_str_in_output": True} if stop else {})}
+        self.vllm.generation_kwargs = {**saved_kwargs, **extra}
         try:
             _, completion_ids, logprobs, _ = self.vllm.generate(prompts=prompts, images=None, num_generations=1)
         finally:

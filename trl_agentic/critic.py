@@ -193,6 +193,9 @@ class SharedValueHead(nn.Module):
         policy: The policy, a transformers causal LM or a :class:`peft.PeftModel` around one (unwrapped).
         adapter_config: LoRA (or other PEFT) config of the critic's own adapter; requires a PEFT policy.
         adapter_name: Name of the critic adapter.
+        detach_backbone: Without a critic adapter, run the decoder without gradient in :meth:`forward`, so that
+            the value loss trains the head alone. By default (False) it also trains the policy's weights (a shared
+            trunk, as in TRL's former ``AutoModelForCausalLMWithValueHead``).
     """
 
     def __init__(
@@ -200,9 +203,11 @@ class SharedValueHead(nn.Module):
         policy: PreTrainedModel | PeftModel,
         adapter_config: PeftConfig | None = None,
         adapter_name: str = "critic",
+        detach_backbone: bool = False,
     ):
         super().__init__()
         self._policy = (policy,)  # a tuple hides the policy from nn.Module registration
+        self.detach_backbone = detach_backbone
         self.adapter_name: str | None = None
         self.head = _new_value_head(_hidden_size(policy)).to(next(policy.parameters()).device)
         if adapter_config is not None:
@@ -270,7 +275,8 @@ class SharedValueHead(nn.Module):
     ) -> torch.Tensor:
         """Values (float32) from a pass of the policy's decoder (no LM head), under the critic adapter if any:
         (B, L), or (B, n) for the last ``n = completion_length`` tokens."""
-        with self._critic_adapter_active():
+        no_grad = self.detach_backbone and self.adapter_name is None
+        with self._critic_adapter_active(), torch.set_grad_enabled(torch.is_grad_enabled() and not no_grad):
             hidden_states = _decoder(self.policy)(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         return _apply_head(self.head, hidden_states, completion_length)
 

@@ -109,18 +109,18 @@ def test_build_token_rewards_places_score_on_last_agent_token_and_kl_on_agent_to
     g = torch.Generator().manual_seed(5)
     scores = torch.randn(mask.shape[0], generator=g)
     kl = torch.where(mask.bool(), torch.rand(mask.shape, generator=g), torch.nan)
-    kl_coef = 0.1
-    rewards = build_token_rewards(scores, mask, kl, kl_coef)
+    beta = 0.1
+    rewards = build_token_rewards(scores, mask, kl, beta)
     expected = torch.zeros(mask.shape)
     for b in range(mask.shape[0]):
         agent = [t for t in range(mask.shape[1]) if mask[b, t]]
         for t in agent:
-            expected[b, t] = -kl_coef * kl[b, t]
+            expected[b, t] = -beta * kl[b, t]
         if agent:
             expected[b, agent[-1]] += scores[b]
     assert_close(rewards, expected)
     assert torch.all(rewards[1] == 0)  # no agent token: nothing placed
-    assert_close(build_token_rewards(scores, mask), torch.where(expected != 0, expected + kl_coef * kl, 0.0))
+    assert_close(build_token_rewards(scores, mask), torch.where(expected != 0, expected + beta * kl, 0.0))
 
 
 def test_turn_ids_from_spans_matches_loop():
@@ -187,7 +187,7 @@ def test_build_turn_rewards_matches_loop(seed):
     scores = torch.randn(mask.shape[0], generator=g)
     env = torch.randn(mask.shape[0], num_turns, generator=g)
     kl = torch.where(mask.bool(), torch.rand(mask.shape, generator=g), torch.nan)
-    rewards = build_turn_rewards(scores, ids, num_turns, env_rewards=env, kl=kl, kl_coef=0.2)
+    rewards = build_turn_rewards(scores, ids, num_turns, env_rewards=env, kl=kl, beta=0.2)
     expected = torch.zeros(mask.shape[0], num_turns)
     for b, turns in enumerate(turn_reference(spans, mask.shape[1])):
         present = [k for k, pos in enumerate(turns) if pos]
@@ -225,7 +225,7 @@ def test_turn_pipeline_equals_token_gae_when_each_turn_is_one_token():
     scores = torch.tensor([1.0, -0.5])
     token_adv, token_ret = token_gae(build_token_rewards(scores, mask, kl, 0.1), values, mask, 0.9, 0.8)
     turn_adv, turn_ret = turn_gae(
-        build_turn_rewards(scores, ids, 3, kl=kl, kl_coef=0.1),
+        build_turn_rewards(scores, ids, 3, kl=kl, beta=0.1),
         gather_turn_values(values, ids, 3),
         turn_mask(ids, 3),
         0.9,

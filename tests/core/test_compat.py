@@ -1,4 +1,5 @@
-"""Contract tests for every TRL internal used through trl_agentic.compat: a TRL upgrade that breaks one fails here."""
+"""Contract tests for the TRL boundary (trl_agentic.compat): a TRL upgrade that breaks one of its hooks fails here,
+with the name of what changed."""
 
 import pytest
 import torch
@@ -8,6 +9,16 @@ from helpers import EchoEnvironment, agentic_args, lookup_dataset
 from trl_agentic import AgenticGRPOTrainer, compat
 from trl_agentic.algorithms.kl import kl_penalty
 from trl_agentic.toy import lookup_reward
+
+
+def _trainer(tiny_model_dir, tokenizer, tmp_path, **overrides):
+    args = agentic_args(tmp_path, **{"max_completion_length": 64, **overrides})
+    trainer = AgenticGRPOTrainer(model=tiny_model_dir, reward_funcs=lookup_reward, args=args,
+                                 train_dataset=lookup_dataset(8), processing_class=tokenizer,
+                                 environment=lambda: EchoEnvironment(turns=3))
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 2
+    return trainer
 
 
 def test_trl_version_in_tested_range():
@@ -20,37 +31,93 @@ def test_private_signatures_unchanged():
     assert compat.signature_mismatches() == []
 
 
-def test_grpo_trainer_internals_we_read_exist(tiny_model_dir, tokenizer, tmp_path):
-    trainer = AgenticGRPOTrainer(model=tiny_model_dir, reward_funcs=lookup_reward, args=agentic_args(tmp_path),
-                                 train_dataset=lookup_dataset(8), processing_class=tokenizer,
-                                 environment=EchoEnvironment)
-    for name in ("_metrics", "beta", "loss_type", "use_vllm", "generation_config", "max_completion_length",
-                 "accelerator"):
+def test_public_attributes_we_read_exist(tiny_model_dir, tokenizer, tmp_path):
+    """Public but undocumented GRPOTrainer attributes the trainers read, and the private ones the boundary reads."""
+    trainer = _trainer(tiny_model_dir, tokenizer, tmp_path)
+    for name in ("reward_weights", "reward_func_names", "num_generations", "generation_config", "eos_token_ids",
+                 "beta", "loss_type", "use_vllm", "max_completion_length", "accelerator", "importance_sampling_level",
+                 "multi_objective_aggregation", "scale_rewards", "num_iterations", "_metrics", "_step",
+                 "_buffered_inputs"):
         assert hasattr(trainer, name), f"GRPOTrainer no longer has {name}"
-    trainer.model.train()
-    compat.log_metric(trainer, "agentic/probe", 1.0)
+    assert trainer.eos_token_ids == [tokenizer.eos_token_id]
+    trainer.log_metric("agentic/probe", 1.0)
     assert trainer._metrics["train"]["agentic/probe"] == [1.0]
+    from trl.trainer.utils import (  # noqa: F401 - the boundary's _prepare_inputs uses them
+        shuffle_sequence_dict,
+        split_pixel_values_by_grid,
+        split_tensor_dict,
+        unsplit_pixel_values_by_grid,
+    )
 
 
-@pytest.mark.parametrize("loss_type", ["dapo", "grpo", "bnpo", "dr_grpo", "luspo", "cispo"])
-def test_our_k3_term_equals_trls(tiny_model_dir, tokenizer, tmp_path, loss_type):
-    """TRL's loss with its k3 KL == TRL's loss without KL + beta * our k3 aggregated by aggregate_like_trl."""
+def test_score_round_hands_back_rows_rewards_and_trajectories(tiny_model_dir, tokenizer, tmp_path):
+    trainer = _trainer(tiny_model_dir, tokenizer, tmp_path)
+    rows = [trainer.train_dataset[i] for i in range(4)]
+    scored = trainer.score_round(rows)
+    batch = scored.batch
+    assert scored.rewards_per_func.shape == (4, 1)
+    assert len(scored.trajectories) == 4 and trainer.rollout_rows() == []  # the hand-off is scoped to the round
+    # the typed accessor's layout claims hold on TRL's real batch
+    assert (batch.prompt_mask[:, -1] == 1).all()  # prompts are left-padded
+    lengths = [len(t.completion_ids) for t in scored.trajectories]
+    for row, n in enumerate(lengths):
+        assert batch.completion_mask[row, :n].all() and not batch.completion_mask[row, n:].any()  # right-padded
+        assert batch.env_mask[row, :n].tolist() == scored.trajectories[row].env_mask
+    assert batch.num_items_in_batch.item() == batch.loss_mask.sum().item()
+    assert set(batch.row_keys()) >= {"prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "tool_mask"}
+
+
+LOSS_TYPES = ["dapo", "grpo", "bnpo", "dr_grpo", "luspo", "cispo", "sapo", "vespo"]
+
+
+@pytest.mark.parametrize("level", ["token", "sequence"])
+@pytest.mark.parametrize("bias_correction", [False, True])
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_our_kl_path_equals_trls_for_k3(tiny_model_dir, tokenizer, tmp_path, loss_type, level, bias_correction):
+    """TRL's loss with its k3 KL == TRL's loss without KL + beta * our k3, importance-weighted as TRL weights it and
+    aggregated by aggregate_like_trl: the contract behind the k1/k2 path, for every loss type and IS level."""
     beta = 0.3
-    trainer = AgenticGRPOTrainer(model=tiny_model_dir, reward_funcs=lookup_reward,
-                                 args=agentic_args(tmp_path, beta=beta, loss_type=loss_type, max_completion_length=64),
-                                 train_dataset=lookup_dataset(8), processing_class=tokenizer,
-                                 environment=lambda: EchoEnvironment(turns=3))
-    trainer.model.train()
-    trainer.current_gradient_accumulation_steps = 2
-    batch = trainer._generate_and_score_completions([trainer.train_dataset[i] for i in range(4)])
-    # make the policy differ from the reference so that the KL term is not zero
-    with torch.no_grad():
-        batch["ref_per_token_logps"] = batch["ref_per_token_logps"] + 0.2 * torch.randn_like(batch["ref_per_token_logps"])
-    trl_loss = trainer._compute_loss(trainer.model, batch)
-    with compat.capture_policy_logps(trainer) as captured, compat.without_trl_kl(trainer):
-        no_kl_loss = trainer._compute_loss(trainer.model, batch)
-    k3 = kl_penalty(captured["logps"], batch["ref_per_token_logps"], "k3")
-    ours = no_kl_loss + beta * compat.aggregate_like_trl(trainer, k3, compat.loss_mask(batch), batch)
+    trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, beta=beta, loss_type=loss_type,
+                       importance_sampling_level=level, use_bias_correction_kl=bias_correction)
+    batch = trainer.score_round([trainer.train_dataset[i] for i in range(4)]).batch
+    with torch.no_grad():  # make the policy differ from the reference and from the old policy
+        batch.data["ref_per_token_logps"] = batch.ref_logps + 0.2 * torch.randn_like(batch.ref_logps)
+        batch.old_logps = trainer.policy_logps(trainer.model, batch) + 0.1 * torch.randn_like(batch.ref_logps)
+    trl_loss, _ = trainer.trl_loss(trainer.model, batch, with_kl=True)
+    no_kl_loss, logps = trainer.trl_loss(trainer.model, batch, with_kl=False)
+    k3 = kl_penalty(logps, batch.ref_logps, "k3")
+    if bias_correction:
+        k3 = k3 * trainer.importance_weights(logps, batch)
+    ours = no_kl_loss + beta * trainer.aggregate_like_trl(k3, batch.loss_mask, batch)
     assert trainer.beta == beta  # restored
     torch.testing.assert_close(ours, trl_loss, rtol=1e-5, atol=1e-6)
     assert not torch.isclose(no_kl_loss, trl_loss)  # the KL term was really there
+
+
+def test_non_finite_values_at_masked_positions_do_not_reach_the_loss(tiny_model_dir, tokenizer, tmp_path):
+    """inf in the reference / old log-probs at observation positions: TRL masks by multiplication (0 * inf = NaN);
+    the boundary neutralises masked positions first, so the loss equals the one with finite values there."""
+    trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, beta=0.2, kl_estimator="k3")
+    batch = trainer.score_round([trainer.train_dataset[i] for i in range(4)]).batch
+    masked = ~batch.loss_mask.bool()
+    assert masked.any()
+    clean = trainer.loss(trainer.model, batch)
+    for key in ("ref_per_token_logps",):
+        batch.data[key] = batch.data[key].masked_fill(masked, float("-inf"))
+    for estimator in ("k3", "k2", "k1"):
+        trainer.args.kl_estimator = estimator
+        loss = trainer.loss(trainer.model, batch)
+        assert torch.isfinite(loss), estimator
+    trainer.args.kl_estimator = "k3"
+    torch.testing.assert_close(trainer.loss(trainer.model, batch), clean)
+
+
+def test_one_generation_config_keeps_grpo_checks(tmp_path):
+    """PPO's num_generations=1 passes GRPOConfig's checks, also with an odd generation batch, and the rest of
+    GRPOConfig's validation still runs."""
+    from helpers import ppo_args
+
+    args = ppo_args(tmp_path, per_device_train_batch_size=3)
+    assert args.num_generations == 1 and type(args.num_generations) is int and args.generation_batch_size == 3
+    with pytest.raises(ValueError, match="auto_find_batch_size"):
+        ppo_args(tmp_path, auto_find_batch_size=True)

@@ -68,11 +68,14 @@ def test_two_training_steps_with_environment(tiny_model_dir, tokenizer, tmp_path
     assert len(rows) == 2 * 4 and {"completion_ids", "env_mask", "actions", "step"} <= set(rows[0])
 
 
-def _generation_batch(trainer, n=4):
+def _scored_round(trainer, n=4):
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1  # set by the training loop; we call the loss directly
-    rows = [trainer.train_dataset[i] for i in range(n)]
-    return trainer._generate_and_score_completions(rows)
+    return trainer.score_round([trainer.train_dataset[i] for i in range(n)])
+
+
+def _generation_batch(trainer, n=4):
+    return _scored_round(trainer, n).batch.data
 
 
 @pytest.mark.parametrize("estimator", ["k1", "k2", "k3"])
@@ -128,10 +131,11 @@ def test_mask_truncated_trajectories_zeroes_their_mask(tiny_model_dir, tokenizer
     trainer = AgenticGRPOTrainer(model=tiny_model_dir, reward_funcs=lookup_reward, args=args,
                                  train_dataset=lookup_dataset(8), processing_class=tokenizer,
                                  environment=LookupEnvironment)
-    batch = _generation_batch(trainer)
-    for row, t in enumerate(trainer._last_trajectories):
+    scored = _scored_round(trainer)
+    assert any(t.truncated for t in scored.trajectories)
+    for row, t in enumerate(scored.trajectories):
         if t.truncated:
-            assert batch["tool_mask"][row].sum() == 0
+            assert scored.batch.env_mask[row].sum() == 0
 
 
 def test_bad_combinations_are_refused(tiny_model_dir, tokenizer, tmp_path):
@@ -149,10 +153,9 @@ def test_chat_mode_training_step(tiny_model_dir, tokenizer, tmp_path):
     trainer = AgenticGRPOTrainer(model=tiny_model_dir, reward_funcs=agent_tokens_reward, args=args,
                                  train_dataset=lookup_dataset(8, conversational=True), processing_class=tokenizer,
                                  environment=lambda: EchoEnvironment(turns=2))
-    trainer.model.train()
-    trainer.current_gradient_accumulation_steps = 1
-    batch = trainer._generate_and_score_completions([trainer.train_dataset[i] for i in range(4)])
-    for row, t in enumerate(trainer._last_trajectories):
+    scored = _scored_round(trainer)
+    batch = scored.batch.data
+    for row, t in enumerate(scored.trajectories):
         assert tokenizer.decode(t.prompt_ids).endswith("<|im_start|>assistant\n")
         if t.num_turns == 2:
             # the end-of-turn token is sampled or, when a budget ended the turn, added as part of the observation

@@ -28,7 +28,7 @@ def test_ppo_training_steps(tiny_model_dir, tokenizer, tmp_path, critic, use_lor
     lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM") if use_lora else None
     trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, environment=lambda: EchoEnvironment(turns=2),
                        peft_config=lora, critic=critic, advantage_mode=mode, critic_learning_rate=1e-2,
-                       num_ppo_epochs=2, num_mini_batches=2, per_device_train_batch_size=2)
+                       num_iterations=2, num_mini_batches=2, per_device_train_batch_size=2)
     expected_type = SharedValueHead if critic == "shared" else ValueModel
     assert isinstance(trainer.critic, expected_type)
     head_before = trainer.critic.head.weight.detach().clone()
@@ -81,9 +81,9 @@ def test_ppo_zero_policy_and_value_gradient_at_observations(tiny_model_dir, toke
 
 
 def test_ppo_one_sample_per_prompt_and_config_mapping(tmp_path):
-    args = ppo_args(tmp_path, num_ppo_epochs=3, num_mini_batches=2, cliprange=0.1)
+    args = ppo_args(tmp_path, num_iterations=3, num_mini_batches=2, epsilon=0.1)
     assert args.num_generations == 1 and args.num_iterations == 3 and args.steps_per_generation == 2
-    assert args.epsilon == 0.1 and args.beta == args.kl_coef
+    assert args.epsilon == 0.1 and args.beta == 0.05
     with pytest.raises(ValueError, match="advantage_mode"):
         ppo_args(tmp_path, advantage_mode="episode")
 
@@ -94,7 +94,7 @@ def test_ppo_learns_toy_task(tiny_model_dir, tokenizer, tmp_path):
     def lookup_opened(completions, trajectory, **kwargs):
         return [float("<lookup>" in t.actions[0]) for t in trajectory]
 
-    args = ppo_args(tmp_path, max_steps=60, per_device_train_batch_size=16, learning_rate=3e-3, kl_coef=0.0,
+    args = ppo_args(tmp_path, max_steps=60, per_device_train_batch_size=16, learning_rate=3e-3, beta=0.0,
                     critic_learning_rate=1e-2, max_turns=1, max_completion_length=12, lam=1.0, vf_coef=0.5)
     trainer = AgenticPPOTrainer(model=tiny_model_dir, reward_funcs=lookup_opened, args=args,
                                 train_dataset=lookup_dataset(256), processing_class=tokenizer,

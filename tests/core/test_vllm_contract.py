@@ -33,9 +33,10 @@ class FakeVLLMGeneration:
 def test_generator_sets_and_restores_vllm_settings(tokenizer):
     fake = FakeVLLMGeneration(tokenizer)
     gen = TRLVLLMGenerator(type("T", (), {"vllm_generation": fake})())
-    out = gen.generate([[1, 2], [3]], 7, ["</search>"])
+    out = gen.generate([[1, 2], [3]], 7, ["</search>"], [5, 6])
     assert fake.calls[0]["max_tokens"] == 7 and fake.calls[0]["num_generations"] == 1
-    assert fake.calls[0]["kwargs"] == {"seed": 1, "stop": ["</search>"], "include_stop_str_in_output": True}
+    assert fake.calls[0]["kwargs"] == {"seed": 1, "stop": ["</search>"], "include_stop_str_in_output": True,
+                                       "stop_token_ids": [5, 6]}
     assert fake.max_completion_length == 999 and fake.generation_kwargs == {"seed": 1}
     assert out[0].logprobs == [-0.1] * len(out[0].ids)
 

@@ -24,8 +24,8 @@ record = {"generation_calls": [], "rewards": [], "advantages": []}
 original_run = engine_module.RolloutEngine.run
 
 
-def recording_run(self, prompts, examples=None):
-    trajectories = original_run(self, prompts, examples)
+def recording_run(self, prompts, rows=None):
+    trajectories = original_run(self, prompts, rows)
     record["generation_calls"].append(self.generation_calls)
     return trajectories
 
@@ -43,10 +43,10 @@ def agent_tokens_reward(completions, trajectory, **kwargs):
 
 
 class RecordingTrainer(AgenticPPOTrainer if mode == "ppo" else AgenticGRPOTrainer):
-    def _generate_and_score_completions(self, inputs):
-        output = super()._generate_and_score_completions(inputs)
-        record["advantages"].append(output["advantages"].tolist())
-        return output
+    def training_batch(self, rows):
+        batch = super().training_batch(rows)
+        record["advantages"].append(batch.advantages.tolist())
+        return batch
 
 
 tokenizer = build_tokenizer()

@@ -139,7 +139,7 @@ def test_ppo_one_step_when_available(common, search_r1, tiny_model_dir, tmp_path
     assert args.kl_estimator == "k1"
     trainer = search_r1.build_trainer(args)
     assert type(trainer).__name__ == "AgenticPPOTrainer"
-    assert trainer.args.kl_coef == 0.001 and trainer.args.num_generations == 1
+    assert trainer.args.beta == 0.001 and trainer.args.num_generations == 1
     (row,) = _train_logs(trainer)
     assert "rewards/qa_em/mean" in row
 
@@ -272,7 +272,7 @@ def test_gsm8k_python_environment_and_reward(gsm8k, tokenizer):
         trajectory = _scripted_rollout(tokenizer, factory, turns, "question\n", row)
     finally:
         sandbox.close()
-    assert trajectory.stop_reason == "done" and trajectory.num_turns == 2
+    assert trajectory.stop_reason == "terminated" and trajectory.num_turns == 2
     assert trajectory.observations[0] == "\n\n<interpreter>18\n</interpreter>\n\n"
     total, logged = _score(gsm8k.build_reward(args), trajectory, row)
     assert logged["reward/correct"] == 1.0 and logged["reward/format"] == 1.0 and logged["reward/tool_use"] == 0.5

@@ -117,11 +117,11 @@ def _add_at_last(rewards: torch.Tensor, scores: torch.Tensor, mask: torch.Tensor
 
 
 def build_token_rewards(
-    scores: torch.Tensor, mask: torch.Tensor, kl: torch.Tensor | None = None, kl_coef: float = 0.0
+    scores: torch.Tensor, mask: torch.Tensor, kl: torch.Tensor | None = None, beta: float = 0.0
 ) -> torch.Tensor:
     """Per-token rewards for :func:`token_gae`: the outcome on the last agent token, a KL penalty on every one.
 
-    ``r_t = -kl_coef * kl_t * m_t + score * [t = last agent token]``, the shaping of RLHF PPO (Ziegler et al. 2019,
+    ``r_t = -beta * kl_t * m_t + score * [t = last agent token]``, the shaping of RLHF PPO (Ziegler et al. 2019,
     arXiv 1909.08593; Ouyang et al. 2022) with observation tokens excluded. ``kl_t`` is a per-token estimate of
     ``KL(pi || pi_ref)``, e.g. k1 ``logp - logp_ref`` (see :mod:`trl_agentic.algorithms.kl`). A row with no agent
     token gets all zeros (its score has no token to sit on; GAE gives that row zero advantages anyway).
@@ -130,14 +130,14 @@ def build_token_rewards(
         scores: (B,) outcome reward of each completion.
         mask: (B, T) agent-token mask.
         kl: Optional (B, T) per-token KL estimate; ignored at masked positions.
-        kl_coef: Coefficient of the KL penalty.
+        beta: Coefficient of the KL penalty.
 
     Returns:
         (B, T) float32 rewards, 0 at masked positions.
     """
     rewards = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
     if kl is not None:
-        rewards = torch.where(mask.bool(), -kl_coef * kl.detach().float(), rewards)
+        rewards = torch.where(mask.bool(), -beta * kl.detach().float(), rewards)
     return _add_at_last(rewards, scores.detach(), mask)
 
 
@@ -147,11 +147,11 @@ def build_turn_rewards(
     num_turns: int,
     env_rewards: torch.Tensor | None = None,
     kl: torch.Tensor | None = None,
-    kl_coef: float = 0.0,
+    beta: float = 0.0,
 ) -> torch.Tensor:
     """Per-turn rewards for :func:`turn_gae`.
 
-    ``r_k = env_k - kl_coef * sum_{t in turn k} kl_t + score * [k = last present turn]``: the environment's reward
+    ``r_k = env_k - beta * sum_{t in turn k} kl_t + score * [k = last present turn]``: the environment's reward
     for the turn, the turn's total KL penalty over its agent tokens, and the outcome on the row's last present turn.
     Rewards of absent turns are 0 (an environment reward for a turn with no agent token in the completion is
     dropped); a row with no present turn gets all zeros.
@@ -162,7 +162,7 @@ def build_turn_rewards(
         num_turns: ``K``.
         env_rewards: Optional (B, K) per-turn environment rewards (``Trajectory.turn_rewards``, zero-padded).
         kl: Optional (B, T) per-token KL estimate; only agent tokens count.
-        kl_coef: Coefficient of the KL penalty.
+        beta: Coefficient of the KL penalty.
 
     Returns:
         (B, K) float32 rewards, 0 at absent turns.
@@ -172,5 +172,5 @@ def build_turn_rewards(
     if env_rewards is not None:
         rewards = torch.where(present, env_rewards.detach().float(), rewards)
     if kl is not None:
-        rewards = rewards - kl_coef * turns.turn_sum(kl.detach().float(), turn_ids, num_turns)
+        rewards = rewards - beta * turns.turn_sum(kl.detach().float(), turn_ids, num_turns)
     return _add_at_last(rewards, scores.detach(), present)

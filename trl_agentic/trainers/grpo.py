@@ -1,31 +1,36 @@
 """``AgenticGRPOTrainer``: TRL's GRPOTrainer with multi-turn environment rollouts.
 
-Without ``environment=`` it is ``GRPOTrainer`` unchanged (same losses, number for number). With an environment, it
-passes TRL a ``rollout_func`` that runs :class:`~trl_agentic.rollout.engine.RolloutEngine`: token-exact
-multi-turn episodes whose observation tokens are masked (``env_mask`` -> TRL's ``tool_mask``) out of the policy
-loss, the KL and the entropy. Group-relative advantages stay TRL's: rewards are gathered across processes before
-group normalisation, so a group split over two ranks is handled.
+Without ``environment=`` it is ``GRPOTrainer`` unchanged (same losses, number for number). With an environment it
+passes TRL a ``rollout_func`` that runs :class:`~trl_agentic.rollout.engine.RolloutEngine`: token-exact multi-turn
+episodes whose observation tokens are masked out of the policy loss, the KL and the entropy (the engine's
+``env_mask`` becomes TRL's mask of trained tokens). Every TRL internal it relies on is in :mod:`trl_agentic.compat`.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from accelerate.utils import gather_object
-from trl import GRPOConfig, GRPOTrainer
+from trl import GRPOConfig
 
-from .. import compat
+from ..algorithms.advantages import group_advantages, zero_std_groups
 from ..algorithms.kl import KL_ESTIMATORS, kl_penalty
+from ..algorithms.masked import masked_sum
+from ..compat import GRPOTrainerBoundary, ScoredRound, TRLBatch, check_trl_version, unwrap_for_generation
+from ..compat import TRLVLLMGenerator
 from ..environment import EnvironmentFactory
+from ..rewards.guard import guard_reward
+from ..rollout.audit import unsampled_trained
 from ..rollout.engine import RolloutConfig, RolloutEngine
 from ..rollout.generation import Generator, HFGenerator
 from ..rollout.metrics import metrics_from_sums, rollout_sums
 from ..trajectory import Trajectory, save_trajectories
-from .zero_variance import floored_group_advantages, merge_rounds, pick_groups, zero_std_groups
+from .zero_variance import merge_rounds, pick_groups
 
 ZERO_VARIANCE_POLICIES = ("keep", "std_floor", "dynamic_sampling")
 
@@ -34,8 +39,15 @@ ZERO_VARIANCE_POLICIES = ("keep", "std_floor", "dynamic_sampling")
 class AgenticGRPOConfig(GRPOConfig):
     """``GRPOConfig`` plus multi-turn rollout settings.
 
-    ``max_completion_length`` stays the budget for a whole trajectory (sampled and observation tokens);
-    ``max_tokens_per_turn`` caps one turn.
+    Budgets: ``max_completion_length`` stays the budget of a whole trajectory (sampled and observation tokens),
+    ``max_tokens_per_turn`` caps one turn, ``max_turns`` the number of model turns, ``max_observation_tokens`` one
+    observation's content.
+
+    KL (``beta``, ``kl_estimator``), on agent tokens only, with ``r = logp_ref - logp`` at tokens sampled from the
+    policy (Schulman 2020, "Approximating KL divergence"). As a *loss* term (GRPO), what matters is the expected
+    gradient (Tang & Munos 2025, arXiv 2506.09477): ``k1 = -r`` has zero expected gradient (it is a reward
+    penalty, PPO's), ``k2 = r^2 / 2`` gives the gradient of KL(pi || pi_ref), ``k3 = exp(r) - r - 1`` (TRL's and
+    DeepSeekMath's) the gradient of KL(pi_ref || pi).
     """
 
     max_turns: int = field(default=4, metadata={"help": "Most model turns per trajectory."})
@@ -45,21 +57,36 @@ class AgenticGRPOConfig(GRPOConfig):
         metadata={"help": "'text': observations continue the text (base models, Search-R1). 'chat': each "
                   "observation is a new message rendered by the chat template (instruct models)."},
     )
-    observation_role: str = field(default="tool", metadata={"help": "Message role of observations in chat mode."})
+    observation_role: str = field(
+        default="tool",
+        metadata={"help": "Message role of observations in chat mode ('user' for templates without a tool role, "
+                  "e.g. Gemma)."},
+    )
     stop_strings: list[str] | None = field(
         default=None, metadata={"help": "Extra stop strings (the environment's own are always used)."}
     )
-    max_observation_tokens: int = field(default=1024, metadata={"help": "Hard cap on one observation's tokens."})
-    env_timeout: float = field(default=60.0, metadata={"help": "Seconds per environment reset/step call."})
+    max_observation_tokens: int = field(
+        default=1024, metadata={"help": "Most tokens of one observation's content (the head is kept)."}
+    )
+    env_timeout: float = field(default=60.0, metadata={"help": "Seconds per environment reset/step/close call."})
     kl_estimator: str = field(
-        default="k3", metadata={"help": "KL estimator on agent tokens: 'k1', 'k2' or 'k3' (TRL's, default)."}
+        default="k3",
+        metadata={"help": "KL estimator on agent tokens: 'k3' (TRL's; gradient of KL(ref||pi)), 'k2' (gradient of "
+                  "KL(pi||ref)) or 'k1' (zero expected gradient as a loss term: use it as PPO's reward penalty)."},
+    )
+    mask_observations: bool = field(
+        default=True,
+        metadata={"help": "Mask observation tokens out of the loss (default). False trains on them too, as in "
+                  "Search-R1's masking ablation."},
     )
     mask_truncated_trajectories: bool = field(
         default=False,
-        metadata={"help": "Exclude trajectories that hit a budget or failed (truncated) from the loss."},
+        metadata={"help": "Exclude trajectories that did not end on their own (budget, environment truncation or "
+                  "failure) from the loss."},
     )
     trajectory_dir: str | None = field(
-        default=None, metadata={"help": "Append every rollout to <dir>/trajectories-rank<k>.jsonl."}
+        default=None,
+        metadata={"help": "Append every rollout, with its rewards and advantage, to <dir>/trajectories-rank<k>.jsonl."},
     )
     zero_variance_groups: str = field(
         default="keep",
@@ -73,31 +100,64 @@ class AgenticGRPOConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        self._check_agentic_fields()
+        if self.kl_estimator == "k1" and self.beta != 0.0 and type(self) is AgenticGRPOConfig:
+            warnings.warn(
+                "kl_estimator='k1' as a GRPO loss term has zero expected gradient, so it does not pull the policy "
+                "towards the reference; use 'k3' (TRL's) or 'k2', or put k1 in the reward with AgenticPPOTrainer.",
+                stacklevel=3,
+            )
+        if not self.mask_observations:
+            warnings.warn(
+                "mask_observations=False: observation tokens (tool output) are trained on, as in Search-R1's "
+                "ablation, which lowered its results; keep the default unless you are reproducing it.",
+                stacklevel=3,
+            )
+
+    def _check_agentic_fields(self) -> None:
         if self.kl_estimator not in KL_ESTIMATORS:
             raise ValueError(f"kl_estimator must be one of {KL_ESTIMATORS}, got {self.kl_estimator!r}")
-        if self.max_tokens_per_turn > self.max_completion_length:
-            self.max_tokens_per_turn = self.max_completion_length
+        if self.rollout_mode not in ("text", "chat"):
+            raise ValueError(f"rollout_mode must be 'text' or 'chat', got {self.rollout_mode!r}")
         if self.zero_variance_groups not in ZERO_VARIANCE_POLICIES:
-            raise ValueError(f"zero_variance_groups must be one of {ZERO_VARIANCE_POLICIES}")
+            raise ValueError(f"zero_variance_groups must be one of {ZERO_VARIANCE_POLICIES}, got "
+                             f"{self.zero_variance_groups!r}")
         if self.zero_variance_groups == "std_floor" and self.scale_rewards != "group":
             raise ValueError("zero_variance_groups='std_floor' needs scale_rewards='group'")
+        self.max_tokens_per_turn = min(self.max_tokens_per_turn, self.max_completion_length)
+        self.rollout_config()  # validates the budgets and stop strings
 
     def rollout_config(self) -> RolloutConfig:
         return RolloutConfig(
             max_turns=self.max_turns,
             max_tokens_per_turn=self.max_tokens_per_turn,
             max_completion_length=self.max_completion_length,
-            mode=self.rollout_mode,
+            rollout_mode=self.rollout_mode,
             observation_role=self.observation_role,
-            stop=tuple(self.stop_strings or ()),
+            stop_strings=tuple(self.stop_strings or ()),
             max_observation_tokens=self.max_observation_tokens,
             env_timeout=self.env_timeout,
             chat_template_kwargs=dict(self.chat_template_kwargs or {}),
         )
 
 
-class AgenticGRPOTrainer(GRPOTrainer):
+class AgenticGRPOTrainer(GRPOTrainerBoundary):
     """GRPO over multi-turn environment rollouts; a drop-in replacement for ``GRPOTrainer``.
+
+    Example::
+
+        from functools import partial
+        from trl_agentic import AgenticGRPOConfig, AgenticGRPOTrainer, TagEnvironment
+        from trl_agentic.rewards import QAReward
+
+        trainer = AgenticGRPOTrainer(
+            model="Qwen/Qwen2.5-0.5B-Instruct",
+            reward_funcs=QAReward(),
+            args=AgenticGRPOConfig(output_dir="out", max_turns=4, max_completion_length=1024),
+            train_dataset=dataset,  # rows with "prompt" (+ any columns: they reach reset() and the rewards)
+            environment=partial(TagEnvironment, tools={"search": (search, "information")}),
+        )
+        trainer.train()
 
     Args:
         environment: A class or zero-argument factory returning a fresh :class:`~trl_agentic.Environment` per
@@ -105,15 +165,14 @@ class AgenticGRPOTrainer(GRPOTrainer):
         *args, **kwargs: As ``GRPOTrainer``. ``args`` should be an :class:`AgenticGRPOConfig`.
 
     Reward functions receive, besides TRL's keyword arguments, ``trajectory``: the
-    :class:`~trl_agentic.Trajectory` of each completion (actions, observations, turn rewards, tool infos).
+    :class:`~trl_agentic.Trajectory` of each completion (actions, observations, turn rewards, tool infos). A reward
+    that is not a finite number counts as unscorable (``None``); a trajectory whose environment failed is unscorable
+    for every reward function (advantage 0, outside its group's baseline).
     """
 
     def __init__(self, *args: Any, environment: EnvironmentFactory | None = None, **kwargs: Any) -> None:
-        compat.check_trl_version()
+        check_trl_version()
         self.environment = environment
-        self._rollout_examples: list[dict[str, Any]] = []
-        self._last_trajectories: list[Trajectory] = []
-        self._rewards_per_func: torch.Tensor | None = None
         if environment is not None:
             if kwargs.get("rollout_func") is not None:
                 raise ValueError("pass either environment= or rollout_func=, not both")
@@ -123,15 +182,21 @@ class AgenticGRPOTrainer(GRPOTrainer):
                     "Use one or the other."
                 )
             kwargs["rollout_func"] = self._agentic_rollout
+            funcs = kwargs.get("reward_funcs", args[1] if len(args) > 1 else None)
+            guarded = [guard_reward(f) for f in funcs] if isinstance(funcs, (list, tuple)) else guard_reward(funcs)
+            if "reward_funcs" in kwargs or len(args) <= 1:
+                kwargs["reward_funcs"] = guarded
+            else:
+                args = (args[0], guarded, *args[2:])
         super().__init__(*args, **kwargs)
         if environment is not None:
             self._check_agentic_args()
 
     def _check_agentic_args(self) -> None:
-        args = self.args
-        if not isinstance(args, AgenticGRPOConfig):
-            raise TypeError("environment= needs args to be an AgenticGRPOConfig (or AgenticPPOConfig)")
-        if args.mask_truncated_completions:
+        if not isinstance(self.args, AgenticGRPOConfig):
+            raise TypeError("environment= needs args=AgenticGRPOConfig(...) (or AgenticPPOConfig), got "
+                            f"{type(self.args).__name__}")
+        if self.args.mask_truncated_completions:
             raise ValueError(
                 "mask_truncated_completions checks for a final EOS, which multi-turn trajectories ending at a stop "
                 "string lack; use mask_truncated_trajectories=True instead"
@@ -140,10 +205,9 @@ class AgenticGRPOTrainer(GRPOTrainer):
     # -- rollouts --------------------------------------------------------------------------------------------
     def _generator(self) -> Generator:
         if self.use_vllm:
-            return compat.TRLVLLMGenerator(self)
-        return HFGenerator(
-            self.model, self.processing_class, self.generation_config, unwrap=lambda: compat.unwrap_for_generation(self)
-        )
+            return TRLVLLMGenerator(self)
+        return HFGenerator(self.model, self.processing_class, self.generation_config,
+                           unwrap=lambda: unwrap_for_generation(self))
 
     def _sync_any(self, local_active: bool) -> bool:
         if self.accelerator.num_processes == 1:
@@ -151,81 +215,13 @@ class AgenticGRPOTrainer(GRPOTrainer):
         flag = torch.tensor([int(local_active)], device=self.accelerator.device)
         return bool(self.accelerator.gather(flag).sum().item())
 
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # type: ignore[override]
-        """TRL's rewards (gathered over processes), kept for the zero-variance policies and PPO."""
-        self._rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        return self._rewards_per_func
-
-    def _global_rewards(self) -> torch.Tensor:
-        weights = self.reward_weights.to(self._rewards_per_func.device)
-        return (self._rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
-
-    def _score_round(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        self._rollout_examples = inputs  # the dataset rows, for Environment.reset(**row)
-        output = super()._generate_and_score_completions(inputs)
-        if self.environment is not None:
-            self._log_mask_audit(output)
-        return output
-
-    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        output = self._score_round(inputs)
-        policy = getattr(self.args, "zero_variance_groups", "keep")
-        if policy == "std_floor":
-            advantages = floored_group_advantages(self._global_rewards(), self.num_generations, self.args.std_floor)
-            start = self.accelerator.process_index * len(inputs)
-            output["advantages"] = advantages[start : start + len(inputs)].to(output["advantages"].device)
-        elif policy == "dynamic_sampling" and self.model.training:
-            output = self._dynamic_sampling(inputs, output)
-        return output
-
-    def _dynamic_sampling(self, inputs: list[dict[str, Any]], first: dict[str, Any]) -> dict[str, Any]:
-        """DAPO dynamic sampling; see :mod:`trl_agentic.trainers.zero_variance`. Every process runs the same number
-        of rounds (the decision reads the gathered rewards), so collective calls stay aligned."""
-        group = self.num_generations
-        rounds, keeps = [first], [~zero_std_groups(self._global_rewards(), group)]
-        needed = keeps[0].numel()
-        for extra in range(self.args.max_extra_generation_rounds):
-            if sum(int(k.sum()) for k in keeps) >= needed:
-                break
-            rounds.append(self._score_round(self._sample_more_inputs(len(inputs), extra)))
-            keeps.append(~zero_std_groups(self._global_rewards(), group))
-        picked = pick_groups(keeps, needed)
-        device = self.accelerator.device
-        merged = merge_rounds(
-            rounds, picked, group,
-            gather=self.accelerator.gather,
-            max_width=lambda w: int(self.accelerator.gather(torch.tensor([w], device=device)).max()),
-            process_index=self.accelerator.process_index,
-            pad_token_id=self.processing_class.pad_token_id,
-        )
-        kept = sum(int(k.sum()) for k in keeps)
-        compat.log_metric(self, "agentic/zero_variance/dropped_groups", float(sum(int((~k).sum()) for k in keeps)))
-        compat.log_metric(self, "agentic/zero_variance/extra_rounds", float(len(rounds) - 1))
-        compat.log_metric(self, "agentic/zero_variance/shortfall_groups", float(max(0, needed - kept)))
-        return merged
-
-    def _sample_more_inputs(self, local_size: int, extra_round: int) -> list[dict[str, Any]]:
-        """Fresh prompts for a dynamic-sampling round, laid out as TRL's sampler lays them out (each prompt
-        ``num_generations`` times in a row over the global batch); the same draw on every process."""
-        generator = torch.Generator().manual_seed(self.args.seed * 1_000_003 + self.state.global_step * 101 + extra_round)
-        num_groups = local_size * self.accelerator.num_processes // self.num_generations
-        indices = torch.randint(len(self.train_dataset), (num_groups,), generator=generator).tolist()
-        rows = [dict(self.train_dataset[i]) for i in indices for _ in range(self.num_generations)]
-        start = self.accelerator.process_index * local_size
-        return rows[start : start + local_size]
-
     def _agentic_rollout(self, prompts: list[Any], trainer: Any = None) -> dict[str, Any]:
-        """TRL's ``rollout_func``: run the episodes and hand TRL ids, logprobs, the env mask and trajectories."""
-        engine = RolloutEngine(
-            self._generator(), self.processing_class, self.environment, self.args.rollout_config(), self._sync_any
-        )
-        examples = [{k: v for k, v in row.items()} for row in self._rollout_examples]
-        trajectories = engine.run(prompts, examples)
-        self._last_trajectories = trajectories
+        """TRL's ``rollout_func``: run the episodes and hand TRL ids, logprobs, the env mask and the trajectories
+        (which reach the reward functions as ``trajectory``)."""
+        engine = RolloutEngine(self._generator(), self.processing_class, self.environment,
+                               self.args.rollout_config(), self._sync_any, eos_token_ids=self.eos_token_ids)
+        trajectories = engine.run(prompts, [dict(row) for row in self.rollout_rows()])
         self._log_rollout_metrics(trajectories)
-        if self.args.trajectory_dir:
-            path = os.path.join(self.args.trajectory_dir, f"trajectories-rank{self.accelerator.process_index}.jsonl")
-            save_trajectories(trajectories, path, extra={"step": self.state.global_step})
         return self._to_trl_rollout(trajectories)
 
     def _to_trl_rollout(self, trajectories: list[Trajectory]) -> dict[str, Any]:
@@ -233,9 +229,11 @@ class AgenticGRPOTrainer(GRPOTrainer):
         pad_id = self.processing_class.pad_token_id
         for t in trajectories:
             ids, mask, lps = list(t.completion_ids), list(t.env_mask), list(t.logprobs)
+            if not self.args.mask_observations:
+                mask = [1] * len(mask)
             if not ids:  # TRL needs one position per row; a masked pad token trains nothing
                 ids, mask, lps = [pad_id], [0], [0.0]
-            if self.args.mask_truncated_trajectories and t.truncated:
+            if t.env_failed or (self.args.mask_truncated_trajectories and t.truncated):
                 mask = [0] * len(mask)
             completion_ids.append(ids)
             env_mask.append(mask)
@@ -253,34 +251,144 @@ class AgenticGRPOTrainer(GRPOTrainer):
         for sums in gather_object([rollout_sums(trajectories)]):
             total.update(sums)
         for name, value in metrics_from_sums(total).items():
-            compat.log_metric(self, name, value)
+            self.log_metric(name, value)
 
-    def _log_mask_audit(self, output: dict[str, Any]) -> None:
-        """Count trained positions that are not positions the model sampled (recomputed from ``turn_spans``, not
-        from the env mask): must be 0. Logged as ``agentic/mask_audit``."""
-        trained = compat.loss_mask(output).bool().cpu()
-        sampled = torch.zeros_like(trained)
-        for row, t in enumerate(self._last_trajectories):
-            for start, end in t.turn_spans:
-                sampled[row, start:end] = True
-        bad = (trained & ~sampled).sum()
-        compat.log_metric(self, "agentic/mask_audit", self.accelerator.gather(bad.to(self.accelerator.device)).sum().item())
+    # -- scoring (hooks of the boundary) ---------------------------------------------------------------------
+    def reward_adjustment(self, rewards_per_func: torch.Tensor, rows: list[dict[str, Any]]) -> torch.Tensor:
+        """A trajectory whose environment failed carries no learning signal: unscorable for every function."""
+        if self.environment is None:
+            return rewards_per_func
+        failed = torch.tensor([bool(row["trajectory"].env_failed) for row in rows], device=rewards_per_func.device)
+        failed = self.accelerator.gather(failed)
+        rewards_per_func = rewards_per_func.clone()
+        rewards_per_func[failed] = torch.nan
+        return rewards_per_func
 
-    # -- loss ------------------------------------------------------------------------------------------------
-    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+    def training_batch(self, rows: list[dict[str, Any]]) -> TRLBatch:
+        scored = self._scored_round(rows)
+        policy = getattr(self.args, "zero_variance_groups", "keep")
+        if policy == "std_floor":
+            advantages = group_advantages(
+                scored.rewards_per_func, self.reward_weights, self.num_generations, self.multi_objective_aggregation,
+                self.scale_rewards, self.args.std_floor,
+            )
+            scored.batch.advantages = self._local(advantages).to(scored.batch.advantages.device)
+        if policy == "dynamic_sampling" and self.model.training:
+            return self._dynamic_sampling(rows, scored)
+        self._record(scored)
+        return scored.batch
+
+    def _scored_round(self, rows: list[dict[str, Any]]) -> ScoredRound:
+        scored = self.score_round(rows)
+        if self.environment is not None:
+            self._log_mask_audit(scored)
+        return scored
+
+    def _local(self, global_values: torch.Tensor) -> torch.Tensor:
+        """This process's slice of a tensor over the global batch."""
+        local = len(global_values) // self.accelerator.num_processes
+        start = self.accelerator.process_index * local
+        return global_values[start : start + local]
+
+    def _global_rewards(self, scored: ScoredRound) -> torch.Tensor:
+        """Weighted sum of the reward functions, per completion of the global batch (NaN-skipping)."""
+        weights = self.reward_weights.to(scored.rewards_per_func.device)
+        return (scored.rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
+
+    def _dynamic_sampling(self, rows: list[dict[str, Any]], first: ScoredRound) -> TRLBatch:
+        """DAPO dynamic sampling; see :mod:`trl_agentic.trainers.zero_variance`. Every process runs the same number
+        of rounds (the decision reads the gathered rewards), so collective calls stay aligned."""
+        group = self.num_generations
+        self._record(first)
+        rounds, keeps = [first.batch], [~zero_std_groups(self._global_rewards(first), group)]
+        needed = keeps[0].numel()
+        for extra in range(self.args.max_extra_generation_rounds):
+            if sum(int(k.sum()) for k in keeps) >= needed:
+                break
+            scored = self._scored_round(self._sample_more_rows(len(rows), extra))
+            self._record(scored)
+            rounds.append(scored.batch)
+            keeps.append(~zero_std_groups(self._global_rewards(scored), group))
+        picked = pick_groups(keeps, needed)
+        device = self.accelerator.device
+        merged = merge_rounds(
+            rounds, picked, group,
+            gather=self.accelerator.gather,
+            max_width=lambda w: int(self.accelerator.gather(torch.tensor([w], device=device)).max()),
+            process_index=self.accelerator.process_index,
+            pad_token_id=self.processing_class.pad_token_id,
+        )
+        kept = sum(int(k.sum()) for k in keeps)
+        self.log_metric("agentic/zero_variance/dropped_groups", float(sum(int((~k).sum()) for k in keeps)))
+        self.log_metric("agentic/zero_variance/extra_rounds", float(len(rounds) - 1))
+        self.log_metric("agentic/zero_variance/shortfall_groups", float(max(0, needed - kept)))
+        return merged
+
+    def _sample_more_rows(self, local_size: int, extra_round: int) -> list[dict[str, Any]]:
+        """Fresh rows for a dynamic-sampling round, laid out as TRL's sampler lays them out (each prompt
+        ``num_generations`` times in a row over the global batch); the same draw on every process."""
+        generator = torch.Generator().manual_seed(self.args.seed * 1_000_003 + self.state.global_step * 101 + extra_round)
+        num_groups = local_size * self.accelerator.num_processes // self.num_generations
+        indices = torch.randint(len(self.train_dataset), (num_groups,), generator=generator).tolist()
+        rows = [dict(self.train_dataset[i]) for i in indices for _ in range(self.num_generations)]
+        start = self.accelerator.process_index * local_size
+        return rows[start : start + local_size]
+
+    def _log_mask_audit(self, scored: ScoredRound) -> None:
+        """Count trained positions the model did not sample (:mod:`trl_agentic.rollout.audit`): must be 0.
+        Logged as ``agentic/mask_audit``. With ``mask_observations=False`` observation positions are allowed."""
+        trained = scored.batch.loss_mask.bool().cpu().tolist()
+        bad = 0
+        for row, t in zip(trained, scored.trajectories):
+            if not self.args.mask_observations:
+                row = [flag and (i >= len(t.env_mask) or t.env_mask[i] == 1) for i, flag in enumerate(row)]
+            bad += unsampled_trained(t, row, self.eos_token_ids)
+        total = self.accelerator.gather(torch.tensor([bad], device=self.accelerator.device)).sum().item()
+        self.log_metric("agentic/mask_audit", float(total))
+
+    def _record(self, scored: ScoredRound) -> None:
+        """Append the round's trajectories, with their rewards and advantage, to ``trajectory_dir``."""
+        directory = getattr(self.args, "trajectory_dir", None)
+        if not directory or not scored.trajectories:
+            return
+        rewards = self._local(scored.rewards_per_func).cpu()
+        total = self._local(self._global_rewards(scored)).cpu()
+        advantages = scored.batch.advantages.detach().float().cpu()
+        if advantages.dim() == 2:  # per-token (PPO): the mean over trained tokens
+            mask = scored.batch.loss_mask.cpu()
+            advantages = masked_sum(advantages, mask, dim=1) / mask.sum(1).clamp(min=1)
+        names = list(self.reward_func_names)
+        path = os.path.join(directory, f"trajectories-rank{self.accelerator.process_index}.jsonl")
+        save_trajectories(scored.trajectories, path, extra={
+            "step": self.state.global_step,
+            "reward": [None if torch.isnan(rewards[i]).all() else float(total[i]) for i in range(len(total))],
+            "rewards": [{n: (None if torch.isnan(v) else float(v)) for n, v in zip(names, r)} for r in rewards],
+            "advantage": [float(a) for a in advantages],
+        })
+
+    # -- loss (hook of the boundary) -------------------------------------------------------------------------
+    def loss(self, model: Any, batch: TRLBatch) -> torch.Tensor:
+        """GRPO's loss: TRL's, whose objective with per-token importance ratio ``rho_t = pi(y_t)/pi_old(y_t)``,
+        group advantage ``A`` and trained tokens ``m_t`` (sampled tokens only, observations excluded) is
+
+            L = agg_t m_t [ -min(rho_t A, clip(rho_t, 1-eps_low, 1+eps_high) A) + beta * KL_t ]
+
+        (``agg`` per ``loss_type``, e.g. ``dapo``: sum over the batch's trained tokens / their number). With
+        ``kl_estimator="k3"`` (or ``beta=0``) this is TRL's code untouched. With ``k1``/``k2`` TRL computes the
+        policy term without its KL, and ``beta * agg_t m_t KL_t`` is added here with the chosen estimator, times
+        TRL's importance weight when ``use_bias_correction_kl`` (per token, or per sequence for GSPO's
+        ``importance_sampling_level="sequence"``), aggregated exactly as TRL aggregates (``aggregate_like_trl``).
+        """
         estimator = getattr(self.args, "kl_estimator", "k3")
         if self.beta == 0.0 or estimator == "k3":
-            return super()._compute_loss(model, inputs)  # TRL's own k3 path, untouched
-        with compat.capture_policy_logps(self) as captured, compat.without_trl_kl(self):
-            loss = super()._compute_loss(model, inputs)
-        logps = captured["logps"]
-        per_token_kl = kl_penalty(logps, inputs["ref_per_token_logps"], estimator)
+            return self.trl_loss(model, batch, with_kl=True)[0]
+        policy_loss, logps = self.trl_loss(model, batch, with_kl=False)
+        mask = batch.loss_mask.bool()
+        per_token_kl = kl_penalty(logps, torch.where(mask, batch.ref_logps, logps.detach()), estimator)
         if self.args.use_bias_correction_kl:
-            old = inputs.get("old_per_token_logps")
-            per_token_kl = per_token_kl * torch.exp(logps - (logps.detach() if old is None else old))
-        mask = compat.loss_mask(inputs)
-        loss = loss + self.beta * compat.aggregate_like_trl(self, per_token_kl, mask, inputs)
-        local = torch.stack([(per_token_kl.detach() * mask).sum(), mask.sum().float()])
+            per_token_kl = per_token_kl * self.importance_weights(logps, batch)
+        loss = policy_loss + self.beta * self.aggregate_like_trl(per_token_kl, mask, batch)
+        local = torch.stack([masked_sum(per_token_kl.detach(), mask), mask.sum().float()])
         total = self.accelerator.reduce(local, reduction="sum")
-        compat.log_metric(self, "kl", (total[0] / total[1].clamp(min=1.0)).item())
+        self.log_metric("kl", (total[0] / total[1].clamp(min=1.0)).item())
         return loss

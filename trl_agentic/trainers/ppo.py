@@ -3,14 +3,14 @@
 TRL removed its PPOTrainer in 1.13. This one reuses everything ``AgenticGRPOTrainer`` has (rollouts, environments,
 HF generate / vLLM, PEFT, accelerate) and changes three things:
 
-1. **Advantages.** After TRL scores the completions, the group advantages are replaced by GAE over agent tokens
-   (Schulman et al. 2016) with values from the critic. The per-token reward is the outcome score on the last agent
-   token minus ``kl_coef * KL`` on every agent token (Ziegler et al. 2019; Ouyang et al. 2022), with the chosen
-   estimator (k1 by default, as Search-R1's PPO). ``advantage_mode="turn"`` runs GAE with one step per turn instead
-   (environment turn rewards included) and broadcasts each turn's advantage to its tokens. Advantages are whitened
-   over agent tokens of the whole batch (all processes).
-2. **Loss.** TRL's clipped policy loss on the per-token advantages (its KL term off: the KL lives in the reward),
-   plus ``vf_coef`` times the clipped value loss over agent tokens.
+1. **Advantages** (:meth:`AgenticPPOTrainer.training_batch`): GAE over agent tokens (Schulman et al. 2016) with
+   values from the critic, on the per-token reward "outcome score on the last agent token minus ``beta * KL`` on
+   every agent token" (Ziegler et al. 2019; Ouyang et al. 2022), with the chosen estimator (k1 by default, as
+   Search-R1's PPO). ``advantage_mode="turn"`` runs GAE with one step per turn instead (environment turn rewards
+   included) and broadcasts each turn's advantage to its tokens. Advantages are whitened over the agent tokens of
+   the whole batch (all processes).
+2. **Loss** (:meth:`AgenticPPOTrainer.loss`): TRL's clipped policy loss on the per-token advantages (its KL term
+   off: the KL lives in the reward), plus ``vf_coef`` times the clipped value loss over agent tokens.
 3. **One sample per prompt** is allowed (``num_generations=1``): no group baseline is needed.
 
 Observation tokens carry no reward, no value target and no TD step, and get no policy or value gradient.
@@ -19,6 +19,7 @@ Observation tokens carry no reward, no value target and no TD step, and get no p
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,40 +27,53 @@ import torch
 from accelerate.utils import broadcast
 from peft import PeftModel
 
-from .. import compat
 from ..algorithms.gae import build_token_rewards, build_turn_rewards, token_gae, turn_gae
 from ..algorithms.kl import AdaptiveKLController, kl_penalty
 from ..algorithms.losses import clipped_value_loss, explained_variance
-from ..algorithms.masked import masked_mean, masked_whiten
+from ..algorithms.masked import masked_mean, masked_whiten, zero_masked
 from ..algorithms.turns import broadcast_turns, gather_turn_values, turn_ids_from_spans, turn_mask
+from ..compat import ScoredRound, TRLBatch, post_init_with_one_generation
 from ..critic import SharedValueHead, ValueModel
 from .grpo import AgenticGRPOConfig, AgenticGRPOTrainer
+
+# Names of TRL's former PPOConfig, accepted as aliases of the names used here (TRL's own where it has one).
+_PPO_CONFIG_ALIASES = {
+    "num_ppo_epochs": "num_iterations",
+    "cliprange": "epsilon",
+    "kl_coef": "beta",
+    "missing_eos_penalty": "truncation_penalty",
+}
 
 
 @dataclass
 class AgenticPPOConfig(AgenticGRPOConfig):
-    """PPO settings, named as in TRL's former ``PPOConfig``, on top of :class:`AgenticGRPOConfig`.
+    """PPO settings on top of :class:`AgenticGRPOConfig`.
 
-    ``num_ppo_epochs`` maps to TRL's ``num_iterations`` (passes over each generation batch) and
-    ``num_mini_batches`` to ``steps_per_generation`` (one optimizer step per mini-batch of
-    ``per_device_train_batch_size`` samples per process). ``cliprange`` sets ``epsilon``.
+    Batches: each generation round rolls out ``per_device_train_batch_size * gradient_accumulation_steps *
+    num_mini_batches`` prompts per process (one completion each, ``num_generations=1``); each of
+    ``num_iterations`` passes (PPO epochs) over them draws a new permutation and takes ``num_mini_batches``
+    optimizer steps, each on ``gradient_accumulation_steps`` micro-batches of ``per_device_train_batch_size``.
+
+    The KL coefficient is TRL's ``beta``, the clip range TRL's ``epsilon``, the epochs TRL's ``num_iterations``.
+    The names of TRL's former ``PPOConfig`` (``kl_coef``, ``cliprange``, ``num_ppo_epochs``, ``missing_eos_penalty``)
+    are accepted with a deprecation warning.
     """
 
     num_generations: int = field(default=1, metadata={"help": "Samples per prompt; PPO needs no group."})
-    num_ppo_epochs: int = field(default=1, metadata={"help": "Optimisation passes over each batch of rollouts."})
-    num_mini_batches: int = field(default=1, metadata={"help": "Mini-batches (optimizer steps) per batch."})
-    kl_coef: float = field(default=0.001, metadata={"help": "Weight of the per-token KL penalty in the reward."})
+    beta: float = field(default=0.001, metadata={"help": "Weight of the per-token KL penalty in the reward."})
     kl_estimator: str = field(default="k1", metadata={"help": "KL estimator in the reward: k1, k2 or k3."})
+    num_mini_batches: int = field(default=1, metadata={"help": "Optimizer steps per pass over a generation batch."})
     target_kl: float | None = field(default=None, metadata={"help": "Adaptive KL: target per-sequence KL."})
     kl_horizon: float = field(default=10000.0, metadata={"help": "Adaptive KL horizon (in samples)."})
-    cliprange: float = field(default=0.2, metadata={"help": "Policy ratio clip range."})
     vf_coef: float = field(default=0.1, metadata={"help": "Weight of the value loss."})
     cliprange_value: float = field(default=0.2, metadata={"help": "Value clip range around the old values."})
     gamma: float = field(default=1.0, metadata={"help": "Discount per step (token or turn)."})
     lam: float = field(default=0.95, metadata={"help": "GAE lambda."})
     whiten_rewards: bool = field(default=False, metadata={"help": "Whiten the per-token rewards (no mean shift)."})
-    missing_eos_penalty: float | None = field(
-        default=None, metadata={"help": "Subtracted from the score of trajectories that did not end on their own."}
+    truncation_penalty: float | None = field(
+        default=None,
+        metadata={"help": "Subtracted from the score of trajectories that did not end on their own (budget, "
+                  "environment truncation)."},
     )
     advantage_mode: str = field(default="token", metadata={"help": "'token' (GAE per token) or 'turn' (per turn)."})
     critic: str = field(
@@ -70,21 +84,32 @@ class AgenticPPOConfig(AgenticGRPOConfig):
     critic_learning_rate: float | None = field(
         default=None, metadata={"help": "Learning rate of the critic's param group (default: learning_rate)."}
     )
+    critic_detach_backbone: bool = field(
+        default=False,
+        metadata={"help": "Shared critic without PEFT: False (default, the shared trunk of TRL's former "
+                  "AutoModelForCausalLMWithValueHead and cleanrl's PPO) lets vf_coef * value loss train the "
+                  "policy's decoder too, at the policy's learning rate; True trains the value head alone."},
+    )
+    num_ppo_epochs: int | None = field(default=None, metadata={"help": "Deprecated: use num_iterations."})
+    cliprange: float | None = field(default=None, metadata={"help": "Deprecated: use epsilon."})
+    kl_coef: float | None = field(default=None, metadata={"help": "Deprecated: use beta."})
+    missing_eos_penalty: float | None = field(default=None, metadata={"help": "Deprecated: use truncation_penalty."})
 
     def __post_init__(self) -> None:
-        self.num_iterations = self.num_ppo_epochs
-        self.epsilon = self.epsilon_high = self.cliprange
-        if self.steps_per_generation is None and self.generation_batch_size is None:
-            self.steps_per_generation = self.num_mini_batches
-        self.beta = self.kl_coef  # non-zero beta makes TRL build the reference and score it; the loss drops it
-        requested = self.num_generations
-        if requested == 1:
-            # GRPOConfig insists on >= 2 samples per prompt; check the rest with a group size that divides the
-            # generation batch, then restore 1 (GRPOTrainer itself handles one sample per prompt).
-            self.num_generations = 2
-            self.num_generations_eval = self.num_generations_eval or 1
-        super().__post_init__()
-        self.num_generations = requested
+        for old, new in _PPO_CONFIG_ALIASES.items():
+            value = getattr(self, old)
+            if value is not None:
+                warnings.warn(f"AgenticPPOConfig({old}=...) is deprecated; use {new}=", DeprecationWarning, stacklevel=3)
+                setattr(self, new, value)
+                setattr(self, old, None)
+        self.epsilon_high = self.epsilon
+        if self.generation_batch_size is not None or self.steps_per_generation is not None:
+            raise ValueError("AgenticPPOConfig sets the generation batch from num_mini_batches; do not pass "
+                             "generation_batch_size or steps_per_generation")
+        if self.num_mini_batches < 1:
+            raise ValueError(f"num_mini_batches must be >= 1, got {self.num_mini_batches}")
+        self.steps_per_generation = self.num_mini_batches * self.gradient_accumulation_steps
+        post_init_with_one_generation(self, super().__post_init__)
         if self.advantage_mode not in ("token", "turn"):
             raise ValueError(f"advantage_mode must be 'token' or 'turn', got {self.advantage_mode!r}")
         if self.critic not in ("separate", "shared"):
@@ -96,6 +121,16 @@ class AgenticPPOConfig(AgenticGRPOConfig):
 class AgenticPPOTrainer(AgenticGRPOTrainer):
     """PPO with a critic for multi-turn agents; see the module docstring.
 
+    Example::
+
+        trainer = AgenticPPOTrainer(
+            model="Qwen/Qwen2.5-0.5B-Instruct", reward_funcs=QAReward(),
+            args=AgenticPPOConfig(output_dir="out", critic="shared", critic_learning_rate=1e-5, learning_rate=1e-6),
+            train_dataset=dataset, environment=partial(TagEnvironment, tools={"search": search}),
+            peft_config=LoraConfig(r=16, target_modules="all-linear", task_type="CAUSAL_LM"),
+        )
+        trainer.train()
+
     Args:
         value_model: Optional critic: a :class:`~trl_agentic.critic.ValueModel`, or a checkpoint path to initialise
             one from (e.g. the policy's). By default ``args.critic`` decides: a copy of the policy
@@ -103,14 +138,15 @@ class AgenticPPOTrainer(AgenticGRPOTrainer):
         *args, **kwargs: As :class:`AgenticGRPOTrainer` (``environment=``, ``peft_config=``, ...).
     """
 
+    reshuffle_each_pass = True  # a new mini-batch permutation for every PPO epoch (cleanrl, TRL's former PPO)
+
     def __init__(self, *args: Any, value_model: ValueModel | str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if not isinstance(self.args, AgenticPPOConfig):
-            raise TypeError("AgenticPPOTrainer needs args to be an AgenticPPOConfig")
+            raise TypeError(f"AgenticPPOTrainer needs args=AgenticPPOConfig(...), got {type(self.args).__name__}")
         self.critic = self._build_critic(value_model, kwargs.get("peft_config"))
-        self.kl_coef = self.args.kl_coef
-        self.kl_controller = (
-            AdaptiveKLController(self.args.kl_coef, self.args.target_kl, self.args.kl_horizon)
+        self.kl_controller = (  # adapts self.beta, the coefficient of the KL in the reward
+            AdaptiveKLController(self.args.beta, self.args.target_kl, self.args.kl_horizon)
             if self.args.target_kl is not None else None
         )
 
@@ -125,7 +161,8 @@ class AgenticPPOTrainer(AgenticGRPOTrainer):
             critic_adapter = None
             if isinstance(policy, PeftModel) and peft_config is not None:
                 critic_adapter = type(peft_config)(**{**peft_config.to_dict(), "task_type": None})
-            critic = SharedValueHead(policy, adapter_config=critic_adapter)
+            critic = SharedValueHead(policy, adapter_config=critic_adapter,
+                                     detach_backbone=self.args.critic_detach_backbone)
         else:
             critic_lora = None
             if peft_config is not None:
@@ -143,6 +180,12 @@ class AgenticPPOTrainer(AgenticGRPOTrainer):
             return self.critic.critic_parameters()
         return [p for p in self.critic.parameters() if p.requires_grad]
 
+    def extra_parameters(self) -> list[torch.nn.Parameter]:
+        """The critic's parameters outside the policy model (the whole separate critic, or the shared head): the
+        boundary averages them over processes, clips them with the policy's and clears them after each step."""
+        inside = {id(p) for p in self.model.parameters()}
+        return [p for p in self._critic_parameters() if id(p) not in inside]
+
     def create_optimizer(self, model: Any = None) -> torch.optim.Optimizer:
         """The policy's param groups plus one for the critic, with ``critic_learning_rate`` (Search-R1: actor 1e-6,
         critic 1e-5). One optimizer step updates both."""
@@ -154,60 +197,59 @@ class AgenticPPOTrainer(AgenticGRPOTrainer):
             optimizer.add_param_group({"params": params, "lr": lr, "weight_decay": 0.0})
         return optimizer
 
-    def training_step(self, model: Any, inputs: dict[str, Any], num_items_in_batch: Any = None) -> torch.Tensor:
-        loss = super().training_step(model, inputs, num_items_in_batch)
-        if self.accelerator.num_processes > 1 and self.accelerator.sync_gradients:
-            # the critic is not wrapped by DDP: average its gradients across processes ourselves
-            for p in self._critic_parameters():
-                if p.grad is not None:
-                    p.grad = self.accelerator.reduce(p.grad, reduction="mean")
-        return loss
+    def _critic_values(self, batch: TRLBatch) -> torch.Tensor:
+        return self.critic(batch.input_ids(), batch.attention_mask(), completion_length=batch.completion_ids.size(1))
 
-    def _critic_values(self, batch: dict[str, Any]) -> torch.Tensor:
-        input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
-        attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
-        return self.critic(input_ids, attention_mask, completion_length=batch["completion_ids"].size(1))
+    # -- advantages (hook of the boundary) -------------------------------------------------------------------
+    def training_batch(self, rows: list[dict[str, Any]]) -> TRLBatch:
+        """Score a round, then replace TRL's group advantages by GAE over agent tokens (module docstring).
 
-    # -- scoring ---------------------------------------------------------------------------------------------
-    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        batch = super()._generate_and_score_completions(inputs)
-        mask = compat.loss_mask(batch).float()
-        local = batch["completion_ids"].size(0)
-        start = self.accelerator.process_index * local
-        scores = self._global_rewards()[start : start + local]
-        if self.args.missing_eos_penalty is not None and self._last_trajectories:
-            unfinished = torch.tensor([t.truncated for t in self._last_trajectories], device=scores.device)
-            scores = scores - self.args.missing_eos_penalty * unfinished.float()
+        Per-token reward: ``r_t = -beta * KL_t`` on agent tokens, plus the outcome score on the last agent token
+        (minus ``truncation_penalty`` for a trajectory that did not end on its own); a completion no reward function
+        could score (its environment failed, say) is left out of the loss. ``KL_t`` uses the log-probs at sampling
+        time (``old``) against the reference. Then ``A, R = GAE(r, V; gamma, lam)`` and ``A`` is whitened.
+        """
+        scored = self._scored_round(rows)
+        batch = scored.batch
+        scores = self._local(self._global_rewards(scored)).to(batch.completion_ids.device)
+        unscorable = self._local(torch.isnan(scored.rewards_per_func).all(dim=1)).to(scores.device)
+        if unscorable.any():
+            batch.env_mask = batch.env_mask * (~unscorable).unsqueeze(1).to(batch.env_mask.dtype)
+            batch.recount_items(self.accelerator.gather)
+        if self.args.truncation_penalty is not None and scored.trajectories:
+            unfinished = torch.tensor([t.truncated for t in scored.trajectories], device=scores.device)
+            scores = scores - self.args.truncation_penalty * unfinished.float()
+        mask = batch.loss_mask.bool()
 
-        old_logps = batch.get("old_per_token_logps")
-        if old_logps is None:
-            old_logps = compat.policy_logps(self, self.model, batch)
-            batch["old_per_token_logps"] = old_logps
-        ref_logps = batch.pop("ref_per_token_logps", None)  # the KL is in the reward, not in the loss
-        kl = kl_penalty(old_logps, ref_logps, self.args.kl_estimator) * mask if ref_logps is not None else None
+        if batch.old_logps is None:
+            batch.old_logps = self.policy_logps(self.model, batch)
+        ref_logps = batch.pop_ref_logps()  # the KL is in the reward, not in the loss
+        kl = None if ref_logps is None else zero_masked(kl_penalty(batch.old_logps, ref_logps, self.args.kl_estimator), mask)
         with torch.no_grad():
-            values = self._critic_values(batch).float() * mask
+            values = zero_masked(self._critic_values(batch).float(), mask)
 
+        fmask = mask.float()
         if self.args.advantage_mode == "token":
-            rewards = build_token_rewards(scores, mask, kl, self.kl_coef)
+            rewards = build_token_rewards(scores, fmask, kl, self.beta)
             if self.args.whiten_rewards:
-                rewards = masked_whiten(rewards, mask, shift_mean=False, reduce=self._reduce)
-            advantages, returns = token_gae(rewards, values, mask, self.args.gamma, self.args.lam)
+                rewards = masked_whiten(rewards, fmask, shift_mean=False, reduce=self._reduce)
+            advantages, returns = token_gae(rewards, values, fmask, self.args.gamma, self.args.lam)
         else:
-            advantages, returns = self._turn_advantages(scores, values, mask, kl)
-        batch["advantages"] = masked_whiten(advantages, mask, reduce=self._reduce)
+            advantages, returns = self._turn_advantages(scored, scores, values, fmask, kl)
+        batch.advantages = masked_whiten(advantages, fmask, reduce=self._reduce)
         batch["values"], batch["returns"] = values, returns
-        self._log_ppo_stats(scores, values, returns, mask, kl)
+        self._log_ppo_stats(scores, values, returns, fmask, kl)
+        self._record(scored)
         return batch
 
-    def _turn_advantages(self, scores, values, mask, kl):
-        spans = [t.turn_spans for t in self._last_trajectories]
+    def _turn_advantages(self, scored: ScoredRound, scores, values, mask, kl):
+        spans = [t.turn_spans for t in scored.trajectories]
         ids = turn_ids_from_spans(spans, mask)
         num_turns = max(1, max(len(s) for s in spans))
         env_rewards = torch.zeros(len(spans), num_turns, device=values.device)
-        for row, t in enumerate(self._last_trajectories):
+        for row, t in enumerate(scored.trajectories):
             env_rewards[row, : len(t.turn_rewards)] = torch.tensor(t.turn_rewards[:num_turns], dtype=torch.float)
-        turn_rewards = build_turn_rewards(scores, ids, num_turns, env_rewards, kl, self.kl_coef)
+        turn_rewards = build_turn_rewards(scores, ids, num_turns, env_rewards, kl, self.beta)
         turn_values = gather_turn_values(values, ids, num_turns)
         turn_adv, turn_ret = turn_gae(turn_rewards, turn_values, turn_mask(ids, num_turns), self.args.gamma, self.args.lam)
         return broadcast_turns(turn_adv, ids), broadcast_turns(turn_ret, ids)
@@ -216,28 +258,36 @@ class AgenticPPOTrainer(AgenticGRPOTrainer):
         return self.accelerator.reduce(x, reduction="sum") if self.accelerator.num_processes > 1 else x
 
     def _log_ppo_stats(self, scores, values, returns, mask, kl) -> None:
-        compat.log_metric(self, "ppo/score_mean", self.accelerator.gather(scores).mean().item())
-        compat.log_metric(self, "ppo/value_mean", masked_mean(values, mask, reduce=self._reduce).item())
-        compat.log_metric(self, "ppo/explained_variance", explained_variance(values, returns, mask, self._reduce).item())
+        self.log_metric("ppo/score_mean", self.accelerator.gather(scores).mean().item())
+        self.log_metric("ppo/value_mean", masked_mean(values, mask, reduce=self._reduce).item())
+        self.log_metric("ppo/explained_variance", explained_variance(values, returns, mask, self._reduce).item())
         if kl is not None:
             seq_kl = self.accelerator.gather(kl.sum(-1)).mean().item()
-            compat.log_metric(self, "ppo/kl_per_sequence", seq_kl)
-            compat.log_metric(self, "ppo/kl_coef", self.kl_coef)
+            self.log_metric("ppo/kl_per_sequence", seq_kl)
+            self.log_metric("ppo/kl_coef", self.beta)
             if self.kl_controller is not None and self.model.training:
-                self.kl_coef = self.kl_controller.update(seq_kl, self.args.generation_batch_size)
+                self.beta = self.kl_controller.update(seq_kl, self.args.generation_batch_size)
 
-    # -- loss ------------------------------------------------------------------------------------------------
-    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
-        with compat.without_trl_kl(self):
-            policy_loss = super(AgenticGRPOTrainer, self)._compute_loss(model, inputs)
-        mask = compat.loss_mask(inputs).float()
-        values = self._critic_values(inputs).float()
+    # -- loss (hook of the boundary) -------------------------------------------------------------------------
+    def loss(self, model: Any, batch: TRLBatch) -> torch.Tensor:
+        """PPO's loss, with ratio ``rho_t = pi(y_t)/pi_old(y_t)``, whitened GAE advantage ``A_t``, trained tokens
+        ``m_t`` (sampled tokens only), old values ``V_old`` and returns ``R`` from :meth:`training_batch`:
+
+            L_policy = agg_t m_t * -min(rho_t A_t, clip(rho_t, 1 - eps, 1 + eps) A_t)        (TRL's, KL off)
+            L_value  = 0.5 * mean_{t: m_t} max((V_t - R_t)^2, (V_old_t + clip(V_t - V_old_t, -c, c) - R_t)^2)
+            L        = L_policy + vf_coef * L_value / gradient_accumulation_steps
+
+        (``agg`` per ``loss_type``; ``c = cliprange_value``). The KL is not in the loss: it is in the reward.
+        """
+        policy_loss, _ = self.trl_loss(model, batch, with_kl=False)
+        mask = batch.loss_mask.float()
+        values = self._critic_values(batch).float()
         value_loss, clip_fraction = clipped_value_loss(
-            values, inputs["values"], inputs["returns"], mask, self.args.cliprange_value
+            values, batch["values"], batch["returns"], mask, self.args.cliprange_value
         )
         accumulation = self.current_gradient_accumulation_steps if self.model.training else 1
-        compat.log_metric(self, "ppo/value_loss", self.accelerator.gather(value_loss.detach()).mean().item())
-        compat.log_metric(self, "ppo/value_clipfrac", self.accelerator.gather(clip_fraction.detach()).mean().item())
+        self.log_metric("ppo/value_loss", self.accelerator.gather(value_loss.detach()).mean().item())
+        self.log_metric("ppo/value_clipfrac", self.accelerator.gather(clip_fraction.detach()).mean().item())
         return policy_loss + self.args.vf_coef * value_loss / accumulation
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:

@@ -1,0 +1,121 @@
+"""Rewards that misbehave cost one completion, never the batch.
+
+TRL turns a reward of ``None`` into NaN: the completion is *unscorable* for that function, and a completion that
+every function leaves unscorable gets advantage 0 and stays out of its group's baseline. :func:`as_reward` maps
+every other bad value to ``None`` too: a NaN or infinite number, a string, a tensor of more than one element, an
+object. :class:`GuardedReward` wraps a reward function with it (our trainers wrap every callable reward function),
+and when the function raises on a batch, calls it again one completion at a time, so that only the completions it
+still raises on are unscorable. Each bad value is counted in ``agentic/reward_invalid/<name>`` (the share of the
+batch).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+import numbers
+from collections.abc import Sequence
+from typing import Any, Callable
+
+logger = logging.getLogger(__name__)
+
+
+def as_reward(value: Any) -> float | None:
+    """``value`` as a finite float, or ``None`` when it is not one (``None``, NaN, inf, a non-number, a tensor or
+    array of more than one element)."""
+    if hasattr(value, "item") and not isinstance(value, numbers.Number):  # a torch tensor or a numpy array/scalar
+        size = value.numel() if callable(getattr(value, "numel", None)) else getattr(value, "size", 1)
+        if size != 1:
+            return None
+        value = value.item()
+    if value is None or not isinstance(value, numbers.Real):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _row(kwargs: dict[str, Any], i: int, n: int) -> dict[str, Any]:
+    return {k: ([v[i]] if isinstance(v, Sequence) and not isinstance(v, str) and len(v) == n else v)
+            for k, v in kwargs.items()}
+
+
+class _Guard:
+    def __init__(self, func: Callable[..., Any]) -> None:
+        self.func = func
+        self.__name__ = getattr(func, "__name__", type(func).__name__)
+
+    def _clean(self, values: Any, n: int, kwargs: dict[str, Any]) -> list[float | None]:
+        if not isinstance(values, Sequence) or isinstance(values, str) or len(values) != n:
+            raise ValueError(f"reward function {self.__name__!r} returned {values!r:.80} for {n} completions; it must "
+                             "return a list with one number (or None) per completion")
+        rewards = [as_reward(v) for v in values]
+        bad = sum(1 for v, r in zip(values, rewards) if r is None and v is not None)
+        if bad:
+            logger.warning("reward function %r returned %d value(s) that are not finite numbers; they count as "
+                           "unscorable (None)", self.__name__, bad)
+        log_metric = kwargs.get("log_metric")
+        if log_metric is not None:
+            log_metric(f"agentic/reward_invalid/{self.__name__}", bad / max(n, 1))
+        return rewards
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.func!r})"
+
+
+class GuardedReward(_Guard):
+    """A synchronous TRL reward function whose bad values become ``None`` (see the module docstring)."""
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+        n = len(completions)
+        try:
+            values = self.func(prompts=prompts, completions=completions, **kwargs)
+        except Exception as exc:  # retry one completion at a time: only the ones it still raises on are lost
+            logger.warning("reward function %r raised %s: %s; scoring one completion at a time",
+                           self.__name__, type(exc).__name__, exc)
+            values = []
+            for i in range(n):
+                try:
+                    one = self.func(prompts=[prompts[i]], completions=[completions[i]], **_row(kwargs, i, n))
+                    values.append(one[0] if isinstance(one, Sequence) and len(one) == 1 else None)
+                except Exception:  # noqa: BLE001 - this completion stays unscorable
+                    values.append(None)
+        return self._clean(values, n, kwargs)
+
+
+class AsyncGuardedReward(_Guard):
+    """An ``async`` TRL reward function whose bad values become ``None`` (see the module docstring)."""
+
+    async def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+        n = len(completions)
+        try:
+            values = await self.func(prompts=prompts, completions=completions, **kwargs)
+        except Exception as exc:
+            logger.warning("reward function %r raised %s: %s; scoring one completion at a time",
+                           self.__name__, type(exc).__name__, exc)
+            values = []
+            for i in range(n):
+                try:
+                    one = await self.func(prompts=[prompts[i]], completions=[completions[i]], **_row(kwargs, i, n))
+                    values.append(one[0] if isinstance(one, Sequence) and len(one) == 1 else None)
+                except Exception:  # noqa: BLE001
+                    values.append(None)
+        return self._clean(values, n, kwargs)
+
+
+def guard_reward(func: Any) -> Any:
+    """Wrap a reward function (sync or async) in its guard; reward models (``nn.Module``), model ids (``str``) and
+    functions already guarded are returned unchanged."""
+    if isinstance(func, (str, _Guard)) or not callable(func) or _is_module(func):
+        return func
+    is_async = inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None))
+    return AsyncGuardedReward(func) if is_async else GuardedReward(func)
+
+
+def _is_module(func: Any) -> bool:
+    try:
+        import torch
+
+        return isinstance(func, torch.nn.Module)
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return False
