@@ -111,8 +111,14 @@ _GEMMA3_ADDED: tuple[tuple[str, bool], ...] = (
 )
 
 # Pre-tokenizer regexes from the real tokenizer.json files (Llama-3 groups digits by up to three, Qwen by one).
-_QWEN2_PATTERN = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
-_LLAMA3_PATTERN = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+_QWEN2_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+_LLAMA3_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
 
 
 @dataclass(frozen=True)
@@ -380,7 +386,9 @@ def _gemma_tokenizer(added: tuple[tuple[str, bool], ...]):
     normalizer = normalizers.Replace(" ", "▁")
     pre = pre_tokenizers.Split(" ", behavior="merged_with_previous", invert=False)  # a no-op after the normalizer
     alphabet = sorted({c for line in _corpus() for c in line.replace(" ", "▁")} - {"\n"})
-    words = pre_tokenizers.Sequence([pre_tokenizers.Split("\n", "removed"), pre_tokenizers.Split("▁", "merged_with_next")])
+    words = pre_tokenizers.Sequence(
+        [pre_tokenizers.Split("\n", "removed"), pre_tokenizers.Split("▁", "merged_with_next")]
+    )
     spec = _trained_bpe(normalizer, words, alphabet, vocab_size=400)
     vocab = {token: i for i, (token, _) in enumerate(added)}
     for byte in range(256):
@@ -416,7 +424,7 @@ def _tokenizer(spec: _Spec):
         pad_token=spec.pad,
         unk_token="<unk>" if spec.family == "gemma3" else None,
         mask_token="<mask>" if spec.family == "gemma3" else None,
-        clean_up_tokenization_spaces=False,
+        clean_up_tokenization_spaces=spec.family == "llama",  # as shipped; transformers 5 ignores it for BPE
         model_max_length=8192,
         **extra,
     )
@@ -492,7 +500,7 @@ def _tempdir(prefix: str) -> Path:
     return path
 
 
-def _write_model_dir(name: str, spec: _Spec, path: Path) -> None:
+def _write_model_dir(spec: _Spec, path: Path) -> None:
     """Save model, generation config and tokenizer into ``path`` as a hub repository would hold them."""
     tokenizer, tokenizer_class = _tokenizer(spec)
     model = _model(spec, tokenizer)
@@ -529,7 +537,7 @@ def build_convention(name: str) -> Convention:
 
     spec = _SPECS[name]
     path = _tempdir(f"trl-agentic-{name}-")
-    _write_model_dir(name, spec, path)
+    _write_model_dir(spec, path)
     tokenizer = AutoTokenizer.from_pretrained(path)
     generation_config = GenerationConfig.from_pretrained(path)
     eos_ids = _as_tuple(generation_config.eos_token_id)

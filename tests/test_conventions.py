@@ -134,10 +134,10 @@ def test_gemma_newline_runs_are_single_tokens():
     """Gemma-3 has non-special added tokens for 1-31 newlines: "\n\n" is one token, not two "\n"."""
     tok = build_convention("gemma-3").tokenizer
     assert tok("<end_of_turn>\n", add_special_tokens=False)["input_ids"] == [106, 107]
-    ids = tok("a\n\nb", add_special_tokens=False)["input_ids"]
-    assert 108 in ids and ids != tok("a\n", add_special_tokens=False)["input_ids"] + tok("\nb", add_special_tokens=False)[
-        "input_ids"
-    ]
+    def encode(text: str) -> list[int]:
+        return tok(text, add_special_tokens=False)["input_ids"]
+
+    assert 108 in encode("a\n\nb") and encode("a\n\nb") != encode("a\n") + encode("\nb")
 
 
 def test_bos_auto_added_only_where_the_family_adds_it(convention):
@@ -146,6 +146,25 @@ def test_bos_auto_added_only_where_the_family_adds_it(convention):
     without = tok("key 7 is 3", add_special_tokens=False)["input_ids"]
     assert convention.adds_bos == (family(convention.name) in ("llama", "gemma"))
     assert with_specials == ([convention.bos_token_id] + without if convention.adds_bos else without)
+
+
+def test_text_round_trips_through_the_tokenizer(convention):
+    """Byte-level BPE and byte fallback cover any text; Llama's shipped clean_up_tokenization_spaces=True is ignored
+    for BPE by transformers 5, so spaces before punctuation survive."""
+    tok = convention.tokenizer
+    text = "naïve café 😀 — a . b , c\n\n\tkey_7 = 42!"
+    assert tok.decode(tok(text, add_special_tokens=False)["input_ids"]) == text
+
+
+def test_build_is_deterministic(tmp_path):
+    from conventions import _SPECS, _write_model_dir
+
+    for name in ("qwen3", "gemma-3"):
+        first, second = tmp_path / f"{name}-1", tmp_path / f"{name}-2"
+        _write_model_dir(_SPECS[name], first)
+        _write_model_dir(_SPECS[name], second)
+        for file in ("tokenizer.json", "model.safetensors", "generation_config.json"):
+            assert (first / file).read_bytes() == (second / file).read_bytes(), (name, file)
 
 
 def test_special_flags_match_the_real_tokenizer(convention):
@@ -206,7 +225,8 @@ def test_qwen_wraps_tool_output_in_a_user_turn_and_merges_consecutive_ones():
     conv = build_convention("qwen2.5-instruct")
     messages = conversation(conv, system=False) + [{"role": "tool", "content": "5"}]
     text = render(conv, messages)
-    assert text.endswith("<|im_start|>user\n<tool_response>\n4\n</tool_response>\n<tool_response>\n5\n</tool_response><|im_end|>\n")
+    turn = "<|im_start|>user\n<tool_response>\n4\n</tool_response>\n<tool_response>\n5\n</tool_response><|im_end|>\n"
+    assert text.endswith(turn)
 
 
 def test_llama_renders_tool_output_as_json(convention):
