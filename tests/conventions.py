@@ -39,7 +39,7 @@ import random
 import re
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -144,82 +144,65 @@ class _Spec:
     eos_is_list: bool = True  # generation_config.eos_token_id shipped as a list (else a bare int)
 
 
-_QWEN_MARKERS = ("<|im_start|>", "<|im_end|>")
-_LLAMA_MARKERS = ("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|eom_id|>")
-_LLAMA = dict(
+_QWEN2_5_INSTRUCT = _Spec(
+    family="qwen2",
+    template="qwen2_5",
+    added=_QWEN2_5_ADDED,
+    bos=None,
+    eos="<|im_end|>",
+    pad="<|endoftext|>",
+    end_of_turn="<|im_end|>",
+    generation_eos=("<|im_end|>", "<|endoftext|>"),
+    generation_pad="<|endoftext|>",
+    generation_bos="<|endoftext|>",
+    config_eos=("<|im_end|>",),
+    observation_roles=("tool",),
+    turn_markers=("<|im_start|>", "<|im_end|>"),
+    default_system_prompt="You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
+    prefix_stable=True,
+)
+
+_LLAMA_3_2_INSTRUCT = _Spec(
     family="llama",
     template="llama3_2",
     added=_LLAMA3_ADDED,
     bos="<|begin_of_text|>",
     eos="<|eot_id|>",
+    pad=None,
     end_of_turn="<|eot_id|>",
     generation_eos=("<|end_of_text|>", "<|eom_id|>", "<|eot_id|>"),
     generation_pad=None,
     generation_bos="<|begin_of_text|>",
     config_eos=("<|end_of_text|>", "<|eom_id|>", "<|eot_id|>"),
     observation_roles=("tool", "ipython"),
-    turn_markers=_LLAMA_MARKERS,
+    turn_markers=("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|eom_id|>"),
     default_system_prompt="Cutting Knowledge Date: December 2023",
     prefix_stable=True,
     date_dependent=True,
 )
 
 _SPECS: dict[str, _Spec] = {
-    "qwen2.5-instruct": _Spec(
-        family="qwen2",
-        template="qwen2_5",
-        added=_QWEN2_5_ADDED,
-        bos=None,
-        eos="<|im_end|>",
-        pad="<|endoftext|>",
-        end_of_turn="<|im_end|>",
-        generation_eos=("<|im_end|>", "<|endoftext|>"),
-        generation_pad="<|endoftext|>",
-        generation_bos="<|endoftext|>",
-        config_eos=("<|im_end|>",),
-        observation_roles=("tool",),
-        turn_markers=_QWEN_MARKERS,
-        default_system_prompt="You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
-        prefix_stable=True,
-    ),
-    "qwen2.5-base": _Spec(
-        family="qwen2",
-        template="qwen2_5",
-        added=_QWEN2_5_ADDED,
-        bos=None,
+    "qwen2.5-instruct": _QWEN2_5_INSTRUCT,
+    # The base model: same tokenizer files and template, but it ends text (not turns) and has no pad in its config.
+    "qwen2.5-base": replace(
+        _QWEN2_5_INSTRUCT,
         eos="<|endoftext|>",
-        pad="<|endoftext|>",
-        end_of_turn="<|im_end|>",
         generation_eos=("<|endoftext|>",),
         generation_pad=None,
-        generation_bos="<|endoftext|>",
         config_eos=("<|endoftext|>",),
-        observation_roles=("tool",),
-        turn_markers=_QWEN_MARKERS,
-        default_system_prompt="You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
-        prefix_stable=True,
         eos_is_list=False,
     ),
-    "qwen3": _Spec(
+    "qwen3": replace(
+        _QWEN2_5_INSTRUCT,
         family="qwen3",
         template="qwen3",
         added=_QWEN3_ADDED,
-        bos=None,
-        eos="<|im_end|>",
-        pad="<|endoftext|>",
-        end_of_turn="<|im_end|>",
-        generation_eos=("<|im_end|>", "<|endoftext|>"),
-        generation_pad="<|endoftext|>",
-        generation_bos="<|endoftext|>",
-        config_eos=("<|im_end|>",),
-        observation_roles=("tool",),
-        turn_markers=_QWEN_MARKERS,
         default_system_prompt=None,
         prefix_stable=False,
     ),
-    "llama-3.2-instruct": _Spec(pad=None, **_LLAMA),
+    "llama-3.2-instruct": _LLAMA_3_2_INSTRUCT,
     # Llama ships no pad token; TRL (and most fine-tuning scripts) then set ``pad_token = eos_token``.
-    "llama-3.2-instruct-pad-eos": _Spec(pad="<|eot_id|>", **_LLAMA),
+    "llama-3.2-instruct-pad-eos": replace(_LLAMA_3_2_INSTRUCT, pad="<|eot_id|>"),
     "gemma-3": _Spec(
         family="gemma3",
         template="gemma3",
@@ -249,7 +232,8 @@ class Convention:
         tokenizer: ``AutoTokenizer.from_pretrained(model_dir)``, shared by the process: do not mutate.
         model_dir: directory with config.json, model.safetensors, generation_config.json, the tokenizer files and
             chat_template.jinja.
-        generation_config: ``GenerationConfig.from_pretrained(model_dir)``.
+        generation_config: ``GenerationConfig.from_pretrained(model_dir)`` (for the GGUF model: what loading builds
+            from its config, the GGUF having no generation_config.json).
         eos_token_ids: ``generation_config.eos_token_id`` as a tuple (every id generation stops on).
         bos_token_id / pad_token_id: the tokenizer's (``None`` where the family ships none).
         generation_pad_token_id: ``generation_config.pad_token_id``; ``None`` means ``generate`` pads with
@@ -269,6 +253,7 @@ class Convention:
         prefix_stable: whether a rendered ``[user, assistant]`` stays a prefix once a tool observation is appended.
         date_dependent: whether the render contains today's date (Llama), so it changes at midnight.
         gguf_file: the GGUF file name inside ``model_dir`` for the real model, else ``None``.
+        notes: where the fixture departs from what the hub ships (the GGUF model), as sentences.
     """
 
     name: str
