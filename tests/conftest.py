@@ -6,6 +6,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest  # noqa: E402
+from conventions import CONVENTIONS  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -31,3 +32,19 @@ def tiny_model(tokenizer):
     from trl_agentic.toy import build_tiny_model
 
     return build_tiny_model(tokenizer)
+
+
+@pytest.fixture(params=CONVENTIONS)
+def convention(request):
+    """Each real-model convention (tests/conventions.py): a tiny model directory plus its ids and template traits."""
+    from conventions import build_convention
+
+    return build_convention(request.param)
+
+
+@pytest.fixture(scope="session")
+def gemma3_270m():
+    """The real Gemma-3-270M from the PyPI GGUF package, as a Convention (tests using it must be marked slow)."""
+    from conventions import gemma3_270m_gguf
+
+    return gemma3_270m_gguf()
