@@ -1,0 +1,44 @@
+"""trl_agentic.evaluate: the pass@k estimator, and evaluation through the engine with a TRL reward function."""
+
+import itertools
+import math
+
+import pytest
+
+from helpers import ScriptedGenerator
+from trl_agentic.evaluate import evaluate, pass_at_k
+from trl_agentic.toy import LookupEnvironment, lookup_reward, make_lookup_dataset
+
+
+@pytest.mark.parametrize("n,c,k", [(5, 0, 1), (5, 2, 1), (5, 2, 3), (6, 5, 2), (4, 4, 4), (10, 3, 5)])
+def test_pass_at_k_equals_the_subset_probability(n, c, k):
+    """pass@k is the probability that a random k-subset of the n samples holds a success."""
+    samples = [1] * c + [0] * (n - c)
+    subsets = list(itertools.combinations(range(n), k))
+    expected = sum(any(samples[i] for i in s) for s in subsets) / len(subsets)
+    assert math.isclose(pass_at_k(n, c, k), expected)
+    with pytest.raises(ValueError):
+        pass_at_k(n, c, n + 1)
+
+
+def test_evaluate_counts_successes_per_row(tokenizer):
+    rows = make_lookup_dataset(6, seed=1)
+    right = {row["prompt"]: row["value"] for row in rows}
+
+    def script(ids):
+        text = tokenizer.decode(ids)
+        if "<result>" not in text:
+            return "<lookup>k</lookup>"
+        prompt = next(p for p in right if text.startswith(p))
+        # rows 0, 2, 4 answered right; the others wrong
+        good = list(right).index(prompt) % 2 == 0
+        return f"<answer>{right[prompt] if good else 'x'}</answer>"
+
+    report, trajectories = evaluate(None, tokenizer, LookupEnvironment, rows, lookup_reward, samples_per_row=2,
+                                    k=(1, 2), generator=ScriptedGenerator(tokenizer, script), batch_size=5,
+                                    max_turns=3, max_completion_length=60, show_progress=False)
+    assert len(trajectories) == 12
+    assert report.successes == [2, 0, 2, 0, 2, 0]
+    assert report.accuracy == 0.5 and report.pass_at_k == {1: 0.5, 2: 0.5}
+    assert report.mean_turns == 2 and report.mean_tool_calls == 1 and report.truncation_rate == 0
+    assert "accuracy 0.500" in report.summary() and report.to_dict()["pass_at_k"]["2"] == 0.5

@@ -1,0 +1,185 @@
+"""Evaluation with the engine the trainers use: accuracy, pass@k and how the agent behaves.
+
+For each dataset row, ``samples_per_row`` trajectories are rolled out (greedy or sampled) with
+:func:`~trl_agentic.rollout.engine.run_rollouts`' engine, scored by a TRL reward function (which receives the
+completions, ``trajectory`` and every dataset column, as in training), and a sample counts as a success when its
+reward is at least ``success_threshold``.
+
+pass@k is the unbiased estimator of Chen et al. 2021 ("Evaluating Large Language Models Trained on Code",
+arXiv 2107.03374): with ``n`` samples of a row of which ``c`` succeed,
+``pass@k = 1 - C(n - c, k) / C(n, k)`` (1 when ``n - c < k``), averaged over rows; ``accuracy`` is pass@1, the mean
+success rate.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Sequence
+
+from .environment import EnvironmentFactory
+from .rollout.engine import RolloutConfig, RolloutEngine
+from .rollout.generation import Generator, HFGenerator
+from .rollout.observations import is_conversational
+from .trajectory import Trajectory
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from ``n`` samples with ``c`` successes: ``1 - C(n-c, k) / C(n, k)``."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+@dataclass
+class EvaluationReport:
+    """What :func:`evaluate` measured (``to_dict`` gives the JSON report).
+
+    Attributes:
+        num_rows: Rows evaluated.
+        samples_per_row: Trajectories per row.
+        accuracy: Mean success rate (pass@1).
+        pass_at_k: ``{k: pass@k}`` for each requested ``k <= samples_per_row``.
+        mean_reward: Mean reward (unscorable samples left out).
+        mean_turns: Mean model turns per trajectory.
+        mean_tool_calls: Mean tool calls per trajectory (``turn_infos[*]["tool"]``).
+        truncation_rate: Share of trajectories that did not end on their own.
+        env_failure_rate: Share of trajectories whose environment raised or timed out.
+        successes: Successes of each row.
+    """
+
+    num_rows: int
+    samples_per_row: int
+    accuracy: float
+    pass_at_k: dict[int, float]
+    mean_reward: float
+    mean_turns: float
+    mean_tool_calls: float
+    truncation_rate: float
+    env_failure_rate: float
+    successes: list[int] = field(repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["pass_at_k"] = {str(k): v for k, v in self.pass_at_k.items()}
+        return data
+
+    def summary(self) -> str:
+        """One line, for logs and progress output."""
+        passes = "  ".join(f"pass@{k} {v:.3f}" for k, v in self.pass_at_k.items() if k > 1)
+        return (f"accuracy {self.accuracy:.3f}{'  ' + passes if passes else ''}  reward {self.mean_reward:.3f}  "
+                f"turns {self.mean_turns:.2f}  tool calls {self.mean_tool_calls:.2f}  "
+                f"truncated {self.truncation_rate:.2f}  ({self.num_rows} rows x {self.samples_per_row})")
+
+
+def score_trajectories(
+    reward_func: Callable[..., Sequence[float | None]],
+    trajectories: Sequence[Trajectory],
+    rows: Sequence[dict[str, Any]],
+    processing_class: Any,
+    prompt_column: str = "prompt",
+) -> list[float | None]:
+    """Call a TRL reward function as the trainers do: ``prompts``, ``completions`` (text, or one assistant message
+    for chat prompts, decoded without special tokens as TRL decodes them), ``completion_ids``, ``trajectory`` and
+    every dataset column as a list."""
+    tokenizer = getattr(processing_class, "tokenizer", processing_class)
+    prompts = [row[prompt_column] for row in rows]
+    texts = [tokenizer.decode(t.completion_ids, skip_special_tokens=True) for t in trajectories]
+    completions: list[Any] = [
+        [{"role": "assistant", "content": text}] if is_conversational(prompt) else text
+        for prompt, text in zip(prompts, texts)
+    ]
+    columns = {key: [row.get(key) for row in rows] for key in rows[0] if key != prompt_column} if rows else {}
+    rewards = reward_func(prompts=prompts, completions=completions,
+                          completion_ids=[t.completion_ids for t in trajectories], trajectory=list(trajectories),
+                          **columns)
+    return [None if r is None or (isinstance(r, float) and math.isnan(r)) else float(r) for r in rewards]
+
+
+def evaluate(
+    model: Any,
+    processing_class: Any,
+    environment: EnvironmentFactory,
+    rows: Sequence[dict[str, Any]],
+    reward_func: Callable[..., Sequence[float | None]],
+    *,
+    samples_per_row: int = 1,
+    k: Sequence[int] = (1,),
+    success_threshold: float = 1.0,
+    greedy: bool = False,
+    batch_size: int = 32,
+    prompt_column: str = "prompt",
+    config: RolloutConfig | None = None,
+    generator: Generator | None = None,
+    generation_config: Any = None,
+    show_progress: bool = True,
+    **config_kwargs: Any,
+) -> tuple[EvaluationReport, list[Trajectory]]:
+    """Roll out ``samples_per_row`` trajectories per row and measure them (module docstring).
+
+    Args:
+        model: A causal LM (ignored when ``generator`` is given).
+        processing_class: Its tokenizer.
+        environment: Class or zero-argument factory of the environment.
+        rows: Dataset rows (a list of dicts or a ``datasets.Dataset``).
+        reward_func: A TRL reward function (e.g. ``QAReward()``); a sample succeeds when its reward is at least
+            ``success_threshold``.
+        samples_per_row: Trajectories per row (``n`` of pass@k).
+        k: The ``k`` of pass@k to report (each at most ``samples_per_row``).
+        greedy: Greedy decoding (``do_sample=False``) instead of sampling.
+        batch_size: Trajectories per generation batch.
+        config: A :class:`~trl_agentic.RolloutConfig`, or its fields as keyword arguments.
+        generator: Override the generation backend (default: transformers ``generate``).
+        generation_config: transformers ``GenerationConfig`` (default: the model's).
+        show_progress: A progress bar over batches.
+
+    Returns:
+        The report and the trajectories (row-major: the samples of row 0, then of row 1, ...).
+    """
+    if config is None:
+        config = RolloutConfig(**config_kwargs)
+    elif config_kwargs:
+        raise TypeError("pass either config= or RolloutConfig fields as keyword arguments, not both")
+    if any(not 1 <= kk <= samples_per_row for kk in k):
+        raise ValueError(f"each k must be between 1 and samples_per_row={samples_per_row}, got {list(k)}")
+    rows = [dict(row) for row in rows]
+    if generator is None:
+        generation_config = copy.deepcopy(generation_config if generation_config is not None else model.generation_config)
+        generation_config.do_sample = not greedy
+        generator = HFGenerator(model, processing_class, generation_config, return_logprobs=False)
+    engine = RolloutEngine(generator, processing_class, environment, config)
+    expanded = [row for row in rows for _ in range(samples_per_row)]
+    batches = range(0, len(expanded), batch_size)
+    if show_progress:
+        from tqdm.auto import tqdm
+
+        batches = tqdm(batches, desc="evaluating", unit="batch")
+    trajectories: list[Trajectory] = []
+    rewards: list[float | None] = []
+    for start in batches:
+        chunk = expanded[start : start + batch_size]
+        done = engine.run([row[prompt_column] for row in chunk], chunk)
+        trajectories += done
+        rewards += score_trajectories(reward_func, done, chunk, processing_class, prompt_column)
+    return _report(rows, samples_per_row, list(k), success_threshold, trajectories, rewards), trajectories
+
+
+def _report(rows, n, ks, threshold, trajectories, rewards) -> EvaluationReport:
+    successes = [sum(1 for r in rewards[i * n : (i + 1) * n] if r is not None and r >= threshold) for i in range(len(rows))]
+    scored = [r for r in rewards if r is not None]
+    count = max(len(trajectories), 1)
+    return EvaluationReport(
+        num_rows=len(rows),
+        samples_per_row=n,
+        accuracy=sum(successes) / max(len(rows) * n, 1),
+        pass_at_k={kk: sum(pass_at_k(n, c, kk) for c in successes) / max(len(rows), 1) for kk in sorted(set(ks))},
+        mean_reward=sum(scored) / len(scored) if scored else float("nan"),
+        mean_turns=sum(t.num_turns for t in trajectories) / count,
+        mean_tool_calls=sum(1 for t in trajectories for info in t.turn_infos if info.get("tool")) / count,
+        truncation_rate=sum(t.truncated for t in trajectories) / count,
+        env_failure_rate=sum(t.env_failed for t in trajectories) / count,
+        successes=successes,
+    )
