@@ -30,8 +30,6 @@ _EXPORTS: dict[str, str] = {
     "ValueModel": "trl_agentic.critic",
     "SharedValueHead": "trl_agentic.critic",
     "render_html": "trl_agentic.render",
-    "evaluate": "trl_agentic.evaluate",
-    "EvaluationReport": "trl_agentic.evaluate",
     "TagProtocol": "trl_agentic.tag_protocol",
     # tools
     "PythonSandbox": "trl_agentic.tools",
