@@ -241,8 +241,8 @@ def protocol_format_reward(spec: Any) -> Any:
                 parts.append(action)
                 observation = t.observations[k] if k < len(t.observations) else None
                 if observation:
-                    parts.append(_observation_blocks(observation, self.spec.observation_tags))
-            return check_format("".join(parts), self.spec).score
+                    parts.append(_observation_blocks(observation, self.protocol.observation_tags))
+            return check_format("".join(parts), self.protocol).score
 
     return ProtocolFormatReward(spec, name="format")
 
@@ -253,7 +253,7 @@ def build_reward(args: argparse.Namespace) -> Any:
         CompositeReward,
         LengthPenalty,
         MathAnswerReward,
-        TagSpec,
+        TagProtocol,
         ToolUseReward,
     )
 
@@ -263,13 +263,13 @@ def build_reward(args: argparse.Namespace) -> Any:
         correct = MathAnswerReward(answer_column="answer", sources=sources)
     except ValueError as exc:
         raise RecipeError(f"--answer-sources {args.answer_sources!r}: {exc}") from None
-    spec = TagSpec(think=None, tools={tag: observation_tag}, answer="answer")
+    spec = TagProtocol(think=None, tools={tag: observation_tag}, answer="answer")
     components = [
         Component("correct", correct, weight=1.0, outcome=True),
         Component("format", protocol_format_reward(spec), weight=args.format_weight, clip=(0.0, 1.0)),
         Component(
             "tool_use",
-            ToolUseReward(required_tools={tag}, known_tools={tag}, tool_tags=(tag,), think_tag=None),
+            ToolUseReward(required_tools={tag}, known_tools={tag}, protocol=spec),
             weight=args.tool_weight,
             clip=(-0.5, 0.5),
         ),

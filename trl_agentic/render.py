@@ -20,7 +20,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from .trajectory import Trajectory, load_trajectories
 
 # Keys ``Trajectory.to_dict`` derives from the fields; they are recomputed, not shown as extras.
-_DERIVED_KEYS = frozenset({"num_turns", "env_reward"})
+_DERIVED_KEYS = frozenset({"num_turns", "env_reward", "truncated"})
 
 _CSS = """
 body { font-family: system-ui, -apple-system, Segoe UI, sans-serif; margin: 1.5rem; color: #1d1d1f;
