@@ -106,6 +106,11 @@ class RolloutEngine:
         sync_any: Callable[[bool], bool] | None = None,
         eos_token_ids: Sequence[int] | None = None,
     ) -> None:
+        if not callable(environment):
+            raise TypeError(f"environment must be an Environment class or a zero-argument factory (e.g. "
+                            f"functools.partial(TagEnvironment, tools=...)), got {type(environment).__name__}")
+        if config is not None and not isinstance(config, RolloutConfig):
+            raise TypeError(f"config must be a RolloutConfig, got {type(config).__name__}")
         self.generator = generator
         self.config = config or RolloutConfig()
         if eos_token_ids is None:
