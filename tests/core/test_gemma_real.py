@@ -19,9 +19,7 @@ PROMPT = (
 
 @pytest.fixture(scope="module")
 def gemma(gemma3_270m):
-    model = gemma3_270m.load_model()
-    model.hf_quantizer = None  # weights are plain float32 after loading (see ../shared/README.md)
-    return gemma3_270m, model
+    return gemma3_270m, gemma3_270m.load_model()
 
 
 @pytest.mark.parametrize("mode", ["text", "chat"])
