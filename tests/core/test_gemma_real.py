@@ -48,12 +48,12 @@ def test_lora_training_step(gemma, tmp_path):
 
     conv, model = gemma
     args = AgenticGRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, num_generations=2,
-                             max_completion_length=64, max_tokens_per_turn=24, max_turns=2, max_steps=1,
+                             max_completion_length=48, max_tokens_per_turn=16, max_turns=2, max_steps=1,
                              learning_rate=1e-4, logging_steps=1, report_to="none", use_cpu=True, bf16=False,
                              save_strategy="no", beta=0.0, seed=0)
 
-    def reward(completions, trajectory, **kwargs):
-        return [float(t.num_agent_tokens) for t in trajectory]
+    def reward(completions, trajectory, **kwargs):  # differs between the two samples, so advantages are not 0
+        return [float(i) for i, _ in enumerate(trajectory)]
 
     trainer = AgenticGRPOTrainer(model=model, reward_funcs=reward, args=args, processing_class=conv.tokenizer,
                                  train_dataset=Dataset.from_list([{"prompt": PROMPT, "value": "42"}] * 2),

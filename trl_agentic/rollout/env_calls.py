@@ -23,11 +23,12 @@ import asyncio
 import inspect
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
 from ..environment import check_reset_result, check_step_result
-from .async_loop import LoopTimeout, run_coroutine
+from .async_loop import LoopTimeout, submit, wait
 
 logger = logging.getLogger(__name__)
 
@@ -177,25 +178,49 @@ async def call_one(env: Any, method: Method, arg: Any, timeout: float) -> Any:
         return EnvFailure("env_error", f"{name} raised {type(exc).__name__}: {exc}")
 
 
-def call_all(envs: list[Any], method: Method, args: list[Any], timeout: float) -> list[Any]:
-    """Call ``method`` on every environment concurrently (``args[i]`` for ``envs[i]``) and return, in order, each
-    validated result or an :class:`EnvFailure`. The whole batch waits at most ``timeout`` plus a few seconds: a call
-    not finished by then (the loop was blocked) is an ``env_timeout``. Environments without ``close`` are skipped
-    for ``method="close"``."""
-    unfinished = EnvFailure("env_timeout", f"{method} did not finish: the event loop was blocked")
-    skipped = [method == "close" and not hasattr(env, "close") for env in envs]
-    results: list[Any] = [None if skip else unfinished for skip in skipped]
+class PendingCalls:
+    """Environment calls started by :func:`start_all`; :meth:`results` waits for them (at most the per-call timeout
+    plus a few seconds after their start) and gives each validated result or an :class:`EnvFailure`, in order.
+    ``seconds`` is the wall time from the start until the last call finished."""
 
-    async def one(i: int) -> None:
-        results[i] = await call_one(envs[i], method, args[i], timeout)
+    def __init__(self, envs: list[Any], method: Method, args: list[Any], timeout: float) -> None:
+        self.method, self.timeout = method, timeout
+        unfinished = EnvFailure("env_timeout", f"{method} did not finish: the event loop was blocked")
+        skipped = [method == "close" and not hasattr(env, "close") for env in envs]
+        self._results: list[Any] = [None if skip else unfinished for skip in skipped]
+        self.seconds = 0.0
+        self._submitted = None
+        if envs:
+            self._submitted = submit(self._batch(envs, args, skipped))
 
-    async def batch() -> None:
+    async def _batch(self, envs: list[Any], args: list[Any], skipped: list[bool]) -> None:
+        started = time.monotonic()
+
+        async def one(i: int) -> None:
+            self._results[i] = await call_one(envs[i], self.method, args[i], self.timeout)
+
         await asyncio.gather(*(one(i) for i, skip in enumerate(skipped) if not skip))
+        self.seconds = time.monotonic() - started
 
-    if not envs:
-        return []
-    try:
-        run_coroutine(batch(), timeout + _DEADLINE_GRACE_S)
-    except LoopTimeout as exc:
-        logger.warning("environment %s calls: %s", method, exc)
-    return results
+    def results(self) -> list[Any]:
+        if self._submitted is not None:
+            try:
+                wait(self._submitted, self.timeout + _DEADLINE_GRACE_S)
+            except LoopTimeout as exc:
+                logger.warning("environment %s calls: %s", self.method, exc)
+            self._submitted = None
+        return self._results
+
+
+def start_all(envs: list[Any], method: Method, args: list[Any], timeout: float) -> PendingCalls:
+    """Start ``method`` on every environment concurrently (``args[i]`` for ``envs[i]``) and return at once; the
+    calls run on the background loop while the caller goes on (e.g. generating for other trajectories)."""
+    return PendingCalls(envs, method, args, timeout)
+
+
+def call_all(envs: list[Any], method: Method, args: list[Any], timeout: float) -> list[Any]:
+    """Call ``method`` on every environment concurrently and return, in order, each validated result or an
+    :class:`EnvFailure`. The whole batch waits at most ``timeout`` plus a few seconds: a call not finished by then
+    (the loop was blocked) is an ``env_timeout``. Environments without ``close`` are skipped for
+    ``method="close"``."""
+    return start_all(envs, method, args, timeout).results()
