@@ -15,8 +15,10 @@ Tools overlapped with generation (``overlap_chunks``): with one chunk a turn cos
 slowest tool. With ``k`` chunks the active trajectories are split into ``k`` groups generated one after the other,
 and each group's environment steps run (on the background loop) while the next groups generate, so that in steady
 state a round costs about the larger of the two. ``"auto"`` (the default) runs the first turn as one chunk, and
-splits into two when its tool calls took at least a quarter of its generation time. Every process uses the same
+splits into two when its tool calls took at least a quarter of its generation time (and 10 ms). Every process uses the same
 number of chunks and makes the same generation calls (a chunk is skipped only when it is empty on every process).
+Chunking changes the order in which sampling draws random numbers, and ``"auto"`` decides from measured time: set
+``overlap_chunks`` to a number for runs that must sample bit-identically (tools that take under 10 ms never split).
 
 End ids: a turn ends at the first of the model's end ids (every id of ``generation_config.eos_token_id`` and the
 tokenizer's EOS; in chat mode also the template's end-of-turn token); nothing after it is kept.
@@ -98,8 +100,10 @@ class RolloutConfig:
 
 
 AUTO_OVERLAP_RATIO = 0.25
-"""``overlap_chunks="auto"`` splits a rollout into two chunks when its first turn's tool calls took at least this
-share of its generation time."""
+AUTO_OVERLAP_MIN_SECONDS = 0.01
+"""``overlap_chunks="auto"`` splits a rollout into two chunks when its first turn's tool calls took at least
+``AUTO_OVERLAP_RATIO`` of its generation time and at least ``AUTO_OVERLAP_MIN_SECONDS`` (below that there is
+nothing worth hiding)."""
 
 
 @dataclass
@@ -197,7 +201,7 @@ class RolloutEngine:
 
     @staticmethod
     def _auto_chunks(timing: dict[str, float], active: int) -> int:
-        overlap_pays = timing["tools"] >= AUTO_OVERLAP_RATIO * timing["generation"] > 0
+        overlap_pays = timing["tools"] >= max(AUTO_OVERLAP_RATIO * timing["generation"], AUTO_OVERLAP_MIN_SECONDS)
         return 2 if overlap_pays and active >= 2 else 1
 
     # -- turn loop -------------------------------------------------------------------------------------------

@@ -69,6 +69,12 @@ class AgenticGRPOConfig(GRPOConfig):
         default=1024, metadata={"help": "Most tokens of one observation's content (the head is kept)."}
     )
     env_timeout: float = field(default=60.0, metadata={"help": "Seconds per environment reset/step/close call."})
+    overlap_chunks: str = field(
+        default="auto",
+        metadata={"help": "Generate each turn in this many chunks so that one chunk's tool calls run while the next "
+                  "generates: 'auto' (two chunks when the first turn's tools took >= 25% of its generation time), "
+                  "1 (off), or a number."},
+    )
     kl_estimator: str = field(
         default="k3",
         metadata={"help": "KL estimator on agent tokens: 'k3' (TRL's; gradient of KL(ref||pi)), 'k2' (gradient of "
@@ -138,7 +144,15 @@ class AgenticGRPOConfig(GRPOConfig):
             max_observation_tokens=self.max_observation_tokens,
             env_timeout=self.env_timeout,
             chat_template_kwargs=dict(self.chat_template_kwargs or {}),
+            overlap_chunks="auto" if str(self.overlap_chunks) == "auto" else _as_int(self.overlap_chunks, "overlap_chunks"),
         )
+
+
+def _as_int(value: Any, name: str) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be 'auto' or an integer, got {value!r}") from None
 
 
 class AgenticGRPOTrainer(GRPOTrainerBoundary):
@@ -215,11 +229,18 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
         flag = torch.tensor([int(local_active)], device=self.accelerator.device)
         return bool(self.accelerator.gather(flag).sum().item())
 
+    def _sync_max(self, local: int) -> int:
+        if self.accelerator.num_processes == 1:
+            return local
+        value = torch.tensor([local], device=self.accelerator.device)
+        return int(self.accelerator.gather(value).max().item())
+
     def _agentic_rollout(self, prompts: list[Any], trainer: Any = None) -> dict[str, Any]:
         """TRL's ``rollout_func``: run the episodes and hand TRL ids, logprobs, the env mask and the trajectories
         (which reach the reward functions as ``trajectory``)."""
         engine = RolloutEngine(self._generator(), self.processing_class, self.environment,
-                               self.args.rollout_config(), self._sync_any, eos_token_ids=self.eos_token_ids)
+                               self.args.rollout_config(), self._sync_any, eos_token_ids=self.eos_token_ids,
+                               sync_max=self._sync_max)
         trajectories = engine.run(prompts, [dict(row) for row in self.rollout_rows()])
         self._log_rollout_metrics(trajectories)
         return self._to_trl_rollout(trajectories)
