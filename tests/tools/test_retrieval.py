@@ -297,3 +297,26 @@ def test_server_cli(bm25, tmp_path):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_retrieval_modules_import_no_cycle():
+    """No module of the retrieval package imports (even inside a function) one that imports it back."""
+    import ast
+    from pathlib import Path
+
+    import trl_agentic.tools.retrieval as package
+
+    folder = Path(package.__file__).parent
+    graph = {}
+    for path in folder.glob("*.py"):
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                imported |= {node.module} if node.module else {alias.name for alias in node.names}
+        graph[path.stem] = imported - {"__init__"}
+
+    def reaches(start, goal, seen=()):
+        return any(m == goal or (m not in seen and reaches(m, goal, (*seen, m))) for m in graph.get(start, ()))
+
+    cycles = [name for name in graph if name != "__init__" and reaches(name, name)]
+    assert not cycles, {name: graph[name] for name in cycles}

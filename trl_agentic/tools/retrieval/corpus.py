@@ -1,4 +1,4 @@
-"""Corpus files in Search-R1's format, the retriever protocol, and loading a saved index by its type.
+"""Corpus files in Search-R1's format, the retriever protocol, and the index files the retrievers share.
 
 A corpus is a JSONL file, one passage per line: ``{"id": "0", "contents": "\\"Title\\"\\ntext ..."}`` (wiki-18 as
 distributed with Search-R1: the first line of ``contents`` is the title in double quotes). Other fields are kept
@@ -22,7 +22,6 @@ __all__ = [
     "write_corpus",
     "split_title",
     "make_document",
-    "load_retriever",
     "INDEX_META_FILE",
 ]
 
@@ -149,24 +148,3 @@ def read_index_meta(directory: str | os.PathLike, kind: str, owner: str, label: 
     if meta.get("type") != kind:
         raise ValueError(f"{directory} holds a {meta.get('type')!r} index, not a {label} one")
     return meta
-
-
-def load_retriever(index_dir: str | os.PathLike, **kwargs: Any) -> Any:
-    """Load a saved index, BM25 or dense, from the type written in its ``trl_agentic_index.json``.
-    Keyword arguments go to the loader (e.g. ``encoder=`` for a dense index)."""
-    meta_path = Path(index_dir) / INDEX_META_FILE
-    if not meta_path.exists():
-        raise FileNotFoundError(
-            f"{index_dir} is not a trl_agentic index (no {INDEX_META_FILE}); build one with "
-            "BM25Retriever(...).save(dir) or DenseRetriever(...).save(dir)"
-        )
-    kind = json.loads(meta_path.read_text(encoding="utf-8")).get("type")
-    if kind == "bm25":
-        from .bm25 import BM25Retriever
-
-        return BM25Retriever.load(index_dir, **kwargs)
-    if kind == "dense":
-        from .dense import DenseRetriever
-
-        return DenseRetriever.load(index_dir, **kwargs)
-    raise ValueError(f"unknown index type {kind!r} in {meta_path}")

@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO)
     if args.index:
-        from .corpus import load_retriever
+        from .loader import load_retriever
 
         kwargs = {"encoder": args.encoder} if args.encoder else {}
         retriever = load_retriever(args.index, **kwargs)
