@@ -320,3 +320,16 @@ def test_retrieval_modules_import_no_cycle():
 
     cycles = [name for name in graph if name != "__init__" and reaches(name, name)]
     assert not cycles, {name: graph[name] for name in cycles}
+
+
+def test_index_building_shows_progress_only_when_asked(corpus_file, capfd):
+    BM25Retriever.from_jsonl(corpus_file, show_progress=False)
+    assert capfd.readouterr().err == ""
+    BM25Retriever.from_jsonl(corpus_file, show_progress=True)
+    err = capfd.readouterr().err
+    assert "reading corpus.jsonl" in err and "100%" in err
+
+
+def test_a_corpus_without_an_indexable_word_is_refused_clearly():
+    with pytest.raises(ValueError, match="without a single indexable word"):
+        BM25Retriever([{"id": "0", "contents": "a the of"}, {"id": "1", "contents": ""}], show_progress=False)

@@ -59,18 +59,23 @@ def make_document(doc: Any, index: int | None = None) -> dict[str, Any]:
     return out
 
 
-def load_corpus(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Read a JSONL corpus (blank lines skipped); rows are normalised with :func:`make_document`."""
+def load_corpus(path: str | os.PathLike, show_progress: bool = False) -> list[dict[str, Any]]:
+    """Read a JSONL corpus (UTF-8, blank lines skipped); rows are normalised with :func:`make_document`.
+    ``show_progress`` shows a progress bar (bytes read) on stderr."""
+    from tqdm.auto import tqdm
+
     docs = []
-    with open(path, encoding="utf-8") as fh:
-        for line_no, line in enumerate(fh):
-            line = line.strip()
-            if not line:
+    bar = tqdm(total=os.path.getsize(path), unit="B", unit_scale=True, desc=f"reading {Path(path).name}",
+               disable=not show_progress)
+    with open(path, "rb") as fh, bar:
+        for line_no, line in enumerate(fh, start=1):
+            bar.update(len(line))
+            if not line.strip():
                 continue
             try:
                 row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{line_no + 1}: invalid JSON: {exc}") from None
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                raise ValueError(f"{path}:{line_no}: invalid JSON: {exc}") from None
             docs.append(make_document(row, len(docs)))
     return docs
 
