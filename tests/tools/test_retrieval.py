@@ -333,3 +333,9 @@ def test_index_building_shows_progress_only_when_asked(corpus_file, capfd):
 def test_a_corpus_without_an_indexable_word_is_refused_clearly():
     with pytest.raises(ValueError, match="without a single indexable word"):
         BM25Retriever([{"id": "0", "contents": "a the of"}, {"id": "1", "contents": ""}], show_progress=False)
+
+
+def test_server_without_fastapi_says_what_to_install(bm25, monkeypatch):
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # as if the extra were not installed
+    with pytest.raises(ImportError, match=r"pip install trl-agentic\[retrieval\]"):
+        RetrievalServer(bm25, port=0)

@@ -11,7 +11,7 @@ from .corpus import Retriever, load_corpus, make_document, split_title, write_co
 from .dense import DenseRetriever, TransformerEncoder
 from .loader import load_retriever
 from .search_tool import SearchTool, format_search_results
-from .server import RetrievalServer, serve
+from .serving import RetrievalServer, serve
 
 __all__ = [
     "BM25Retriever",
