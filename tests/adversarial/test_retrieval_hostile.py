@@ -376,3 +376,25 @@ def test_the_total_deadline_bounds_a_call(behaviour):
             client.search(["q"], 1)
         assert time.monotonic() - start < 1.8
         assert info.value.attempts <= 3 and server.connections == info.value.attempts
+
+
+def test_past_max_connections_requests_get_503_not_silence(bm25):
+    with RetrievalServer(bm25, port=0, max_connections=2) as server:
+        held = [socket.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(2)]
+        client = RetrievalClient(server.url, timeout=5, retries=0)
+        statuses = []
+        try:
+            deadline = time.monotonic() + 5
+            while 503 not in statuses and time.monotonic() < deadline:  # until both held sockets are accepted
+                try:
+                    client.search(["fifth planet"], 1)
+                    statuses.append(200)
+                except RetrievalServerError as exc:
+                    statuses.append(exc.status)
+        finally:
+            for sock in held:
+                sock.close()
+        assert statuses[-1] == 503, statuses
+        # 503 is retried: once the held connections are gone the request goes through
+        retrying = RetrievalClient(server.url, timeout=5, retries=10, backoff=0.05, max_backoff=0.2)
+        assert retrying.search(["fifth planet"], 1)[0][0]["document"]["id"] == "3"
