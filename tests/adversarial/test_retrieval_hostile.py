@@ -25,19 +25,20 @@ from trl_agentic.tools.retrieval import BM25Retriever, RetrievalClient, Retrieva
 
 pytest.importorskip("bm25s")
 
-DOCS = [
-    {"id": "0", "contents": '"Paris"\nParis is the capital and most populous city of France.'},
-    {"id": "1", "contents": '"Berlin"\nBerlin is the capital and largest city of Germany.'},
-    {"id": "2", "contents": '"Hamlet"\nHamlet is a tragedy written by William Shakespeare.'},
-    {"id": "3", "contents": '"Jupiter"\nJupiter is the fifth planet from the Sun.'},
+PASSAGES = [  # plain strings: documents {"id": position, "contents": text}
+    "Paris is the capital and most populous city of France.",
+    "Berlin is the capital and largest city of Germany.",
+    "Hamlet is a tragedy written by William Shakespeare.",
+    "Jupiter is the fifth planet from the Sun.",
 ]
 QUERIES = {"capital of France": "0", "Germany largest city": "1", "Shakespeare tragedy": "2", "fifth planet": "3"}
-GOOD_ANSWER = json.dumps({"result": [[{"document": DOCS[0], "score": 1.5}]]}).encode()
+FIRST = {"id": "0", "contents": PASSAGES[0]}
+GOOD_ANSWER = json.dumps({"result": [[{"document": FIRST, "score": 1.5}]]}).encode()
 
 
 @pytest.fixture(scope="module")
 def bm25():
-    return BM25Retriever(DOCS, show_progress=False)
+    return BM25Retriever(PASSAGES, show_progress=False)
 
 
 # -- the server ----------------------------------------------------------------------------------------------------
@@ -304,7 +305,7 @@ def test_transient_failures_are_retried_then_succeed(failure):
     fail = FAILURES[failure]
     with TinyServer(lambda conn, n, stop: fail(conn) if n < 2 else _answer(conn)) as server:
         client = RetrievalClient(server.url, timeout=5, retries=3, backoff=0.01, jitter=0)
-        assert client.search(["q"], 1)[0][0]["document"] == DOCS[0]
+        assert client.search(["q"], 1)[0][0]["document"] == FIRST
         assert server.connections == 3
 
 
