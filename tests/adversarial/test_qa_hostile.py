@@ -36,8 +36,10 @@ def test_qa_reward_gives_nothing_for_empty_answers_against_empty_golds(metric):
 
 def test_search_r1_retrieval_bonus_needs_a_usable_gold():
     reward = SearchR1Reward(retrieval_score=0.5)
-    valid = "<think>x</think><search>q</search>\n\n<information>Doc 1(Title: Lyon) Lyon is a city.</information>\n\n" \
+    valid = (
+        "<think>x</think><search>q</search>\n\n<information>Doc 1(Title: Lyon) Lyon is a city.</information>\n\n"
         "<think>y</think><answer>Lyon</answer>"
+    )
     # an empty-normalised gold is "contained" in every passage: it must not earn the retrieval bonus
     assert reward(prompts=["q"], completions=[valid], golden_answers=[["the"]]) == [0.2]
     assert reward(prompts=["q"], completions=[valid], golden_answers=[["a city", "the"]]) == [0.2 + 0.5]

@@ -14,8 +14,20 @@ from trl_agentic.render import main, render_html
 from trl_agentic.trajectory import Trajectory
 
 # Unicode Bidi_Control characters: they reorder the text around them ("Trojan Source", CVE-2021-42574).
-BIDI = ["\u061c", "\u200e", "\u200f", "\u202a", "\u202b", "\u202c", "\u202d", "\u202e", "\u2066", "\u2067",
-        "\u2068", "\u2069"]
+BIDI = [
+    "\u061c",
+    "\u200e",
+    "\u200f",
+    "\u202a",
+    "\u202b",
+    "\u202c",
+    "\u202d",
+    "\u202e",
+    "\u2066",
+    "\u2067",
+    "\u2068",
+    "\u2069",
+]
 SURROGATES = ["\ud800", "\udbff", "\udc80", "\udfff"]
 RAW = re.compile("[\ud800-\udfff\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 

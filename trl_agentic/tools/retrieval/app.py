@@ -155,8 +155,11 @@ def build_app(owner: _Owner, path: str = "/retrieve") -> FastAPI:
 
 async def _send_error(send: Any, status: int, message: str) -> None:
     body = json.dumps({"error": message}).encode("utf-8")
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-               (b"connection", b"close")]
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+    ]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body, "more_body": False})
 

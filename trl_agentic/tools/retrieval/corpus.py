@@ -65,8 +65,13 @@ def load_corpus(path: str | os.PathLike, show_progress: bool = False) -> list[di
     from tqdm.auto import tqdm
 
     docs = []
-    bar = tqdm(total=os.path.getsize(path), unit="B", unit_scale=True, desc=f"reading {Path(path).name}",
-               disable=not show_progress)
+    bar = tqdm(
+        total=os.path.getsize(path),
+        unit="B",
+        unit_scale=True,
+        desc=f"reading {Path(path).name}",
+        disable=not show_progress,
+    )
     with open(path, "rb") as fh, bar:
         for line_no, line in enumerate(fh, start=1):
             bar.update(len(line))
