@@ -5,7 +5,12 @@ articles *a*, *an*, *the*, collapse whitespace. With several gold answers the sc
 
 Token F1 between prediction tokens ``P`` and gold tokens ``G`` (after normalization), with ``c`` the size of their
 multiset intersection: precision ``c/|P|``, recall ``c/|G|``, ``F1 = 2 * precision * recall / (precision + recall)``
-(0 when ``c = 0``; when either side is empty, 1 if both are, else 0).
+(0 when ``c = 0`` or when the prediction is empty).
+
+Gold answers that normalise to the empty string (``"the"``, ``"a"``, ``"."``, ``""``) are unusable and ignored: the
+SQuAD script would score them 1.0 against an empty prediction, so a model answering ``<answer>.</answer>`` would be
+rewarded whenever a dataset row carries such a gold. A row left without a usable gold scores 0.0 for every
+prediction (its reward cannot be raised by any answer, so it carries no signal rather than a wrong one).
 """
 
 from __future__ import annotations
@@ -28,17 +33,21 @@ def normalize_answer(text: str) -> str:
     return " ".join(_ARTICLES.sub(" ", text.lower().translate(_PUNCTUATION)).split())
 
 
+def usable_golds(golds: str | Sequence[str] | None) -> list[str]:
+    """The normalized gold answers, without those that normalize to the empty string (see the module docstring)."""
+    return [gold for gold in map(normalize_answer, golds_as_list(golds)) if gold]
+
+
 def exact_match(prediction: str | None, golds: str | Sequence[str]) -> float:
-    """1.0 when the normalized prediction equals any normalized gold answer, else 0.0 (also for no prediction)."""
+    """1.0 when the normalized prediction equals any usable normalized gold answer, else 0.0 (also for no
+    prediction and for no usable gold)."""
     if prediction is None:
         return 0.0
     normalized = normalize_answer(prediction)
-    return float(any(normalized == normalize_answer(gold) for gold in golds_as_list(golds)))
+    return float(any(normalized == gold for gold in usable_golds(golds)))
 
 
 def _f1(prediction_tokens: list[str], gold_tokens: list[str]) -> float:
-    if not prediction_tokens or not gold_tokens:
-        return float(prediction_tokens == gold_tokens)
     common = sum((Counter(prediction_tokens) & Counter(gold_tokens)).values())
     if common == 0:
         return 0.0
@@ -48,11 +57,12 @@ def _f1(prediction_tokens: list[str], gold_tokens: list[str]) -> float:
 
 
 def token_f1(prediction: str | None, golds: str | Sequence[str]) -> float:
-    """Maximum SQuAD token F1 of the prediction against the gold answers (0.0 for no prediction)."""
+    """Maximum SQuAD token F1 of the prediction against the usable gold answers (0.0 for no prediction, an empty
+    one, or no usable gold)."""
     if prediction is None:
         return 0.0
     tokens = normalize_answer(prediction).split()
-    return max((_f1(tokens, normalize_answer(gold).split()) for gold in golds_as_list(golds)), default=0.0)
+    return max((_f1(tokens, gold.split()) for gold in usable_golds(golds)), default=0.0)
 
 
 class QAReward(RewardFunction):
