@@ -21,7 +21,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Literal
 
-from ..base import OBSERVATION_TAGS, RewardFunction, Sample, golds_as_list
+from ...tag_protocol import SEARCH_R1_TAGS, TagProtocol
+from ..base import RewardFunction, Sample, golds_as_list
 from ..text import last_block
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -77,8 +78,8 @@ class QAReward(RewardFunction):
         metric: ``"em"`` or ``"f1"``.
         answer_column: Dataset column(s) with the gold answers, first present used (Search-R1: ``golden_answers``,
             a list; a string or a ``{"target": [...]}`` mapping also works).
-        answer_tag: Tag of the answer block.
-        observation_tags: Observation tags, stripped before extraction when there is no trajectory.
+        protocol: The tag protocol: its answer tag holds the answer, and its observation tags are stripped before
+            extraction when there is no trajectory (default: Search-R1's).
         name: ``__name__``; defaults to ``qa_em`` / ``qa_f1``.
     """
 
@@ -86,8 +87,7 @@ class QAReward(RewardFunction):
         self,
         metric: Literal["em", "f1"] = "em",
         answer_column: str | Sequence[str] = ("golden_answers", "answer"),
-        answer_tag: str = "answer",
-        observation_tags: Sequence[str] = OBSERVATION_TAGS,
+        protocol: TagProtocol = SEARCH_R1_TAGS,
         name: str | None = None,
     ) -> None:
         if metric not in ("em", "f1"):
@@ -95,10 +95,9 @@ class QAReward(RewardFunction):
         super().__init__(name or f"qa_{metric}")
         self.metric = metric
         self.answer_column = answer_column
-        self.answer_tag = answer_tag
-        self.observation_tags = tuple(observation_tags)
+        self.protocol = protocol
 
     def score(self, sample: Sample) -> float:
-        answer = last_block(sample.model_text(self.observation_tags), self.answer_tag)
+        answer = last_block(sample.model_text(self.protocol.observation_tags), self.protocol.answer)
         golds = golds_as_list(sample.column(self.answer_column))
         return exact_match(answer, golds) if self.metric == "em" else token_f1(answer, golds)
