@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conventions import CONVENTIONS, build_convention
-from helpers import ScriptedGenerator, agentic_args, ppo_args
+from helpers import ScriptedGenerator, agentic_args, completion_hidden_grad, ppo_args
 from trl_agentic import AgenticGRPOTrainer, AgenticPPOTrainer, Environment, RolloutConfig, RolloutEngine, StepResult
 from trl_agentic import run_rollouts
 from trl_agentic.rollout.audit import sampled_positions, unsampled_trained
@@ -248,20 +248,7 @@ def test_training_step_invariants(name, mode, algo, tmp_path):
     if algo == "grpo":  # non-zero advantages everywhere, so that every trained position is pushed
         batch.advantages = torch.linspace(-1.0, 1.0, batch.advantages.numel())
     assert (batch.env_mask == 0).any()
-    captured = {}
-
-    def keep_hidden(module, inputs, output):
-        output.retain_grad()
-        captured["hidden"] = output
-
-    final_norm = next(m for n, m in trainer.model.named_modules() if n.endswith("model.norm"))
-    hook = final_norm.register_forward_hook(keep_hidden)
-    try:
-        trainer.loss(trainer.model, batch).backward()
-    finally:
-        hook.remove()
-    prompt_len, width = batch.prompt_ids.size(1), batch.completion_ids.size(1)
-    grad = captured["hidden"].grad[:, prompt_len - 1 : prompt_len - 1 + width].abs().sum(-1)
+    grad = completion_hidden_grad(trainer.model, batch, lambda: trainer.loss(trainer.model, batch))
     trained = batch.loss_mask.bool()
     assert grad[~trained].max() == 0
     assert grad[trained].max() > 0
