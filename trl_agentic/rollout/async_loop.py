@@ -3,7 +3,7 @@
 Environments of one turn run concurrently on an event loop in a background thread, so that the engine works where
 the caller already runs a loop (Jupyter, Colab) and ``asyncio.run`` would refuse.
 
-Every wait on that loop has a deadline (:func:`run_coroutine`). A loop that stopped answering (an ``async`` step that
+Every wait on that loop has a deadline (:func:`wait`). A loop that stopped answering (an ``async`` step that
 blocks it, e.g. ``time.sleep`` inside ``async def``) or whose thread died is abandoned, and the next call starts a
 fresh one: such an environment costs its batch's unfinished calls, never later batches. A ``KeyboardInterrupt`` in
 the waiting thread (a real Ctrl-C) cancels the work on the loop and is re-raised at once.
@@ -115,8 +115,3 @@ def wait(submitted: Submitted, timeout: float | None = None) -> Any:
     except BaseException:  # KeyboardInterrupt (a real Ctrl-C) or LoopTimeout: stop the work on the loop
         future.cancel()
         raise
-
-
-def run_coroutine(coro: Coroutine[Any, Any, Any], timeout: float | None = None) -> Any:
-    """Run ``coro`` on the background loop and wait for it (:func:`submit`, then :func:`wait`)."""
-    return wait(submit(coro), timeout)
