@@ -67,6 +67,7 @@ def test_value_loss_gradient_is_exactly_zero_at_masked_positions():
     assert torch.all(values.grad[(mask == 1) & unclipped] != 0)
 
 
+@pytest.mark.parametrize("seed", range(3))
 def test_explained_variance_matches_loop(seed):
     values, _, returns, mask = batch(seed)
     values = returns + 0.5 * values  # a partly right critic
