@@ -235,3 +235,24 @@ def test_auto_overlap_splits_only_when_tools_are_slow(tokenizer):
         env = type("Env", (SlowTool,), {"delay": delay})
         RolloutEngine(gen, tokenizer, lambda: env(turns=3), RolloutConfig(max_turns=3)).run(["p"] * 4, [{}] * 4)
         assert [c["batch"] for c in gen.calls] == expected, delay
+
+
+def test_generation_after_training_sees_its_context(tiny_model, tokenizer):
+    """A model left in train mode with gradient checkpointing on (as SFTTrainer leaves it): transformers' generate
+    then drops its KV cache but feeds one token per step. run_rollouts generates in eval mode without checkpointing,
+    and restores both."""
+    from transformers import GenerationConfig
+
+    rows = make_lookup_dataset(4)
+    config = GenerationConfig(do_sample=False, max_new_tokens=8, eos_token_id=tokenizer.eos_token_id,
+                              pad_token_id=tokenizer.pad_token_id)
+    kwargs = dict(generation_config=config, max_turns=2, max_tokens_per_turn=8, max_completion_length=40)
+    reference = run_rollouts(tiny_model.eval(), tokenizer, LookupEnvironment, rows, **kwargs)
+    tiny_model.gradient_checkpointing_enable()
+    tiny_model.train()
+    after = run_rollouts(tiny_model, tokenizer, LookupEnvironment, rows, **kwargs)
+    # a random tiny model predicts almost the same token whatever it sees, so compare what it scored, not the ids
+    for a, r in zip(after, reference):
+        assert a.completion_ids == r.completion_ids
+        assert a.logprobs == pytest.approx(r.logprobs, abs=1e-5)
+    assert tiny_model.training and tiny_model.is_gradient_checkpointing  # restored
