@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from trl_agentic.tools.python_sandbox import PythonSandbox  # noqa: E402
+from trl_agentic.tools import PythonSandbox  # noqa: E402
 
 CODE = "total = sum(i * i for i in range(1000))\nprint(total)"
 

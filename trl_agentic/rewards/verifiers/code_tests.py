@@ -1,5 +1,5 @@
 """Code outcome reward: the fraction of a task's unit tests that the model's program passes, run in the
-:class:`~trl_agentic.tools.python_sandbox.PythonSandbox` (never in the training process).
+:class:`~trl_agentic.tools.PythonSandbox` (never in the training process).
 
 Program extraction (:func:`extract_program`), from the model's own text (observations never count), trying
 ``sources`` in order: ``"answer"``, the last ``<answer>`` block; ``"fence"``, the last fenced code block
@@ -35,7 +35,7 @@ def _last_fence(text: str) -> str | None:
 
 def extract_program(text: str, sources: Sequence[str] = PROGRAM_SOURCES) -> str | None:
     """The model's program in ``text`` (rule in the module docstring); ``None`` when no source finds one."""
-    from ...tools.python_sandbox import extract_code
+    from ...tools import extract_code
 
     finders = {"answer": lambda t: last_block(t, "answer"), "fence": _last_fence, "code": lambda t: last_block(t, "code")}
     unknown = set(sources) - set(finders)
@@ -56,7 +56,7 @@ class CodeTestsReward(RewardFunction):
         tests_column: Dataset column(s) with the tests, first present used.
         sources: Program extraction order, see :func:`extract_program`.
         all_or_nothing: Reward 1 only when every test passes.
-        sandbox: A :class:`~trl_agentic.tools.python_sandbox.PythonSandbox` to use; by default one is created on
+        sandbox: A :class:`~trl_agentic.tools.PythonSandbox` to use; by default one is created on
             first use with ``sandbox_kwargs`` and closed by :meth:`close`.
         sandbox_kwargs: Arguments of the sandbox created by default (e.g. ``{"timeout": 5}``).
         max_workers: Completions tested concurrently (one interpreter each).
@@ -87,7 +87,7 @@ class CodeTestsReward(RewardFunction):
     def _get_sandbox(self) -> Any:
         with self._lock:
             if self._sandbox is None:
-                from ...tools.python_sandbox import PythonSandbox
+                from ...tools import PythonSandbox
 
                 self._sandbox = PythonSandbox(**self.sandbox_kwargs)
             return self._sandbox

@@ -16,7 +16,9 @@ import pytest
 
 from trl_agentic.tools import PythonSandbox
 
-from sandbox_backends import BACKENDS
+from helpers import sandbox_backends
+
+BACKENDS = sandbox_backends()
 
 SECRET_NAME = "TRL_AGENTIC_FAKE_SECRET"
 SECRET_VALUE = "sk-fake-0123456789abcdef"

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from sandbox_backends import BACKENDS
+from helpers import sandbox_backends
 
-from trl_agentic.tools.python_sandbox import PythonSandbox
+from trl_agentic.tools import PythonSandbox
+
+BACKENDS = sandbox_backends()
 
 
 @pytest.fixture(scope="module", params=BACKENDS)

@@ -1,6 +1,6 @@
 """The REPL loop that runs inside a sandbox process (standard library only).
 
-This file is not imported by the package at run time: :mod:`trl_agentic.tools.python_sandbox` reads its source
+This file is not imported by the package at run time: :mod:`trl_agentic.tools.code.worker` reads its source
 and starts ``python -I -c <source> <config-json>`` (inside bubblewrap or a resource-limited subprocess). It
 
 1. hardens itself (drops capabilities and switches to an unprivileged uid when started as root, sets resource

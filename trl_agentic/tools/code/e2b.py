@@ -21,7 +21,8 @@ import re
 import time
 from typing import Any, Callable
 
-from .python_sandbox import ExecutionResult, SandboxError, _CodeSandbox, _CodeSession
+from .base import CodeSandbox, CodeSession, SandboxError
+from .result import ExecutionResult
 
 __all__ = ["E2BSandbox", "E2BSession"]
 
@@ -43,7 +44,7 @@ def _is_timeout(exc: BaseException) -> bool:
     return "Timeout" in name or isinstance(exc, TimeoutError)
 
 
-class E2BSession(_CodeSession):
+class E2BSession(CodeSession):
     """One remote sandbox (one Jupyter kernel) for one trajectory. Same interface as ``PythonSession``."""
 
     def __init__(self, owner: "E2BSandbox"):
@@ -139,7 +140,7 @@ class E2BSession(_CodeSession):
         self._kill_remote()
 
 
-class E2BSandbox(_CodeSandbox):
+class E2BSandbox(CodeSandbox):
     """Code interpreter backed by E2B; drop-in for :class:`~trl_agentic.tools.PythonSandbox`.
 
     Args:

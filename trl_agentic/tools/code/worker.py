@@ -1,0 +1,351 @@
+"""One sandboxed interpreter process (:class:`Worker`): how it is started, and one request/reply exchange with it.
+
+The worker runs ``inside/repl.py`` (``python -I -c <source> <config-json>``) inside bubblewrap or as a
+resource-limited subprocess. The parent writes requests on a private pipe, reads the replies on another, and reads
+the program's stdout and stderr on two more, all without blocking, under a wall-clock deadline.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import json
+import logging
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .base import SandboxError
+from .bwrap import bwrap_command
+from .host import count_tasks_of_uid, fresh_uid
+from .launch import LaunchSpec
+from .protocol import BAD, ByteHeadTail, close_fd, frame, parse_message, read_chunk
+
+logger = logging.getLogger(__name__)
+
+_LIVE_WORKERS: "weakref.WeakSet[Worker]" = weakref.WeakSet()
+
+
+@functools.lru_cache(maxsize=1)
+def worker_source() -> str:
+    """The source of the REPL that runs inside the sandbox."""
+    return (Path(__file__).parent / "inside" / "repl.py").read_text(encoding="utf-8")
+
+
+@dataclass
+class Outcome:
+    """What one exchange with a worker gave.
+
+    Attributes:
+        stdout, stderr: The program's output streams (head and tail kept).
+        message: The worker's reply, or None when there was none (then the worker has been killed).
+        timed_out, output_limit, closed, protocol_error, eof: Why there was no reply: the deadline passed, the
+            program wrote too much, the session was closed meanwhile, the reply was malformed, the worker exited.
+        returncode: The worker's exit status when it ended during the exchange.
+        duration_s: Wall time of the exchange.
+    """
+
+    stdout: ByteHeadTail
+    stderr: ByteHeadTail
+    message: dict[str, Any] | None = None
+    timed_out: bool = False
+    output_limit: bool = False
+    closed: bool = False
+    protocol_error: bool = False
+    eof: bool = False
+    returncode: int | None = None
+    duration_s: float = 0.0
+    _buffer: bytearray = field(default_factory=bytearray, repr=False)
+
+
+def _worker_config(spec: LaunchSpec, req_r: int, resp_w: int) -> dict[str, Any]:
+    limits = dict(spec.limits)
+    uid = fresh_uid() if spec.uid.fresh_uid else spec.uid.drop_to_uid
+    if spec.nproc_extra is not None:
+        # A fresh uid has no other task; otherwise the uid's existing tasks count against RLIMIT_NPROC.
+        existing = 0 if spec.uid.fresh_uid or spec.count_uid is None else count_tasks_of_uid(spec.count_uid)
+        limits["nproc"] = existing + spec.nproc_extra
+    return {
+        "in_fd": req_r,
+        "out_fd": resp_w,
+        "limits": limits,
+        "drop_to_uid": uid,
+        "drop_to_gid": uid,
+        "pid_namespace": spec.pid_namespace,
+        "output_head_bytes": spec.output_bytes,
+        "output_tail_bytes": spec.output_bytes,
+        "preimport": list(spec.preimport),
+    }
+
+
+class Worker:
+    """One sandboxed interpreter process and its pipes."""
+
+    def __init__(self, spec: LaunchSpec, source: str):
+        self.spec = spec
+        self.workdir: str | None = None
+        self.proc: subprocess.Popen | None = None
+        self.dead = False
+        self.uid: int | None = None
+        fds: list[int] = []
+        try:
+            req_r, req_w = os.pipe()
+            resp_r, resp_w = os.pipe()
+            out_r, out_w = os.pipe()
+            err_r, err_w = os.pipe()
+            fds = [req_r, req_w, resp_r, resp_w, out_r, out_w, err_r, err_w]
+            cfg = _worker_config(spec, req_r, resp_w)
+            self.proc = self._start([spec.python, "-I", "-c", source, json.dumps(cfg)], cfg["drop_to_uid"],
+                                    (req_r, resp_w), out_w, err_w)
+        except BaseException:
+            for fd in fds:
+                close_fd(fd)
+            self._cleanup_workdir()
+            raise
+        for fd in (req_r, resp_w, out_w, err_w):
+            close_fd(fd)
+        self.req_w, self.resp_r, self.out_r, self.err_r = req_w, resp_r, out_r, err_r
+        for fd in (req_w, resp_r, out_r, err_r):
+            os.set_blocking(fd, False)
+        self._busy = False
+        self._fd_lock = threading.Lock()
+        _LIVE_WORKERS.add(self)
+
+    def _start(
+        self, interpreter: list[str], uid: int | None, pass_fds: tuple[int, int], out_w: int, err_w: int
+    ) -> subprocess.Popen:
+        spec = self.spec
+        if spec.backend == "bwrap":
+            cmd = bwrap_command(spec, interpreter)
+            cwd = "/"
+            env = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
+        else:
+            self.workdir = tempfile.mkdtemp(prefix="trl_agentic_sandbox_")
+            os.chmod(self.workdir, 0o700)
+            if uid is not None:
+                os.chown(self.workdir, uid, uid)
+            cmd = list(spec.unshare_prefix) + interpreter
+            cwd = self.workdir
+            env = dict(spec.env)
+            env.update({"HOME": self.workdir, "TMPDIR": self.workdir, "PWD": self.workdir})
+        return subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=out_w,
+            stderr=err_w,
+            pass_fds=pass_fds,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
+            close_fds=True,
+        )
+
+    # -- protocol ------------------------------------------------------------------------------------------------
+
+    def alive(self) -> bool:
+        return not self.dead and self.proc is not None and self.proc.poll() is None
+
+    def wait_ready(self, timeout: float) -> None:
+        """Block until the worker says it is ready; raise :class:`SandboxError` with its stderr otherwise."""
+        outcome = self._exchange(None, timeout, read_limit=1 << 16)
+        if outcome.message is not None and outcome.message.get("ready"):
+            self.uid = outcome.message.get("uid")
+            return
+        stderr = outcome.stderr.text()[0].strip()
+        self.kill()
+        reason = "timed out" if outcome.timed_out else "exited"
+        raise SandboxError(
+            f"the sandbox interpreter {reason} during start-up"
+            + (f" (status {outcome.returncode})" if outcome.returncode is not None else "")
+            + (f": {stderr[-2000:]}" if stderr else "")
+        )
+
+    def execute(self, code: str, timeout: float, read_limit: int) -> Outcome:
+        """Run one code block; the worker is killed when no valid reply comes within ``timeout`` seconds."""
+        return self._exchange(frame({"code": code}), timeout, read_limit)
+
+    def _exchange(self, request: bytes | None, timeout: float, read_limit: int) -> Outcome:
+        outcome = Outcome(ByteHeadTail(self.spec.output_bytes), ByteHeadTail(self.spec.output_bytes))
+        if request is not None:
+            self._discard_stale_output()
+        start = time.monotonic()
+        with self._fd_lock:
+            if self.dead:
+                outcome.closed = True
+                return outcome
+            self._busy = True
+        try:
+            self._pump(outcome, memoryview(request) if request else None, start + timeout, read_limit)
+        finally:
+            with self._fd_lock:
+                self._busy = False
+                if self.dead:
+                    self._close_fds()
+        if outcome.message is not None and not outcome.output_limit:
+            self._drain(outcome, read_limit)
+        outcome.duration_s = time.monotonic() - start
+        if outcome.message is None:
+            # Timeout, death, protocol or output violation: the worker is done for.
+            if outcome.eof:
+                outcome.returncode = self._wait_exit(1.0)
+            self.kill()
+            if outcome.returncode is None and self.proc is not None:
+                outcome.returncode = self.proc.returncode
+        return outcome
+
+    def _pump(self, outcome: Outcome, pending: memoryview | None, deadline: float, read_limit: int) -> None:
+        """Write ``pending`` and read the streams until a reply, the deadline or a violation ends the exchange."""
+        sel = selectors.DefaultSelector()
+        try:
+            sel.register(self.resp_r, selectors.EVENT_READ, "resp")
+            sel.register(self.out_r, selectors.EVENT_READ, outcome.stdout)
+            sel.register(self.err_r, selectors.EVENT_READ, outcome.stderr)
+            if pending:
+                sel.register(self.req_w, selectors.EVENT_WRITE, "req")
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    outcome.timed_out = True
+                    return
+                if self.dead:  # killed from another thread (session closed)
+                    outcome.closed = True
+                    return
+                for key, _ in sel.select(min(remaining, 0.25)):
+                    if key.data == "req":
+                        pending = self._write_request(sel, pending)
+                    elif key.data == "resp":
+                        if self._read_reply(outcome):
+                            return
+                    elif self._read_stream(sel, key, outcome, read_limit):
+                        return
+        finally:
+            sel.close()
+
+    def _write_request(self, sel: selectors.BaseSelector, pending: memoryview) -> memoryview | None:
+        try:
+            n = os.write(self.req_w, pending)
+        except BlockingIOError:
+            return pending
+        except OSError:  # the worker is gone
+            sel.unregister(self.req_w)
+            return None
+        pending = pending[n:]
+        if not pending:
+            sel.unregister(self.req_w)
+        return pending
+
+    def _read_reply(self, outcome: Outcome) -> bool:
+        chunk = read_chunk(self.resp_r)
+        if chunk is None:
+            return False
+        if chunk == b"":
+            outcome.eof = True
+            return True
+        outcome._buffer += chunk
+        message = parse_message(outcome._buffer)
+        if message is BAD:
+            outcome.protocol_error = True
+            return True
+        if message is not None:
+            outcome.message = message
+            return True
+        return False
+
+    def _read_stream(self, sel: selectors.BaseSelector, key: Any, outcome: Outcome, read_limit: int) -> bool:
+        chunk = read_chunk(key.fd)
+        if chunk is None:
+            return False
+        if chunk == b"":
+            sel.unregister(key.fd)
+            return False
+        key.data.feed(chunk)
+        if outcome.stdout.total + outcome.stderr.total > read_limit:
+            outcome.output_limit = True
+            return True
+        return False
+
+    def _drain(self, outcome: Outcome, read_limit: int) -> None:
+        out, err = outcome.stdout, outcome.stderr
+        for fd, sink in ((self.out_r, out), (self.err_r, err)):
+            while out.total + err.total <= read_limit:
+                chunk = read_chunk(fd)
+                if not chunk:
+                    break
+                sink.feed(chunk)
+
+    def _discard_stale_output(self) -> None:
+        for fd in (self.out_r, self.err_r):
+            for _ in range(1024):
+                chunk = read_chunk(fd)
+                if not chunk:
+                    break
+
+    def _wait_exit(self, timeout: float) -> int | None:
+        if self.proc is None:
+            return None
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def kill(self) -> None:
+        """Kill the worker and everything it started; close the pipes (now, or when a running exchange ends)."""
+        if self.dead:
+            return
+        self.dead = True
+        proc = self.proc
+        if proc is not None:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                try:
+                    proc.kill()
+                except (ProcessLookupError, OSError):
+                    pass
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL'd processes exit
+                logger.warning("sandbox worker %s did not exit after SIGKILL", proc.pid)
+        with self._fd_lock:
+            if not self._busy:  # else the running exchange closes them when it notices (no fd-number reuse race)
+                self._close_fds()
+        self._cleanup_workdir()
+        _LIVE_WORKERS.discard(self)
+
+    def _close_fds(self) -> None:
+        for name in ("req_w", "resp_r", "out_r", "err_r"):
+            fd = getattr(self, name, None)
+            if fd is not None:
+                close_fd(fd)
+                setattr(self, name, None)
+
+    def _cleanup_workdir(self) -> None:
+        if self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        try:
+            self.kill()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+@atexit.register
+def _kill_all_workers() -> None:
+    for worker in list(_LIVE_WORKERS):
+        try:
+            worker.kill()
+        except Exception:  # noqa: BLE001
+            pass
