@@ -14,12 +14,7 @@ BACKENDS = sandbox_backends()
 def sandbox(request):
     """A sandbox with small limits; tests that need other limits build their own."""
     sb = PythonSandbox(
-        backend=request.param,
-        timeout=10.0,
-        memory_mb=512,
-        max_processes=16,
-        max_output_chars=2000,
-        pool_size=1,
+        backend=request.param, timeout=10.0, memory_mb=512, max_processes=16, max_output_chars=2000, pool_size=1
     )
     yield sb
     sb.close()

@@ -10,7 +10,7 @@ import sys
 import threading
 
 from .base import SandboxError
-from .launch import plan_launch
+from .launch import WorkerOptions, plan_launch
 from .worker import Worker, worker_source
 
 _DETECT_LOCK = threading.Lock()
@@ -40,7 +40,7 @@ def probe_unshare() -> tuple[str, ...]:
 
 def _probe_bwrap(python: str) -> tuple[str, str]:
     """Start one bubblewrap worker and run ``print(1)`` in it."""
-    spec, _ = plan_launch("bwrap", python, startup_timeout=_PROBE_TIMEOUT)
+    spec, _ = plan_launch("bwrap", python, WorkerOptions(startup_timeout=_PROBE_TIMEOUT))
     try:
         worker = Worker(spec, worker_source())
         try:

@@ -4,7 +4,8 @@ A *sandbox* (:class:`CodeSandbox`) hands out *sessions* (:class:`CodeSession`), 
 persists between calls; a stateless call on the sandbox is a one-shot session. Both are tools
 (:class:`~trl_agentic.tools.base.BaseTool`): ``invoke(text)`` runs the code extracted from the text and returns a
 :class:`~trl_agentic.tools.base.ToolOutput`. A new backend implements :meth:`CodeSandbox.session`,
-:meth:`CodeSession._run_locked` and the two ``close`` methods.
+:meth:`CodeSession._run_locked`, :meth:`CodeSession._release` and
+:meth:`CodeSandbox.close`.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class CodeTool(BaseTool):
 
 class CodeSession(CodeTool):
     """One trajectory's interpreter: calls serialized by a lock and counted, and the owner's output limits set on
-    every :class:`ExecutionResult`. Subclasses implement ``_run_locked(code)`` (never raising) and ``close()``.
+    every :class:`ExecutionResult`. Subclasses implement ``_run_locked(code)`` (never raising) and ``_release()``.
 
     Attributes:
         last_result: The :class:`ExecutionResult` of the latest call.
@@ -81,6 +82,20 @@ class CodeSession(CodeTool):
 
     def _run_locked(self, code: str) -> ExecutionResult:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def _release(self) -> None:  # pragma: no cover - abstract
+        """Free the interpreter (kill the worker, the remote sandbox...); the next call starts a fresh one."""
+        raise NotImplementedError
+
+    def restart(self) -> None:
+        """Kill the interpreter; the next call starts a fresh one (state lost)."""
+        with self._lock:
+            self._release()
+
+    def close(self) -> None:
+        """Kill the interpreter and everything it started. Further calls return an error text."""
+        self.closed = True
+        self._release()
 
 
 class CodeSandbox(CodeTool):

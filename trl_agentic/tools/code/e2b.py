@@ -85,7 +85,7 @@ class E2BSession(CodeSession):
         try:
             execution = self._sandbox.run_code(code, timeout=owner.timeout)
         except Exception as exc:  # noqa: BLE001
-            self._kill_remote()
+            self._release()
             if _is_timeout(exc):
                 return ExecutionResult(
                     error=f"TimeoutError: execution exceeded {owner.timeout:g} s; {_STATE_LOST}",
@@ -122,7 +122,8 @@ class E2BSession(CodeSession):
                 error_text += "\n" + last
         return ExecutionResult(stdout=stdout, stderr=stderr, error=error_text, duration_s=duration)
 
-    def _kill_remote(self) -> None:
+    def _release(self) -> None:
+        """Kill the remote sandbox."""
         sandbox, self._sandbox = self._sandbox, None
         if sandbox is not None:
             try:
@@ -130,14 +131,6 @@ class E2BSession(CodeSession):
             except Exception:  # noqa: BLE001 - best effort
                 pass
 
-    def restart(self) -> None:
-        with self._lock:
-            self._kill_remote()
-
-    def close(self) -> None:
-        """Kill the remote sandbox. Further calls return an error text."""
-        self.closed = True
-        self._kill_remote()
 
 
 class E2BSandbox(CodeSandbox):

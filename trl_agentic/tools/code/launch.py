@@ -66,56 +66,64 @@ def sandbox_env(python: str, env: Mapping[str, str] | None = None) -> dict[str, 
     return base
 
 
+@dataclass(frozen=True)
+class WorkerOptions:
+    """The settings every worker of a sandbox gets; each is the :class:`~.sandbox.PythonSandbox` argument of the
+    same name (defaults: those of a probe sandbox)."""
+
+    cpu_time: float = 10.0
+    session_cpu_time: float = 300.0
+    memory_mb: int = 1024
+    max_processes: int = 32
+    max_file_size_mb: int = 64
+    tmpfs_size_mb: int = 64
+    max_open_files: int = 256
+    max_output_chars: int = 4000
+    env: Mapping[str, str] | None = None
+    preimport: Sequence[str] = ()
+    extra_ro_binds: Sequence[tuple[str, str]] = ()
+    sandbox_uid: int | None = None
+    startup_timeout: float = 30.0
+
+
 def plan_launch(
     backend: str,
     python: str,
+    options: WorkerOptions,
     *,
-    cpu_time: float = 10.0,
-    session_cpu_time: float = 300.0,
-    memory_mb: int = 1024,
-    max_processes: int = 32,
-    max_file_size_mb: int = 64,
-    tmpfs_size_mb: int = 64,
-    max_open_files: int = 256,
-    max_output_chars: int = 4000,
-    env: Mapping[str, str] | None = None,
-    preimport: Sequence[str] = (),
-    extra_ro_binds: Sequence[tuple[str, str]] = (),
-    sandbox_uid: int | None = None,
-    startup_timeout: float = 30.0,
     unshare_prefix: tuple[str, ...] = (),
     fallback_reason: str = "",
 ) -> tuple[LaunchSpec, SandboxIsolation]:
-    """The launch spec of ``backend``'s workers and what they isolate (arguments as for ``PythonSandbox``)."""
+    """The launch spec of ``backend``'s workers and what they isolate."""
     isolation, uid = plan_isolation(
         backend,
         python,
         unshare_prefix=unshare_prefix,
-        sandbox_uid=sandbox_uid,
-        max_processes=max_processes,
+        sandbox_uid=options.sandbox_uid,
+        max_processes=options.max_processes,
         fallback_reason=fallback_reason,
     )
     limits = {
-        "as_bytes": memory_mb << 20 if memory_mb > 0 else None,
-        "fsize_bytes": int(max_file_size_mb) << 20,
-        "nofile": int(max_open_files),
-        "cpu_seconds": max(1, int(round(cpu_time))),
-        "session_cpu_seconds": max(1, int(round(session_cpu_time))),
+        "as_bytes": options.memory_mb << 20 if options.memory_mb > 0 else None,
+        "fsize_bytes": int(options.max_file_size_mb) << 20,
+        "nofile": int(options.max_open_files),
+        "cpu_seconds": max(1, int(round(options.cpu_time))),
+        "session_cpu_seconds": max(1, int(round(options.session_cpu_time))),
     }
     spec = LaunchSpec(
         backend=backend,
         python=python,
         limits=limits,
-        output_bytes=max(4096, 4 * int(max_output_chars)),
-        tmpfs_bytes=int(tmpfs_size_mb) << 20,
-        env=sandbox_env(python, env),
-        preimport=tuple(preimport),
-        extra_ro_binds=tuple((str(a), str(b)) for a, b in extra_ro_binds),
+        output_bytes=max(4096, 4 * int(options.max_output_chars)),
+        tmpfs_bytes=int(options.tmpfs_size_mb) << 20,
+        env=sandbox_env(python, options.env),
+        preimport=tuple(options.preimport),
+        extra_ro_binds=tuple((str(a), str(b)) for a, b in options.extra_ro_binds),
         uid=uid,
         unshare_prefix=unshare_prefix,
         pid_namespace=isolation.pid_namespace,
-        nproc_extra=max_processes if isolation.process_limit else None,
+        nproc_extra=options.max_processes if isolation.process_limit else None,
         count_uid=isolation.uid if isolation.process_limit else None,
-        startup_timeout=float(startup_timeout),
+        startup_timeout=float(options.startup_timeout),
     )
     return spec, isolation

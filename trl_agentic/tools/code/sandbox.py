@@ -8,7 +8,7 @@ from typing import Mapping, Sequence
 from . import backends
 from .base import CodeSandbox, SandboxError
 from .isolation import warn_fallback
-from .launch import plan_launch
+from .launch import WorkerOptions, plan_launch
 from .pool import Pool
 from .session import PythonSession
 from .worker import Worker
@@ -85,24 +85,15 @@ class PythonSandbox(CodeSandbox):
         self.python = python or sys.executable
         self._closed = False
         self.backend, reason = backends.choose_backend(backend, self.python)
+        options = WorkerOptions(
+            cpu_time=self.cpu_time, session_cpu_time=self.session_cpu_time, memory_mb=self.memory_mb,
+            max_processes=self.max_processes, max_file_size_mb=max_file_size_mb, tmpfs_size_mb=tmpfs_size_mb,
+            max_open_files=max_open_files, max_output_chars=self.max_output_chars, env=env, preimport=preimport,
+            extra_ro_binds=extra_ro_binds, sandbox_uid=sandbox_uid, startup_timeout=startup_timeout,
+        )
+        unshare_prefix = backends.probe_unshare() if self.backend == "subprocess" else ()
         spec, self.isolation = plan_launch(
-            self.backend,
-            self.python,
-            cpu_time=self.cpu_time,
-            session_cpu_time=self.session_cpu_time,
-            memory_mb=self.memory_mb,
-            max_processes=self.max_processes,
-            max_file_size_mb=max_file_size_mb,
-            tmpfs_size_mb=tmpfs_size_mb,
-            max_open_files=max_open_files,
-            max_output_chars=self.max_output_chars,
-            env=env,
-            preimport=preimport,
-            extra_ro_binds=extra_ro_binds,
-            sandbox_uid=sandbox_uid,
-            startup_timeout=startup_timeout,
-            unshare_prefix=backends.probe_unshare() if self.backend == "subprocess" else (),
-            fallback_reason=reason,
+            self.backend, self.python, options, unshare_prefix=unshare_prefix, fallback_reason=reason
         )
         if self.backend == "subprocess" and backend == "auto":
             warn_fallback(self.isolation)

@@ -35,10 +35,11 @@ class PythonSession(CodeSession):
         try:
             return self._run_locked(code)
         except Exception as exc:  # noqa: BLE001 - e.g. close() from another thread mid-run; never raise
-            self._kill_worker()
+            self._release()
             return ExecutionResult(error=f"SandboxError: {type(exc).__name__}: {exc}; {STATE_LOST}", state_lost=True)
 
-    def _kill_worker(self) -> None:
+    def _release(self) -> None:
+        """Kill the worker and every process it started."""
         worker, self._worker = self._worker, None
         if worker is not None:
             worker.kill()
@@ -47,7 +48,7 @@ class PythonSession(CodeSession):
         """The live worker (acquired or replaced if needed), a notice when a dead one was replaced, or an error."""
         notice = ""
         if self._worker is not None and not self._worker.alive():
-            self._kill_worker()
+            self._release()
             notice = (
                 "[the previous interpreter process had exited; this block ran in a fresh one, so earlier "
                 "variables are gone]\n"
@@ -76,16 +77,6 @@ class PythonSession(CodeSession):
         if outcome.message is None:
             self._worker = None
         return _to_result(outcome, notice, sandbox, self.closed)
-
-    def restart(self) -> None:
-        """Kill the interpreter; the next call starts a fresh one (state lost)."""
-        with self._lock:
-            self._kill_worker()
-
-    def close(self) -> None:
-        """Kill the interpreter and every process it started. Further calls return an error text."""
-        self.closed = True
-        self._kill_worker()
 
     def __del__(self) -> None:  # pragma: no cover - best effort
         try:

@@ -138,15 +138,8 @@ class Worker:
             env = dict(spec.env)
             env.update({"HOME": self.workdir, "TMPDIR": self.workdir, "PWD": self.workdir})
         return subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=out_w,
-            stderr=err_w,
-            pass_fds=pass_fds,
-            cwd=cwd,
-            env=env,
-            start_new_session=True,
-            close_fds=True,
+            cmd, stdin=subprocess.DEVNULL, stdout=out_w, stderr=err_w, pass_fds=pass_fds, cwd=cwd, env=env,
+            start_new_session=True, close_fds=True,
         )
 
     # -- protocol ------------------------------------------------------------------------------------------------
