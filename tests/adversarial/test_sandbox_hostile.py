@@ -151,7 +151,14 @@ CLOSERS = {
     "close_1_and_2": "import os\nos.close(1)\nos.close(2)",
     "pipe_takes_fd_1": "import os\nos.close(1)\nr, w = os.pipe()",
     "dev_null_on_1": "import os\nos.dup2(os.open('/dev/null', os.O_WRONLY), 1)",
-    "close_every_fd": "import os\nfor fd in range(0, 256):\n    try:\n        os.close(fd)\n    except OSError:\n        pass",
+    "close_all_but_the_protocol": (
+        "import json, os, sys\ncfg = json.loads(sys.argv[1])\n"
+        "for fd in set(range(1, 256)) - {cfg['in_fd'], cfg['out_fd']}:\n"
+        "    try:\n        os.close(fd)\n    except OSError:\n        pass"
+    ),
+    "close_every_fd": (
+        "import os\nfor fd in range(0, 256):\n    try:\n        os.close(fd)\n    except OSError:\n        pass"
+    ),
 }
 
 

@@ -11,7 +11,7 @@ import threading
 
 from .base import SandboxError
 from .launch import WorkerOptions, plan_launch
-from .worker import Worker, worker_source
+from .worker import Worker
 
 _DETECT_LOCK = threading.Lock()
 _DETECTED: dict[tuple, tuple[str, str]] = {}
@@ -19,13 +19,15 @@ _PROBE_TIMEOUT = 20.0
 
 
 def probe_unshare() -> tuple[str, ...]:
-    """The ``unshare`` prefix that works here for the fallback (network + PID namespaces, or network only)."""
+    """The ``unshare`` prefix that works here for the fallback (network, IPC and PID namespaces, or network and
+    IPC, or network only)."""
     exe = shutil.which("unshare")
     if not exe:
         return ()
     user = () if os.geteuid() == 0 else ("--map-root-user",)
     candidates = [
-        (exe, *user, "--net", "--pid", "--fork", "--kill-child", "--mount-proc", "--"),
+        (exe, *user, "--net", "--ipc", "--pid", "--fork", "--kill-child", "--mount-proc", "--"),
+        (exe, *user, "--net", "--ipc", "--"),
         (exe, *user, "--net", "--"),
     ]
     for prefix in candidates:
@@ -42,7 +44,7 @@ def _probe_bwrap(python: str) -> tuple[str, str]:
     """Start one bubblewrap worker and run ``print(1)`` in it."""
     spec, _ = plan_launch("bwrap", python, WorkerOptions(startup_timeout=_PROBE_TIMEOUT))
     try:
-        worker = Worker(spec, worker_source())
+        worker = Worker(spec)
         try:
             worker.wait_ready(_PROBE_TIMEOUT)
             outcome = worker.execute("print(1)", _PROBE_TIMEOUT, 1 << 16)

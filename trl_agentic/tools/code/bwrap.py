@@ -1,5 +1,5 @@
 """The bubblewrap command line of a worker: new namespaces, an empty root with read-only system and Python
-directories, private size-limited tmpfs work dirs, and a cleared environment."""
+directories, private size-limited tmpfs work dirs; the environment is the program's only."""
 
 from __future__ import annotations
 
@@ -95,11 +95,13 @@ def _filesystem_args(spec: LaunchSpec) -> list[str]:
     return mounts.args
 
 
-def bwrap_command(spec: LaunchSpec, interpreter: list[str]) -> list[str]:
-    """``bwrap ... -- interpreter``: the sandbox of one worker (see the docs' isolation table)."""
-    args = _namespace_args() + _filesystem_args(spec) + ["--clearenv"]
+def bwrap_command(spec: LaunchSpec, interpreter: list[str]) -> tuple[list[str], dict[str, str]]:
+    """``bwrap ... -- interpreter`` (the sandbox of one worker, see the docs' isolation table) and the environment
+    to start it with. bwrap passes its own environment on, so the program's variables never appear on a command
+    line (``--setenv`` would show them in ``/proc/*/cmdline``, to ``ps`` on the host and to the program)."""
     env = dict(spec.env)
     env.update({"HOME": WORKDIR, "TMPDIR": "/tmp", "PWD": WORKDIR})
-    for key, value in env.items():
-        args += ["--setenv", key, value]
-    return args + ["--"] + interpreter
+    # The dynamic loader's variables are meant for the program, not for bwrap itself on the host.
+    loader = {key: env.pop(key) for key in list(env) if key.startswith("LD_")}
+    setenv = [arg for key, value in loader.items() for arg in ("--setenv", key, value)]
+    return _namespace_args() + _filesystem_args(spec) + setenv + ["--"] + interpreter, env

@@ -24,6 +24,8 @@ class SandboxIsolation:
         network: The program has no network (its own network namespace).
         filesystem: The program sees only read-only system and Python directories plus private tmpfs work dirs.
         pid_namespace: The program sees only its own processes; all of them die with the session.
+        ipc_namespace: SysV IPC objects (semaphores; shared memory and message queues are refused anyway) live in
+            the sandbox's own IPC namespace and die with it.
         uid: Real uid the program runs as (outside any user namespace); None: a fresh unused uid per worker.
         root: The program runs as uid 0 (then RLIMIT_NPROC is ignored by the kernel and files are not protected).
         process_limit: ``max_processes`` is enforced (RLIMIT_NPROC applies to non-root uids only).
@@ -35,6 +37,7 @@ class SandboxIsolation:
     network: bool
     filesystem: bool
     pid_namespace: bool
+    ipc_namespace: bool
     uid: int | None
     root: bool
     process_limit: bool
@@ -49,6 +52,8 @@ class SandboxIsolation:
             missing.append(f"filesystem (the program can read and write whatever {who} can)")
         if not self.network:
             missing.append("network (the program can open connections, including to 127.0.0.1)")
+        if not self.ipc_namespace:
+            missing.append("SysV IPC (the program shares the host's semaphores)")
         if not self.pid_namespace:
             missing.append(
                 "processes (the program sees other processes, can signal those of its uid, and children that "
@@ -94,9 +99,10 @@ def plan_isolation(
     notes: list[str] = []
     switch_uid = root
     if backend == "bwrap":
-        pid_ns = network = filesystem = True
+        pid_ns = ipc_ns = network = filesystem = True
     else:
         pid_ns = "--pid" in unshare_prefix
+        ipc_ns = "--ipc" in unshare_prefix
         network = "--net" in unshare_prefix
         filesystem = False
         if root and not all(readable_by_others(p) for p in python_dirs(python)):
@@ -117,6 +123,7 @@ def plan_isolation(
         network=network,
         filesystem=filesystem,
         pid_namespace=pid_ns,
+        ipc_namespace=ipc_ns,
         uid=effective_uid,
         root=runs_as_root,
         process_limit=not runs_as_root and max_processes > 0,

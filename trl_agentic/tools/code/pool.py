@@ -9,7 +9,7 @@ import time
 from collections import deque
 
 from .launch import LaunchSpec
-from .worker import Worker, worker_source
+from .worker import Worker
 
 logger = logging.getLogger(__name__)
 
@@ -20,7 +20,6 @@ class Pool:
     def __init__(self, spec: LaunchSpec, size: int):
         self.spec = spec
         self.size = max(0, int(size))
-        self.source = worker_source()
         self.idle: deque[Worker] = deque()
         self.cond = threading.Condition()
         self.closed = False
@@ -32,7 +31,7 @@ class Pool:
 
     def spawn(self) -> Worker:
         """Start a worker and wait until it is ready (raises :class:`~.base.SandboxError` if it cannot start)."""
-        worker = Worker(self.spec, self.source)
+        worker = Worker(self.spec)
         worker.wait_ready(self.spec.startup_timeout)
         return worker
 

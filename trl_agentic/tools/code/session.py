@@ -73,10 +73,14 @@ class PythonSession(CodeSession):
         worker, notice, failure = self._ensure_worker()
         if failure is not None:
             return failure
-        outcome = worker.execute(code, sandbox.timeout, sandbox.max_read_bytes)
+        outcome = worker.execute(code, sandbox.timeout, sandbox.max_read_bytes, sandbox.cpu_time)
+        result = _to_result(outcome, notice, sandbox, self.closed)
         if outcome.message is None:
             self._worker = None
-        return _to_result(outcome, notice, sandbox, self.closed)
+        elif outcome.message.get("restart"):  # the worker cannot go on (it exits after this reply)
+            self._release()
+            result.state_lost = True
+        return result
 
     def __del__(self) -> None:  # pragma: no cover - best effort
         try:
@@ -105,6 +109,10 @@ def _to_result(outcome: Outcome, notice: str, sandbox: Any, closed: bool) -> Exe
         if outcome.timed_out:
             result.timed_out = True
             result.error = f"TimeoutError: execution exceeded {sandbox.timeout:g} s; {STATE_LOST}"
+        elif outcome.cpu_limit:
+            result.error = (
+                f"CPUTimeLimitError: the program used more than {sandbox.cpu_time:g} s of CPU time; {STATE_LOST}"
+            )
         elif outcome.output_limit:
             result.error = (
                 f"OutputLimitError: the program wrote more than {sandbox.max_read_bytes} bytes of output; "
@@ -146,8 +154,8 @@ def _death_message(status: int | None, sandbox: Any) -> str:
         what = f"the interpreter process was killed by {_signal_name(sig)}"
         if sig == getattr(signal, "SIGXCPU", -1):
             return (
-                f"CPUTimeLimitError: the program used more than {sandbox.cpu_time:g} s of CPU time ({what}); "
-                f"{STATE_LOST}"
+                f"CPUTimeLimitError: the interpreter used the session's {sandbox.session_cpu_time:g} s of CPU time "
+                f"({what}); {STATE_LOST}"
             )
         if sig == signal.SIGKILL:
             what += " (a resource limit, e.g. memory, or an explicit kill)"

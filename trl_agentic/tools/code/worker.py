@@ -1,7 +1,8 @@
 """One sandboxed interpreter process (:class:`Worker`): how it is started, and one request/reply exchange with it.
 
-The worker runs ``inside/repl.py`` (``python -I -c <source> <config-json>``) inside bubblewrap or as a
-resource-limited subprocess. The parent writes requests on a private pipe, reads the replies on another, and reads
+The worker runs ``inside/boot.py`` (``python -I -c <boot> <config-json> <modules>``), which hardens the process
+(``inside/harden.py``) and serves requests (``inside/repl.py``), inside bubblewrap or as a resource-limited
+subprocess. The parent writes requests on a private pipe, reads the replies on another, and reads
 the program's stdout and stderr on two more, all without blocking, under a wall-clock deadline.
 """
 
@@ -28,6 +29,7 @@ from .base import SandboxError
 from .bwrap import bwrap_command
 from .host import count_tasks_of_uid, fresh_uid
 from .launch import LaunchSpec
+from .proctree import ProcessTree
 from .protocol import BAD, ByteHeadTail, close_fd, frame, parse_message, read_chunk
 
 logger = logging.getLogger(__name__)
@@ -35,10 +37,15 @@ logger = logging.getLogger(__name__)
 _LIVE_WORKERS: "weakref.WeakSet[Worker]" = weakref.WeakSet()
 
 
+_INSIDE = Path(__file__).parent / "inside"
+
+
 @functools.lru_cache(maxsize=1)
-def worker_source() -> str:
-    """The source of the REPL that runs inside the sandbox."""
-    return (Path(__file__).parent / "inside" / "repl.py").read_text(encoding="utf-8")
+def worker_source() -> tuple[str, ...]:
+    """The arguments after ``python -I -c`` that start a worker, less its configuration: the boot script, then
+    the name and source of each module it loads (see ``inside/boot.py``)."""
+    read = lambda name: (_INSIDE / f"{name}.py").read_text(encoding="utf-8")  # noqa: E731
+    return (read("boot"), "harden", read("harden"), "repl", read("repl"))
 
 
 @dataclass
@@ -48,8 +55,9 @@ class Outcome:
     Attributes:
         stdout, stderr: The program's output streams (head and tail kept).
         message: The worker's reply, or None when there was none (then the worker has been killed).
-        timed_out, output_limit, closed, protocol_error, eof: Why there was no reply: the deadline passed, the
-            program wrote too much, the session was closed meanwhile, the reply was malformed, the worker exited.
+        timed_out, cpu_limit, output_limit, closed, protocol_error, eof: Why there was no reply: the deadline
+            passed, the block used more CPU time than allowed, the program wrote too much, the session was closed
+            meanwhile, the reply was malformed, the worker exited.
         returncode: The worker's exit status when it ended during the exchange.
         duration_s: Wall time of the exchange.
     """
@@ -58,6 +66,7 @@ class Outcome:
     stderr: ByteHeadTail
     message: dict[str, Any] | None = None
     timed_out: bool = False
+    cpu_limit: bool = False
     output_limit: bool = False
     closed: bool = False
     protocol_error: bool = False
@@ -87,10 +96,40 @@ def _worker_config(spec: LaunchSpec, req_r: int, resp_w: int) -> dict[str, Any]:
     }
 
 
+_WARNED_SECCOMP = False
+
+
+def _warn_without_seccomp(installed: bool) -> None:
+    global _WARNED_SECCOMP
+    if not installed and not _WARNED_SECCOMP:
+        _WARNED_SECCOMP = True
+        logger.warning(
+            "sandbox worker: the seccomp filter could not be installed on this machine; memfd_create and SysV "
+            "shared memory are not refused, so a program can hold memory beyond memory_mb"
+        )
+
+
+class _CpuMeter:
+    """CPU seconds used by a worker's process tree since the meter was made, checked at most every 0.1 s."""
+
+    def __init__(self, tree: ProcessTree, limit: float):
+        self.tree = tree
+        self.limit = limit
+        self.start = tree.cpu_seconds(rescan=False)
+        self.checked = time.monotonic()
+
+    def exceeded(self) -> bool:
+        now = time.monotonic()
+        if now - self.checked < 0.1:
+            return False
+        self.checked = now
+        return self.tree.cpu_seconds() - self.start > self.limit
+
+
 class Worker:
     """One sandboxed interpreter process and its pipes."""
 
-    def __init__(self, spec: LaunchSpec, source: str):
+    def __init__(self, spec: LaunchSpec):
         self.spec = spec
         self.workdir: str | None = None
         self.proc: subprocess.Popen | None = None
@@ -104,8 +143,9 @@ class Worker:
             err_r, err_w = os.pipe()
             fds = [req_r, req_w, resp_r, resp_w, out_r, out_w, err_r, err_w]
             cfg = _worker_config(spec, req_r, resp_w)
-            self.proc = self._start([spec.python, "-I", "-c", source, json.dumps(cfg)], cfg["drop_to_uid"],
-                                    (req_r, resp_w), out_w, err_w)
+            boot, *modules = worker_source()
+            interpreter = [spec.python, "-I", "-c", boot, json.dumps(cfg), *modules]
+            self.proc = self._start(interpreter, cfg["drop_to_uid"], (req_r, resp_w), out_w, err_w)
         except BaseException:
             for fd in fds:
                 close_fd(fd)
@@ -118,6 +158,7 @@ class Worker:
             os.set_blocking(fd, False)
         self._busy = False
         self._fd_lock = threading.Lock()
+        self.tree = ProcessTree(self.proc.pid)
         _LIVE_WORKERS.add(self)
 
     def _start(
@@ -125,9 +166,8 @@ class Worker:
     ) -> subprocess.Popen:
         spec = self.spec
         if spec.backend == "bwrap":
-            cmd = bwrap_command(spec, interpreter)
+            cmd, env = bwrap_command(spec, interpreter)
             cwd = "/"
-            env = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
         else:
             self.workdir = tempfile.mkdtemp(prefix="trl_agentic_sandbox_")
             os.chmod(self.workdir, 0o700)
@@ -152,6 +192,8 @@ class Worker:
         outcome = self._exchange(None, timeout, read_limit=1 << 16)
         if outcome.message is not None and outcome.message.get("ready"):
             self.uid = outcome.message.get("uid")
+            _warn_without_seccomp(bool(outcome.message.get("seccomp")))
+            self.tree.cpu_seconds()  # find the worker's processes, for the per-block baselines
             return
         stderr = outcome.stderr.text()[0].strip()
         self.kill()
@@ -162,11 +204,14 @@ class Worker:
             + (f": {stderr[-2000:]}" if stderr else "")
         )
 
-    def execute(self, code: str, timeout: float, read_limit: int) -> Outcome:
-        """Run one code block; the worker is killed when no valid reply comes within ``timeout`` seconds."""
-        return self._exchange(frame({"code": code}), timeout, read_limit)
+    def execute(self, code: str, timeout: float, read_limit: int, cpu_limit: float | None = None) -> Outcome:
+        """Run one code block; the worker is killed when no valid reply comes within ``timeout`` seconds, or when
+        its process tree uses more than ``cpu_limit`` CPU seconds meanwhile."""
+        return self._exchange(frame({"code": code}), timeout, read_limit, cpu_limit)
 
-    def _exchange(self, request: bytes | None, timeout: float, read_limit: int) -> Outcome:
+    def _exchange(
+        self, request: bytes | None, timeout: float, read_limit: int, cpu_limit: float | None = None
+    ) -> Outcome:
         outcome = Outcome(ByteHeadTail(self.spec.output_bytes), ByteHeadTail(self.spec.output_bytes))
         if request is not None:
             self._discard_stale_output()
@@ -177,7 +222,10 @@ class Worker:
                 return outcome
             self._busy = True
         try:
-            self._pump(outcome, memoryview(request) if request else None, start + timeout, read_limit)
+            pending = self._write_now(memoryview(request)) if request else None
+            # the baseline is read while the worker already runs the block (it costs about 0.1 ms)
+            meter = _CpuMeter(self.tree, cpu_limit) if cpu_limit is not None and self.tree else None
+            self._pump(outcome, pending, start + timeout, read_limit, meter)
         finally:
             with self._fd_lock:
                 self._busy = False
@@ -195,7 +243,9 @@ class Worker:
                 outcome.returncode = self.proc.returncode
         return outcome
 
-    def _pump(self, outcome: Outcome, pending: memoryview | None, deadline: float, read_limit: int) -> None:
+    def _pump(
+        self, outcome: Outcome, pending: memoryview | None, deadline: float, read_limit: int, meter: "_CpuMeter | None"
+    ) -> None:
         """Write ``pending`` and read the streams until a reply, the deadline or a violation ends the exchange."""
         sel = selectors.DefaultSelector()
         try:
@@ -212,6 +262,9 @@ class Worker:
                 if self.dead:  # killed from another thread (session closed)
                     outcome.closed = True
                     return
+                if meter is not None and meter.exceeded():
+                    outcome.cpu_limit = True
+                    return
                 for key, _ in sel.select(min(remaining, 0.25)):
                     if key.data == "req":
                         pending = self._write_request(sel, pending)
@@ -222,6 +275,16 @@ class Worker:
                         return
         finally:
             sel.close()
+
+    def _write_now(self, request: memoryview) -> memoryview | None:
+        """Write what the pipe takes of ``request`` at once; the rest (None: nothing) is left for :meth:`_pump`."""
+        try:
+            request = request[os.write(self.req_w, request) :]
+        except BlockingIOError:
+            pass
+        except OSError:  # the worker is gone: the reply pipe will say so
+            return None
+        return request if request else None
 
     def _write_request(self, sel: selectors.BaseSelector, pending: memoryview) -> memoryview | None:
         try:
