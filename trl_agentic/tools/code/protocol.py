@@ -11,7 +11,7 @@ from typing import Any
 
 MAX_MESSAGE_BYTES = 4 << 20
 BAD = object()
-"""What :func:`parse_message` returns for a frame that is too large, not JSON, or not a JSON object."""
+"""What :func:`pop_message` returns for a frame that is too large, not JSON, or not a JSON object."""
 
 
 def frame(message: dict[str, Any]) -> bytes:
@@ -20,8 +20,9 @@ def frame(message: dict[str, Any]) -> bytes:
     return struct.pack(">I", len(payload)) + payload
 
 
-def parse_message(buffer: bytearray) -> Any:
-    """The first message in ``buffer``: a dict, None while incomplete, or :data:`BAD`."""
+def pop_message(buffer: bytearray) -> Any:
+    """Take the first message out of ``buffer``: a dict, None while incomplete (``buffer`` unchanged), or
+    :data:`BAD` (a frame too large, not JSON, or not a JSON object)."""
     if len(buffer) < 4:
         return None
     (size,) = struct.unpack(">I", bytes(buffer[:4]))
@@ -29,8 +30,10 @@ def parse_message(buffer: bytearray) -> Any:
         return BAD
     if len(buffer) < 4 + size:
         return None
+    payload = bytes(buffer[4 : 4 + size])
+    del buffer[: 4 + size]
     try:
-        message = json.loads(bytes(buffer[4 : 4 + size]).decode("utf-8", errors="replace"))
+        message = json.loads(payload.decode("utf-8", errors="replace"))
     except ValueError:
         return BAD
     return message if isinstance(message, dict) else BAD

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from .base import CodeSession
 from .result import STATE_LOST, ExecutionResult
-from .worker import Outcome, Worker
+from .exchange import Outcome
+from .worker import Worker
 
 if TYPE_CHECKING:
     from .sandbox import PythonSandbox

@@ -2,8 +2,8 @@
 
 The worker runs ``inside/boot.py`` (``python -I -c <boot> <config-json> <modules>``), which hardens the process
 (``inside/harden.py``) and serves requests (``inside/repl.py``), inside bubblewrap or as a resource-limited
-subprocess. The parent writes requests on a private pipe, reads the replies on another, and reads
-the program's stdout and stderr on two more, all without blocking, under a wall-clock deadline.
+subprocess. The parent writes requests on a private pipe, reads the replies on another, and reads the program's
+stdout and stderr on two more (:mod:`.exchange`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import functools
 import json
 import logging
 import os
-import selectors
 import shutil
 import signal
 import subprocess
@@ -21,16 +20,16 @@ import tempfile
 import threading
 import time
 import weakref
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .base import SandboxError
 from .bwrap import bwrap_command
 from .host import count_tasks_of_uid, fresh_uid
+from .exchange import Exchange, Outcome, RpcHandler
 from .launch import LaunchSpec
 from .proctree import ProcessTree
-from .protocol import BAD, ByteHeadTail, close_fd, frame, parse_message, read_chunk
+from .protocol import ByteHeadTail, close_fd, frame, read_chunk
 
 logger = logging.getLogger(__name__)
 
@@ -46,34 +45,6 @@ def worker_source() -> tuple[str, ...]:
     the name and source of each module it loads (see ``inside/boot.py``)."""
     read = lambda name: (_INSIDE / f"{name}.py").read_text(encoding="utf-8")  # noqa: E731
     return (read("boot"), "harden", read("harden"), "repl", read("repl"))
-
-
-@dataclass
-class Outcome:
-    """What one exchange with a worker gave.
-
-    Attributes:
-        stdout, stderr: The program's output streams (head and tail kept).
-        message: The worker's reply, or None when there was none (then the worker has been killed).
-        timed_out, cpu_limit, output_limit, closed, protocol_error, eof: Why there was no reply: the deadline
-            passed, the block used more CPU time than allowed, the program wrote too much, the session was closed
-            meanwhile, the reply was malformed, the worker exited.
-        returncode: The worker's exit status when it ended during the exchange.
-        duration_s: Wall time of the exchange.
-    """
-
-    stdout: ByteHeadTail
-    stderr: ByteHeadTail
-    message: dict[str, Any] | None = None
-    timed_out: bool = False
-    cpu_limit: bool = False
-    output_limit: bool = False
-    closed: bool = False
-    protocol_error: bool = False
-    eof: bool = False
-    returncode: int | None = None
-    duration_s: float = 0.0
-    _buffer: bytearray = field(default_factory=bytearray, repr=False)
 
 
 def _worker_config(spec: LaunchSpec, req_r: int, resp_w: int) -> dict[str, Any]:
@@ -107,23 +78,6 @@ def _warn_without_seccomp(installed: bool) -> None:
             "sandbox worker: the seccomp filter could not be installed on this machine; memfd_create and SysV "
             "shared memory are not refused, so a program can hold memory beyond memory_mb"
         )
-
-
-class _CpuMeter:
-    """CPU seconds used by a worker's process tree since the meter was made, checked at most every 0.1 s."""
-
-    def __init__(self, tree: ProcessTree, limit: float):
-        self.tree = tree
-        self.limit = limit
-        self.start = tree.cpu_seconds(rescan=False)
-        self.checked = time.monotonic()
-
-    def exceeded(self) -> bool:
-        now = time.monotonic()
-        if now - self.checked < 0.1:
-            return False
-        self.checked = now
-        return self.tree.cpu_seconds() - self.start > self.limit
 
 
 class Worker:
@@ -189,7 +143,7 @@ class Worker:
 
     def wait_ready(self, timeout: float) -> None:
         """Block until the worker says it is ready; raise :class:`SandboxError` with its stderr otherwise."""
-        outcome = self._exchange(None, timeout, read_limit=1 << 16)
+        outcome = self.exchange(None, timeout, read_limit=1 << 16)
         if outcome.message is not None and outcome.message.get("ready"):
             self.uid = outcome.message.get("uid")
             _warn_without_seccomp(bool(outcome.message.get("seccomp")))
@@ -205,13 +159,20 @@ class Worker:
         )
 
     def execute(self, code: str, timeout: float, read_limit: int, cpu_limit: float | None = None) -> Outcome:
-        """Run one code block; the worker is killed when no valid reply comes within ``timeout`` seconds, or when
-        its process tree uses more than ``cpu_limit`` CPU seconds meanwhile."""
-        return self._exchange(frame({"code": code}), timeout, read_limit, cpu_limit)
+        """Run one code block (see :meth:`exchange`)."""
+        return self.exchange({"code": code}, timeout, read_limit, cpu_limit)
 
-    def _exchange(
-        self, request: bytes | None, timeout: float, read_limit: int, cpu_limit: float | None = None
+    def exchange(
+        self,
+        request: dict[str, Any] | None,
+        timeout: float,
+        read_limit: int,
+        cpu_limit: float | None = None,
+        on_rpc: RpcHandler | None = None,
     ) -> Outcome:
+        """Send ``request`` and wait for the reply (see :class:`~.exchange.Exchange`). The worker is killed when no
+        valid reply comes within ``timeout`` seconds, when its process tree uses more than ``cpu_limit`` CPU seconds
+        meanwhile, or when the program writes more than ``read_limit`` bytes of output."""
         outcome = Outcome(ByteHeadTail(self.spec.output_bytes), ByteHeadTail(self.spec.output_bytes))
         if request is not None:
             self._discard_stale_output()
@@ -222,10 +183,9 @@ class Worker:
                 return outcome
             self._busy = True
         try:
-            pending = self._write_now(memoryview(request)) if request else None
-            # the baseline is read while the worker already runs the block (it costs about 0.1 ms)
-            meter = _CpuMeter(self.tree, cpu_limit) if cpu_limit is not None and self.tree else None
-            self._pump(outcome, pending, start + timeout, read_limit, meter)
+            fds = (self.req_w, self.resp_r, self.out_r, self.err_r)
+            exchange = Exchange(fds, outcome, start + timeout, read_limit, lambda: self.dead, on_rpc)
+            exchange.run(frame(request) if request is not None else None, self.tree, cpu_limit)
         finally:
             with self._fd_lock:
                 self._busy = False
@@ -242,92 +202,6 @@ class Worker:
             if outcome.returncode is None and self.proc is not None:
                 outcome.returncode = self.proc.returncode
         return outcome
-
-    def _pump(
-        self, outcome: Outcome, pending: memoryview | None, deadline: float, read_limit: int, meter: "_CpuMeter | None"
-    ) -> None:
-        """Write ``pending`` and read the streams until a reply, the deadline or a violation ends the exchange."""
-        sel = selectors.DefaultSelector()
-        try:
-            sel.register(self.resp_r, selectors.EVENT_READ, "resp")
-            sel.register(self.out_r, selectors.EVENT_READ, outcome.stdout)
-            sel.register(self.err_r, selectors.EVENT_READ, outcome.stderr)
-            if pending:
-                sel.register(self.req_w, selectors.EVENT_WRITE, "req")
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    outcome.timed_out = True
-                    return
-                if self.dead:  # killed from another thread (session closed)
-                    outcome.closed = True
-                    return
-                if meter is not None and meter.exceeded():
-                    outcome.cpu_limit = True
-                    return
-                for key, _ in sel.select(min(remaining, 0.25)):
-                    if key.data == "req":
-                        pending = self._write_request(sel, pending)
-                    elif key.data == "resp":
-                        if self._read_reply(outcome):
-                            return
-                    elif self._read_stream(sel, key, outcome, read_limit):
-                        return
-        finally:
-            sel.close()
-
-    def _write_now(self, request: memoryview) -> memoryview | None:
-        """Write what the pipe takes of ``request`` at once; the rest (None: nothing) is left for :meth:`_pump`."""
-        try:
-            request = request[os.write(self.req_w, request) :]
-        except BlockingIOError:
-            pass
-        except OSError:  # the worker is gone: the reply pipe will say so
-            return None
-        return request if request else None
-
-    def _write_request(self, sel: selectors.BaseSelector, pending: memoryview) -> memoryview | None:
-        try:
-            n = os.write(self.req_w, pending)
-        except BlockingIOError:
-            return pending
-        except OSError:  # the worker is gone
-            sel.unregister(self.req_w)
-            return None
-        pending = pending[n:]
-        if not pending:
-            sel.unregister(self.req_w)
-        return pending
-
-    def _read_reply(self, outcome: Outcome) -> bool:
-        chunk = read_chunk(self.resp_r)
-        if chunk is None:
-            return False
-        if chunk == b"":
-            outcome.eof = True
-            return True
-        outcome._buffer += chunk
-        message = parse_message(outcome._buffer)
-        if message is BAD:
-            outcome.protocol_error = True
-            return True
-        if message is not None:
-            outcome.message = message
-            return True
-        return False
-
-    def _read_stream(self, sel: selectors.BaseSelector, key: Any, outcome: Outcome, read_limit: int) -> bool:
-        chunk = read_chunk(key.fd)
-        if chunk is None:
-            return False
-        if chunk == b"":
-            sel.unregister(key.fd)
-            return False
-        key.data.feed(chunk)
-        if outcome.stdout.total + outcome.stderr.total > read_limit:
-            outcome.output_limit = True
-            return True
-        return False
 
     def _drain(self, outcome: Outcome, read_limit: int) -> None:
         out, err = outcome.stdout, outcome.stderr
