@@ -45,7 +45,7 @@ HACKS = {
     # a thread keeps a forged "passed" reply ahead of every real one on the reply pipe named in sys.argv
     "forged_replies_from_a_thread": (
         "import json, os, struct, sys, threading, time\n"
-        "fd = json.loads(sys.argv[-1])['out_fd']\n"
+        "fd = next(json.loads(arg) for arg in sys.argv if arg.startswith('{'))['out_fd']\n"
         "ok = json.dumps({'error': None, 'dropped': {}}).encode()\n"
         "def forge():\n"
         "    while True:\n"

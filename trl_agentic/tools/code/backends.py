@@ -47,7 +47,7 @@ def _probe_bwrap(python: str) -> tuple[str, str]:
         worker = Worker(spec)
         try:
             worker.wait_ready(_PROBE_TIMEOUT)
-            outcome = worker.execute("print(1)", _PROBE_TIMEOUT, 1 << 16)
+            outcome = worker.exchange({"code": "print(1)"}, _PROBE_TIMEOUT, 1 << 16)
         finally:
             worker.kill()
     except Exception as exc:  # noqa: BLE001

@@ -67,7 +67,7 @@ class CodeSession(CodeTool):
         """Execute ``code`` in this session and return the structured result (never raises)."""
         with self._lock:
             self.num_calls += 1
-            result = self._execute(code if isinstance(code, str) else str(code))
+            result = self._run_locked(code if isinstance(code, str) else str(code))
             result.max_output_chars = self._owner.max_output_chars
             result.traceback_lines = self._owner.traceback_lines
             if result.error is not None:
@@ -76,9 +76,6 @@ class CodeSession(CodeTool):
                 self.num_timeouts += 1
             self.last_result = result
             return result
-
-    def _execute(self, code: str) -> ExecutionResult:
-        return self._run_locked(code)
 
     def _run_locked(self, code: str) -> ExecutionResult:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from .base import CodeSession
 from .result import STATE_LOST, ExecutionResult
-from .exchange import Outcome
+from .exchange import Outcome, RpcHandler
 from .worker import Worker
 
 if TYPE_CHECKING:
@@ -31,13 +31,6 @@ class PythonSession(CodeSession):
         super().__init__(sandbox)
         self._worker: Worker | None = None
         self._had_worker = False
-
-    def _execute(self, code: str) -> ExecutionResult:
-        try:
-            return self._run_locked(code)
-        except Exception as exc:  # noqa: BLE001 - e.g. close() from another thread mid-run; never raise
-            self._release()
-            return ExecutionResult(error=f"SandboxError: {type(exc).__name__}: {exc}; {STATE_LOST}", state_lost=True)
 
     def _release(self) -> None:
         """Kill the worker and every process it started."""
@@ -66,22 +59,49 @@ class PythonSession(CodeSession):
         return self._worker, notice, None
 
     def _run_locked(self, code: str) -> ExecutionResult:
+        return self._request_guarded({"code": code})[0]
+
+    def request(
+        self, message: dict[str, Any], *, timeout: float | None = None, on_rpc: RpcHandler | None = None
+    ) -> tuple[ExecutionResult, dict[str, Any] | None]:
+        """Send one protocol request (``{"code": ...}``, ``{"call": ...}``, ``{"code": ..., "test": true}``, see
+        ``inside/repl.py``) and return its result and the worker's raw reply (None when there was none). For the
+        unit-test harness (:mod:`.unit_tests`); never raises. ``timeout`` defaults to the sandbox's."""
+        with self._lock:
+            return self._request_guarded(message, timeout, on_rpc)
+
+    def _request_guarded(
+        self, message: dict[str, Any], timeout: float | None = None, on_rpc: RpcHandler | None = None
+    ) -> tuple[ExecutionResult, dict[str, Any] | None]:
+        try:
+            return self._request_locked(message, timeout, on_rpc)
+        except Exception as exc:  # noqa: BLE001 - e.g. close() from another thread mid-run; never raise
+            self._release()
+            error = f"SandboxError: {type(exc).__name__}: {exc}; {STATE_LOST}"
+            return ExecutionResult(error=error, state_lost=True), None
+
+    def _request_locked(
+        self, message: dict[str, Any], timeout: float | None, on_rpc: RpcHandler | None
+    ) -> tuple[ExecutionResult, dict[str, Any] | None]:
         sandbox = self._owner
         if self.closed:
-            return ExecutionResult(error="RuntimeError: this Python session is closed.")
-        if len(code) > sandbox.max_code_chars:
-            return ExecutionResult(error=f"ValueError: the code is longer than {sandbox.max_code_chars} characters.")
+            return ExecutionResult(error="RuntimeError: this Python session is closed."), None
+        code = message.get("code")
+        if isinstance(code, str) and len(code) > sandbox.max_code_chars:
+            error = f"ValueError: the code is longer than {sandbox.max_code_chars} characters."
+            return ExecutionResult(error=error), None
         worker, notice, failure = self._ensure_worker()
         if failure is not None:
-            return failure
-        outcome = worker.execute(code, sandbox.timeout, sandbox.max_read_bytes, sandbox.cpu_time)
-        result = _to_result(outcome, notice, sandbox, self.closed)
+            return failure, None
+        timeout = sandbox.timeout if timeout is None else timeout
+        outcome = worker.exchange(message, timeout, sandbox.max_read_bytes, sandbox.cpu_time, on_rpc)
+        result = _to_result(outcome, notice, sandbox, self.closed, timeout)
         if outcome.message is None:
             self._worker = None
         elif outcome.message.get("restart"):  # the worker cannot go on (it exits after this reply)
             self._release()
             result.state_lost = True
-        return result
+        return result, outcome.message
 
     def __del__(self) -> None:  # pragma: no cover - best effort
         try:
@@ -90,7 +110,7 @@ class PythonSession(CodeSession):
             pass
 
 
-def _to_result(outcome: Outcome, notice: str, sandbox: Any, closed: bool) -> ExecutionResult:
+def _to_result(outcome: Outcome, notice: str, sandbox: Any, closed: bool, timeout: float) -> ExecutionResult:
     """The :class:`ExecutionResult` of one exchange (``notice`` goes before stderr)."""
     stdout, dropped_out = outcome.stdout.text()
     stderr, dropped_err = outcome.stderr.text()
@@ -109,7 +129,7 @@ def _to_result(outcome: Outcome, notice: str, sandbox: Any, closed: bool) -> Exe
         result.exit_status = _exit_status(outcome.returncode)
         if outcome.timed_out:
             result.timed_out = True
-            result.error = f"TimeoutError: execution exceeded {sandbox.timeout:g} s; {STATE_LOST}"
+            result.error = f"TimeoutError: execution exceeded {timeout:g} s; {STATE_LOST}"
         elif outcome.cpu_limit:
             result.error = (
                 f"CPUTimeLimitError: the program used more than {sandbox.cpu_time:g} s of CPU time; {STATE_LOST}"

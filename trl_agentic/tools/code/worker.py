@@ -44,7 +44,7 @@ def worker_source() -> tuple[str, ...]:
     """The arguments after ``python -I -c`` that start a worker, less its configuration: the boot script, then
     the name and source of each module it loads (see ``inside/boot.py``)."""
     read = lambda name: (_INSIDE / f"{name}.py").read_text(encoding="utf-8")  # noqa: E731
-    return (read("boot"), "harden", read("harden"), "repl", read("repl"))
+    return (read("boot"), "harden", read("harden"), "repl", read("repl"), "calls", read("calls"))
 
 
 def _worker_config(spec: LaunchSpec, req_r: int, resp_w: int) -> dict[str, Any]:
@@ -157,10 +157,6 @@ class Worker:
             + (f" (status {outcome.returncode})" if outcome.returncode is not None else "")
             + (f": {stderr[-2000:]}" if stderr else "")
         )
-
-    def execute(self, code: str, timeout: float, read_limit: int, cpu_limit: float | None = None) -> Outcome:
-        """Run one code block (see :meth:`exchange`)."""
-        return self.exchange({"code": code}, timeout, read_limit, cpu_limit)
 
     def exchange(
         self,

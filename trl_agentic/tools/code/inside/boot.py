@@ -1,6 +1,6 @@
 """Starts a sandbox worker (standard library only): ``python -I -c <this source> <config-json> <name> <source> ...``.
 
-Loads the in-sandbox modules given on the command line (``harden``, ``repl``) without putting them in
+Loads the in-sandbox modules given on the command line (``harden``, ``repl``, ``calls``) without putting them in
 ``sys.modules`` (a program's own ``import repl`` finds its own), hardens the process, then serves requests.
 """
 
@@ -19,7 +19,7 @@ def _main():
     cfg = json.loads(sys.argv[1])
     modules = {name: _load(name, source) for name, source in zip(sys.argv[2::2], sys.argv[3::2])}
     seccomp = modules["harden"].harden(cfg)
-    modules["repl"].serve(cfg, seccomp)
+    modules["repl"].serve(cfg, seccomp, modules["calls"])
 
 
 _main()

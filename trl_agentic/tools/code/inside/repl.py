@@ -249,8 +249,10 @@ _STDIO_LOST = (
 )
 
 
-def serve(cfg, seccomp):
-    """Answer requests until the request pipe closes (``seccomp``: whether the filter is installed, for the parent)."""
+def serve(cfg, seccomp, calls):
+    """Answer requests until the request pipe closes. ``seccomp``: whether the filter is installed (told to the
+    parent); ``calls``: the ``calls.py`` module, for ``{"call": question}`` requests (the program worker of a unit
+    test run) and ``{"code": test, "test": true}`` requests (its tests worker)."""
     in_fd, out_fd = cfg["in_fd"], cfg["out_fd"]
     if os.getpid() == 1:
         _become_init_parent((in_fd, out_fd))
@@ -261,6 +263,12 @@ def serve(cfg, seccomp):
             namespace[module.split(".")[0]] = __import__(module)
         except Exception:  # noqa: BLE001
             pass
+
+    def rpc(question):
+        _send(out_fd, {"rpc": question})
+        reply = _recv(in_fd)
+        return reply.get("rpc_reply") if isinstance(reply, dict) else None
+
     _send(out_fd, {"ready": True, "pid": os.getpid(), "uid": os.getuid(), "seccomp": bool(seccomp)})
     cell = 0
     while True:
@@ -272,5 +280,20 @@ def serve(cfg, seccomp):
             os._exit(0)
         cell += 1
         sys.stdin = open(os.devnull)  # noqa: SIM115
-        error = _run_block(request.get("code", ""), cell, namespace)
-        _send(out_fd, {"error": error, "dropped": stdio.finish()})
+        reply = {"error": None}
+        if "call" in request:
+            reply.update(calls.answer(request["call"], namespace))
+        elif request.get("test"):
+            reply["error"] = _run_test(request.get("code", ""), cell, calls, rpc)
+        else:
+            reply["error"] = _run_block(request.get("code", ""), cell, namespace)
+        reply["dropped"] = stdio.finish()
+        _send(out_fd, reply)
+
+
+def _run_test(code, cell, calls, rpc):
+    try:
+        namespace = calls.test_namespace(code, rpc)
+    except BaseException as exc:  # noqa: BLE001 - the program worker failed to answer: the test fails
+        return _format_error(exc)
+    return _run_block(code, cell, namespace)
