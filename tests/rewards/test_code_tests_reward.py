@@ -67,3 +67,12 @@ def test_owned_sandbox_is_created_lazily_and_pickles():
     finally:
         reward.close()
     assert reward._sandbox is None
+
+
+def test_a_sandbox_that_cannot_keep_tests_apart_is_refused():
+    class RemoteSandbox:
+        def session(self):
+            raise AssertionError("never used")
+
+    with pytest.raises(TypeError, match="PythonSandbox"):
+        CodeTestsReward(sandbox=RemoteSandbox())

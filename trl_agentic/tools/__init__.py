@@ -32,6 +32,7 @@ from .code import (
     SandboxIsolation,
     detect_sandbox_backend,
     extract_code,
+    run_unit_tests,
 )
 from .retrieval import (
     BM25Retriever,
@@ -70,6 +71,7 @@ __all__ = [
     "E2BSession",
     "CodeSandbox",
     "CodeSession",
+    "run_unit_tests",
     "BM25Retriever",
     "DenseRetriever",
     "TransformerEncoder",

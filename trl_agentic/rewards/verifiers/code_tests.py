@@ -5,7 +5,7 @@ Program extraction (:func:`extract_program`), from the model's own text (observa
 ``sources`` in order: ``"answer"``, the last ``<answer>`` block; ``"fence"``, the last fenced code block
 (```` ```python ... ``` ````); ``"code"``, the last ``<code>`` block. Fences inside the chosen block are removed.
 
-Scoring (:func:`~trl_agentic.tools.code.unit_tests.run_unit_tests`): the program runs once in a fresh
+Scoring (:func:`~trl_agentic.tools.run_unit_tests`): the program runs once in a fresh
 interpreter; each test runs as its own block in a *second* interpreter that calls the program's functions through
 the parent and gets only data back, so one failing assertion does not hide the others and the program can neither
 patch the harness nor forge a verdict nor return an object that equals everything. With ``n`` tests of which
@@ -24,8 +24,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ...tools import PythonSandbox, extract_code
-from ...tools.code.unit_tests import run_unit_tests
+from ...tools import PythonSandbox, extract_code, run_unit_tests
 from ..base import OBSERVATION_TAGS, RewardFunction, Sample, make_samples
 from ..text import last_block
 

@@ -25,7 +25,7 @@ Two local backends, chosen once per process by ``backend="auto"``:
 ``"subprocess"`` (fallback when bubblewrap is missing or cannot create namespaces, e.g. inside some containers):
     a plain child process with ``python -I`` (isolated mode), a cleared environment, a new session, a private temp
     work dir as cwd and the resource limits below. When ``unshare`` works (root, or user namespaces allowed) the
-    worker also gets new network and PID namespaces. When the trainer runs as root and the Python installation is
+    worker also gets new network, IPC and PID namespaces. When the trainer runs as root and the Python installation is
     readable by other users, the worker drops to a fresh unprivileged uid; when it is not (e.g. a pyenv under
     ``/root``) the worker stays root. **Not isolated in this mode**: the filesystem (the program can read every
     file the worker's uid can read and write where that uid can write: with the caller's uid that includes your
@@ -36,11 +36,12 @@ Two local backends, chosen once per process by ``backend="auto"``:
     timeout). A warning naming what is not isolated is emitted once per process. See
     :attr:`PythonSandbox.isolation`.
 
-Limits, in both backends (per worker process, set with ``setrlimit`` before any user code runs):
-wall time per block (``timeout``, enforced by the parent, which kills the whole worker), CPU seconds per block
-(``cpu_time``, ``RLIMIT_CPU`` soft limit, re-armed before each block; a session-wide hard cap
-``session_cpu_time``), address space (``memory_mb``, ``RLIMIT_AS``: a too large allocation raises ``MemoryError``
-in the program), processes (``max_processes`` more tasks for the worker's uid, ``RLIMIT_NPROC``; not enforceable
+Limits, in both backends (set before any user code runs): wall time per block (``timeout``, enforced by the
+parent, which kills the whole worker), CPU seconds per block (``cpu_time``, counted by the parent over the
+worker's whole process tree, which the program cannot change; a session-wide hard ``RLIMIT_CPU``,
+``session_cpu_time``), address space per process (``memory_mb``, ``RLIMIT_AS``: a too large allocation raises
+``MemoryError`` in the program; a seccomp filter refuses ``memfd_create`` and SysV shared memory and message
+queues, whose memory ``RLIMIT_AS`` would not count), processes (``max_processes`` more tasks for the worker's uid, ``RLIMIT_NPROC``; not enforceable
 for root, so only effective when the worker does not run as root), file size (``max_file_size_mb``), open files,
 and output: Python-level ``print`` output beyond ``max_output_chars`` is dropped in the worker (first and last
 parts kept), and the parent stops a program that writes more than ``max_read_bytes`` to its file descriptors.
@@ -61,11 +62,13 @@ Example::
     sandbox.close()
 
 Modules: :mod:`.sandbox` (the tool and its options), :mod:`.session` (one trajectory's interpreter),
-:mod:`.pool` (pre-started workers), :mod:`.worker` (one worker process and the exchange with it),
-:mod:`.protocol` (message framing), :mod:`.launch` (how workers start), :mod:`.bwrap` (the bubblewrap command),
-:mod:`.backends` (which backend works here), :mod:`.isolation` (what it guarantees), :mod:`.host` (uids and paths
-of the host), :mod:`.inside` (the REPL that runs in the sandbox), :mod:`.result` (what a block did),
-:mod:`.extract` (code in a tool call), :mod:`.base` (what the local and E2B interpreters share), :mod:`.e2b`.
+:mod:`.pool` (pre-started workers), :mod:`.worker` (one worker process), :mod:`.exchange` (one request and its
+reply), :mod:`.protocol` (message framing), :mod:`.proctree` (CPU time of a process tree), :mod:`.launch` (how
+workers start), :mod:`.bwrap` (the bubblewrap command), :mod:`.backends` (which backend works here),
+:mod:`.isolation` (what it guarantees), :mod:`.host` (uids and paths of the host), :mod:`.inside` (what runs in
+the sandbox: hardening, the REPL, calls between workers), :mod:`.unit_tests` (tests run apart from the program
+they test), :mod:`.result` (what a block did), :mod:`.extract` (code in a tool call), :mod:`.base` (what the local
+and E2B interpreters share), :mod:`.e2b`.
 """
 
 from .backends import detect_sandbox_backend
@@ -76,6 +79,7 @@ from .isolation import SandboxIsolation
 from .result import ExecutionResult
 from .sandbox import PythonSandbox
 from .session import PythonSession
+from .unit_tests import run_unit_tests
 
 __all__ = [
     "PythonSandbox",
@@ -89,4 +93,5 @@ __all__ = [
     "E2BSession",
     "CodeSandbox",
     "CodeSession",
+    "run_unit_tests",
 ]
