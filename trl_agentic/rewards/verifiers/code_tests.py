@@ -18,6 +18,7 @@ test can and cannot do with the program's objects is listed in ``docs/tools.md``
 
 from __future__ import annotations
 
+import queue
 import re
 import threading
 from collections.abc import Mapping, Sequence
@@ -62,7 +63,8 @@ class CodeTestsReward(RewardFunction):
         tests_column: Dataset column(s) with the tests, first present used.
         sources: Program extraction order, see :func:`extract_program`.
         all_or_nothing: Reward 1 only when every test passes.
-        sandbox: A :class:`~trl_agentic.tools.PythonSandbox` to use (each completion takes two of its workers);
+        sandbox: A :class:`~trl_agentic.tools.PythonSandbox` to use (each completion takes a worker for its
+            program; up to ``max_workers`` tests workers are kept and reused across completions);
             by default one is created on first use with ``sandbox_kwargs`` and closed by :meth:`close`. A remote
             sandbox (E2B) cannot keep the tests apart from the program, so it is refused.
         sandbox_kwargs: Arguments of the sandbox created by default (e.g. ``{"timeout": 5}``).
@@ -95,6 +97,7 @@ class CodeTestsReward(RewardFunction):
         self._sandbox = sandbox
         self._owns_sandbox = sandbox is None
         self._lock = threading.Lock()
+        self._tests_sessions: queue.SimpleQueue = queue.SimpleQueue()
 
     def _get_sandbox(self) -> Any:
         with self._lock:
@@ -116,11 +119,22 @@ class CodeTestsReward(RewardFunction):
         program = extract_program(sample.model_text(OBSERVATION_TAGS), self.sources)
         if program is None:
             return 0.0
-        rate = sum(run_unit_tests(self._get_sandbox(), program, tests)) / len(tests)
+        sandbox = self._get_sandbox()
+        try:  # a tests worker runs no program code, so one serves many completions
+            tests_session = self._tests_sessions.get_nowait()
+        except queue.Empty:
+            tests_session = sandbox.session()
+        try:
+            rate = sum(run_unit_tests(sandbox, program, tests, tests_session)) / len(tests)
+        finally:
+            self._tests_sessions.put(tests_session)
         return float(rate == 1.0) if self.all_or_nothing else rate
 
     def close(self) -> None:
-        """Close the sandbox this reward created (a sandbox passed in is left to its owner)."""
+        """Close the tests sessions, and the sandbox this reward created (a sandbox passed in is left to its
+        owner)."""
+        while not self._tests_sessions.empty():
+            self._tests_sessions.get_nowait().close()
         with self._lock:
             if self._owns_sandbox and self._sandbox is not None:
                 self._sandbox.close()
@@ -129,6 +143,7 @@ class CodeTestsReward(RewardFunction):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_lock"] = None
+        state["_tests_sessions"] = None
         if self._owns_sandbox:
             state["_sandbox"] = None  # worker processes do not pickle; a copy starts its own sandbox
         return state
@@ -136,3 +151,4 @@ class CodeTestsReward(RewardFunction):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        self._tests_sessions = queue.SimpleQueue()

@@ -55,13 +55,19 @@ class _ProgramWorker:
         self.session.close()
 
 
-def run_unit_tests(sandbox: PythonSandbox, program: str, tests: Sequence[str]) -> list[bool]:
+def run_unit_tests(
+    sandbox: PythonSandbox, program: str, tests: Sequence[str], tests_session: PythonSession | None = None
+) -> list[bool]:
     """Whether each test passes against ``program``: the program runs once in one worker; each test runs as its
     own block (within ``sandbox.timeout``) in another worker, calling the program's functions through the parent
     (see the module docstring). A program that fails on its own fails every test; when the program's worker dies
-    during a test (timeout, crash, ``os._exit``), the program is run again in a fresh one for the next test."""
+    during a test (timeout, crash, ``os._exit``), the program is run again in a fresh one for the next test.
+
+    ``tests_session``: a session of ``sandbox`` to run the tests in, kept open afterwards, so that one tests worker
+    serves many programs (no program code ever runs in it; each test gets fresh globals). By default a session is
+    opened and closed here."""
     program_worker = _ProgramWorker(sandbox, program)
-    tests_session: PythonSession = sandbox.session()
+    session = tests_session if tests_session is not None else sandbox.session()
     try:
         if not program_worker.start():
             return [False] * len(tests)
@@ -70,9 +76,10 @@ def run_unit_tests(sandbox: PythonSandbox, program: str, tests: Sequence[str]) -
             if not program_worker.start():
                 passed.append(False)
                 continue
-            result, reply = tests_session.request({"code": test, "test": True}, on_rpc=program_worker.answer)
+            result, reply = session.request({"code": test, "test": True}, on_rpc=program_worker.answer)
             passed.append(reply is not None and result.ok)
         return passed
     finally:
         program_worker.close()
-        tests_session.close()
+        if tests_session is None:
+            session.close()
