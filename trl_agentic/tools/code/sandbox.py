@@ -22,9 +22,12 @@ class PythonSandbox(CodeSandbox):
         backend: ``"auto"`` (bubblewrap when it works here, else the subprocess fallback with a warning),
             ``"bwrap"`` (raise :class:`SandboxError` if it does not work) or ``"subprocess"``.
         timeout: Wall-time limit per code block, seconds. On expiry the worker is killed and restarted.
-        cpu_time: CPU-time limit per block, seconds (default: ``timeout``).
-        session_cpu_time: Hard CPU-time cap for a whole session's worker (default ``max(60, 30 * cpu_time)``).
-        memory_mb: Address-space limit (``RLIMIT_AS``) of the worker and of each process it starts.
+        cpu_time: CPU-time limit per block, seconds (default: ``timeout``): the CPU time of all the sandbox's
+            processes and threads together, counted by the parent, which kills the worker past it.
+        session_cpu_time: Hard CPU-time cap (``RLIMIT_CPU``) of each process of a session (default
+            ``max(60, 30 * cpu_time)``).
+        memory_mb: Address-space limit (``RLIMIT_AS``) of the worker and of each process it starts; memory that
+            ``RLIMIT_AS`` would not count (memfd, SysV shared memory and message queues) is refused.
         max_processes: How many more processes/threads the worker's uid may have (``RLIMIT_NPROC``, non-root).
         max_file_size_mb: Largest file the program may write.
         tmpfs_size_mb: Size of each private tmpfs (``/workdir`` and ``/tmp``) in bubblewrap mode.
