@@ -112,7 +112,7 @@ class Worker:
             os.set_blocking(fd, False)
         self._busy = False
         self._fd_lock = threading.Lock()
-        self.tree = ProcessTree(self.proc.pid)
+        self.tree = ProcessTree(self.proc.pid, launcher=spec.backend == "bwrap" or bool(spec.unshare_prefix))
         _LIVE_WORKERS.add(self)
 
     def _start(

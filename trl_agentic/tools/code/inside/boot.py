@@ -17,9 +17,10 @@ def _load(name, source):
 
 def _main():
     cfg = json.loads(sys.argv[1])
-    modules = {name: _load(name, source) for name, source in zip(sys.argv[2::2], sys.argv[3::2])}
-    seccomp = modules["harden"].harden(cfg)
-    modules["repl"].serve(cfg, seccomp, modules["calls"])
+    sources = dict(zip(sys.argv[2::2], sys.argv[3::2]))
+    seccomp = _load("harden", sources["harden"]).harden(cfg)
+    # ``calls`` serves unit-test runs only: compiled on first use, not at every start
+    _load("repl", sources["repl"]).serve(cfg, seccomp, lambda: _load("calls", sources["calls"]))
 
 
 _main()

@@ -10,7 +10,6 @@ no privilege (``no_new_privs`` is set first), so it works as root and unprivileg
 
 import ctypes
 import os
-import platform
 import resource
 import signal
 import struct
@@ -37,7 +36,7 @@ _SECCOMP_TABLE = {
 
 
 def seccomp_program(machine):
-    """The classic-BPF seccomp program for ``machine`` (``platform.machine()``), as packed ``sock_filter``
+    """The classic-BPF seccomp program for ``machine`` (``os.uname().machine``), as packed ``sock_filter``
     structs, or None when the machine is not in the table.
 
     It refuses (``EPERM``) every system call of another ABI (i386 or x32 calls on x86_64 use other numbers) and
@@ -63,7 +62,7 @@ def seccomp_program(machine):
 
 def install_seccomp():
     """Install :func:`seccomp_program` on this process (inherited by every process it starts); True on success."""
-    program = seccomp_program(platform.machine())
+    program = seccomp_program(os.uname().machine)
     if program is None:
         return False
 

@@ -249,10 +249,10 @@ _STDIO_LOST = (
 )
 
 
-def serve(cfg, seccomp, calls):
+def serve(cfg, seccomp, load_calls):
     """Answer requests until the request pipe closes. ``seccomp``: whether the filter is installed (told to the
-    parent); ``calls``: the ``calls.py`` module, for ``{"call": question}`` requests (the program worker of a unit
-    test run) and ``{"code": test, "test": true}`` requests (its tests worker)."""
+    parent); ``load_calls()``: the ``calls.py`` module, for ``{"call": question}`` requests (the program worker of
+    a unit-test run) and ``{"code": test, "test": true}`` requests (its tests worker)."""
     in_fd, out_fd = cfg["in_fd"], cfg["out_fd"]
     if os.getpid() == 1:
         _become_init_parent((in_fd, out_fd))
@@ -271,6 +271,7 @@ def serve(cfg, seccomp, calls):
 
     _send(out_fd, {"ready": True, "pid": os.getpid(), "uid": os.getuid(), "seccomp": bool(seccomp)})
     cell = 0
+    calls = None
     while True:
         request = _recv(in_fd)
         if request is None:
@@ -281,6 +282,8 @@ def serve(cfg, seccomp, calls):
         cell += 1
         sys.stdin = open(os.devnull)  # noqa: SIM115
         reply = {"error": None}
+        if ("call" in request or request.get("test")) and calls is None:
+            calls = load_calls()
         if "call" in request:
             reply.update(calls.answer(request["call"], namespace))
         elif request.get("test"):
