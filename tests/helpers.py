@@ -70,6 +70,16 @@ def lookup_dataset(n: int = 8, conversational: bool = False):
     return Dataset.from_list(make_lookup_dataset(n, conversational=conversational))
 
 
+def sandbox_backends() -> list[str]:
+    """The code-sandbox backends that work on this machine: ``bwrap`` only when a bubblewrap sandbox starts here."""
+    from trl_agentic.tools import detect_sandbox_backend
+
+    backends = ["subprocess"]
+    if detect_sandbox_backend()[0] == "bwrap":
+        backends.insert(0, "bwrap")
+    return backends
+
+
 def _small_config(config_class, tmp_path, **overrides):
     """A small, CPU-friendly trainer config."""
     kwargs = dict(
@@ -122,13 +132,3 @@ def run_isolated(code: str, timeout: float = 60.0) -> subprocess.CompletedProces
             return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
 
         pytest.fail(f"hung: no result after {timeout} s\nstdout:\n{text(exc.stdout)[-2000:]}\nstderr:\n{text(exc.stderr)[-2000:]}")
-
-
-def sandbox_backends() -> list[str]:
-    """The code-sandbox backends that work on this machine: ``bwrap`` only when a bubblewrap sandbox starts here."""
-    from trl_agentic.tools import detect_sandbox_backend
-
-    backends = ["subprocess"]
-    if detect_sandbox_backend()[0] == "bwrap":
-        backends.insert(0, "bwrap")
-    return backends
