@@ -74,6 +74,16 @@ def lookup_dataset(n: int = 8, conversational: bool = False):
     return Dataset.from_list(make_lookup_dataset(n, conversational=conversational))
 
 
+def sandbox_backends() -> list[str]:
+    """The code-sandbox backends that work on this machine: ``bwrap`` only when a bubblewrap sandbox starts here."""
+    from trl_agentic.tools import detect_sandbox_backend
+
+    backends = ["subprocess"]
+    if detect_sandbox_backend()[0] == "bwrap":
+        backends.insert(0, "bwrap")
+    return backends
+
+
 def _small_config(config_class, tmp_path, **overrides):
     """A small, CPU-friendly trainer config."""
     kwargs = dict(

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "Tool",
@@ -30,8 +30,6 @@ __all__ = [
     "StatefulTool",
     "ToolOutput",
     "BaseTool",
-    "open_session",
-    "close_session",
     "call_tool",
     "acall_tool",
     "truncate_middle",
@@ -122,24 +120,6 @@ class BaseTool:
         return (await self.ainvoke(text)).observation
 
 
-def open_session(tool: Any) -> Any:
-    """``tool.session()`` when the tool has one (a fresh per-trajectory state), else the tool itself."""
-    session = getattr(tool, "session", None)
-    if callable(session):
-        return session()
-    return tool
-
-
-def close_session(session: Any) -> None:
-    """Call ``session.close()`` when it exists; never raises (a failing close must not cost the run)."""
-    close = getattr(session, "close", None)
-    if callable(close):
-        try:
-            close()
-        except Exception:  # noqa: BLE001 - closing is best effort
-            pass
-
-
 def _error_output(tool: Any, exc: BaseException) -> ToolOutput:
     name = getattr(tool, "name", None) or type(tool).__name__
     return ToolOutput(observation=f"Error: tool {name} failed: {type(exc).__name__}: {exc}", error=True)
@@ -207,5 +187,3 @@ def truncate_middle(text: str, max_chars: int | None, *, omitted_extra: int = 0)
     marker = f"\n... [{omitted} characters truncated] ...\n"
     return text[:head] + marker + text[len(text) - tail :], True
 
-
-ToolFn = Callable[[str], str]
