@@ -3,11 +3,13 @@ trajectory.
 
 What a call can cost, and what a timeout can and cannot stop:
 
-- A **sync** method runs on a daemon thread of its own (at most :data:`MAX_CONCURRENT_BLOCKING_CALLS` at once). On
-  timeout the trajectory ends with ``env_timeout`` and the thread is *abandoned*: Python cannot stop a thread, so a
-  step that never returns keeps running (and keeps what it holds), but it no longer counts against the bound, later
-  batches never wait behind it, and it does not keep the process from exiting. Abandoned calls still running are
-  logged.
+- A **sync** method runs on one of the engine's daemon worker threads (at most
+  :data:`MAX_CONCURRENT_BLOCKING_CALLS` at once). The threads live as long as the process, so a subprocess a tool
+  starts from one (tied to its thread by ``PR_SET_PDEATHSIG``, as the sandbox's are) lives on after the call. On
+  timeout the trajectory ends with ``env_timeout`` and the call is *abandoned*: Python cannot stop a thread, so a
+  step that never returns keeps running on its thread (and keeps what it holds), but it no longer counts against the
+  bound, a new thread takes its place for later calls, and daemon threads do not keep the process from exiting.
+  Abandoned calls still running are logged.
 - An **async** method is cancelled at its timeout, which stops it at its next ``await``. An async method that
   *blocks the loop* (``time.sleep`` or a busy loop inside ``async def``) cannot be preempted: the batch's deadline
   then abandons the whole event loop, the calls of the batch that had not finished end with ``env_timeout``, and the
@@ -22,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import queue
 import threading
 import time
 from dataclasses import dataclass
@@ -69,6 +72,34 @@ class _Abandoned:
 abandoned_calls = _Abandoned()
 
 
+class _DaemonWorkers:
+    """Long-lived daemon threads that run blocking calls. A call that finds no idle thread starts one, so a thread
+    stuck in a call that never returns is never waited for; idle threads wait for the next call."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+
+    def run(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            spawn = self._idle == 0
+            if not spawn:
+                self._idle -= 1  # that idle thread takes this job
+        if spawn:
+            threading.Thread(target=self._serve, name="trl-agentic-env-worker", daemon=True).start()
+        self._jobs.put(job)
+
+    def _serve(self) -> None:
+        while True:
+            self._jobs.get()()
+            with self._lock:
+                self._idle += 1
+
+
+_workers = _DaemonWorkers()
+
+
 _slots: dict[int, asyncio.Semaphore] = {}
 
 
@@ -88,8 +119,8 @@ def _settle(future: asyncio.Future, outcome: tuple[bool, Any]) -> None:
 
 
 async def run_in_thread(fn: Callable[..., Any], *args: Any, timeout: float | None, **kwargs: Any) -> Any:
-    """Run a blocking call on a daemon thread of its own and await it, at most ``timeout`` seconds
-    (``asyncio.TimeoutError`` then; the thread is abandoned, see the module docstring). At most
+    """Run a blocking call on a daemon worker thread and await it, at most ``timeout`` seconds
+    (``asyncio.TimeoutError`` then; the call is abandoned, see the module docstring). At most
     :data:`MAX_CONCURRENT_BLOCKING_CALLS` such calls run at once per event loop."""
     slots = _loop_slots()
     loop = asyncio.get_running_loop()
@@ -112,7 +143,7 @@ async def run_in_thread(fn: Callable[..., Any], *args: Any, timeout: float | Non
             pass
 
     async with slots:
-        threading.Thread(target=target, name=f"trl-agentic-env-{getattr(fn, '__name__', 'call')}", daemon=True).start()
+        _workers.run(target)
         try:
             return await asyncio.wait_for(asyncio.shield(future), timeout)
         except (asyncio.TimeoutError, asyncio.CancelledError):

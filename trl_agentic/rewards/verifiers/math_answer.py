@@ -27,7 +27,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from ..base import OBSERVATION_TAGS, RewardFunction, Sample, golds_as_list
+from ...tag_protocol import ANY_TOOL_TAGS, TagProtocol
+from ..base import RewardFunction, Sample, golds_as_list
 from ..text import last_block, last_boxed, last_number
 from .deadline import DeadlineExceeded, DeadlinePool, WorkerFailed
 
@@ -143,12 +144,11 @@ class MathAnswerReward(RewardFunction):
         answer_column: Dataset column(s) holding the gold answer (the first present is used); a string, a
             GSM8K ``####`` solution, or a list of acceptable answers.
         sources: Extraction order, see :func:`extract_answer`; ``("answer",)`` is the strict mode.
-        answer_tag: Tag of the answer block.
         correct_reward: Reward for a correct answer.
         wrong_reward: Reward for a wrong or missing answer.
         timeout_seconds: Per-comparison time limit.
-        observation_tags: Tags whose blocks are observations, removed from the text before extraction when there
-            is no trajectory.
+        protocol: The tag protocol: its answer tag holds the answer, and its observation tags are removed from the
+            text before extraction when there is no trajectory.
         name: The function's ``__name__`` (metric name in TRL).
     """
 
@@ -156,25 +156,23 @@ class MathAnswerReward(RewardFunction):
         self,
         answer_column: str | Sequence[str] = "answer",
         sources: Sequence[str] = ANSWER_SOURCES,
-        answer_tag: str = "answer",
         correct_reward: float = 1.0,
         wrong_reward: float = 0.0,
         timeout_seconds: int = 5,
-        observation_tags: Sequence[str] = OBSERVATION_TAGS,
+        protocol: TagProtocol = ANY_TOOL_TAGS,
         name: str = "math_answer",
     ) -> None:
         super().__init__(name)
         self.answer_column = answer_column
         self.sources = tuple(sources)
         extract_answer("", self.sources)  # validate the sources early
-        self.answer_tag = answer_tag
+        self.protocol = protocol
         self.correct_reward = correct_reward
         self.wrong_reward = wrong_reward
         self.timeout_seconds = timeout_seconds
-        self.observation_tags = tuple(observation_tags)
 
     def score(self, sample: Sample) -> float:
-        answer = extract_answer(sample.model_text(self.observation_tags), self.sources, self.answer_tag)
+        answer = extract_answer(sample.model_text(self.protocol.observation_tags), self.sources, self.protocol.answer)
         golds = golds_as_list(sample.column(self.answer_column))
         correct = answer is not None and any(math_equal(answer, gold, self.timeout_seconds) for gold in golds)
         return self.correct_reward if correct else self.wrong_reward
