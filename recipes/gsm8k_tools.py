@@ -61,9 +61,8 @@ def main(script_args, training_args, model_args):
         )
         attach_model_card(trainer, task, script_args.dataset_name)
 
+        # with eval_strategy set, TRL evaluates before training (eval_on_start), every eval_steps and at the end
         trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-        if eval_dataset is not None:
-            trainer.evaluate()  # after training; eval_on_start gives the "before" figures
         trainer.save_model(training_args.output_dir)
         trainer.create_model_card(dataset_name=script_args.dataset_name)
         if training_args.push_to_hub:

@@ -82,13 +82,17 @@ def make_parser(script_arguments: type, algo: str = "grpo", prog: str | None = N
 
 def parse_args(script_arguments: type, argv: Sequence[str] | None = None, prog: str | None = None) -> tuple[Any, ...]:
     """``(script_args, training_args, model_args)`` from ``--config`` and the flags. The algorithm (``--algo`` or
-    ``algo:`` in the YAML) picks the config class; a bad value in a config raises :class:`TaskConfigError`."""
+    ``algo:`` in the YAML) picks the config class; a bad value in a config raises :class:`TaskConfigError`.
+    ``--eval_strategy no`` also turns ``eval_on_start`` off, so one flag disables evaluation."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = make_parser(script_arguments, _algo(argv), prog)
     try:
-        return tuple(parser.parse_args_and_config(args=argv))
+        script_args, training_args, model_args = parser.parse_args_and_config(args=argv)
     except (ValueError, TypeError) as exc:  # a config's __post_init__ check, or an unknown key in the YAML
         raise TaskConfigError(str(exc).strip().splitlines()[0]) from None
+    if training_args.eval_strategy == "no":  # --eval_strategy no turns off the configs' eval_on_start too
+        training_args.eval_on_start = False
+    return script_args, training_args, model_args
 
 
 def _has_module(name: str) -> bool:
