@@ -13,7 +13,7 @@ def test_every_export_resolves():
 
 def test_import_loads_no_optional_extra():
     code = (
-        "import sys, trl_agentic, trl_agentic.tools, trl_agentic.rewards;"
+        "import sys, trl_agentic, trl_agentic.tools, trl_agentic.rewards, trl_agentic.tasks;"
         "bad = [m for m in ('vllm', 'bitsandbytes', 'e2b_code_interpreter', 'bm25s', 'faiss', 'math_verify', 'trl')"
         " if m in sys.modules]; print(bad)"
     )
