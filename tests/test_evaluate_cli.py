@@ -44,8 +44,8 @@ def scripted(monkeypatch, tokenizer):
 def test_accuracy_and_pass_at_k_on_a_local_dataset(scripted, tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "eval"
     argv = ["--model", tiny_model_dir, "--task", "gsm8k_tools", "--tool", "calculator",
-            "--dataset", str(FIXTURES / "gsm8k_small.jsonl"), "--max_rows", "3", "--samples", "4", "--k", "1", "2", "4",
-            "--batch_size", "5", "--max_completion_length", "64", "--output_dir", str(out)]
+            "--dataset", str(FIXTURES / "gsm8k_small.jsonl"), "--max_rows", "3", "--samples", "4",
+            "--k", "1", "2", "4", "--batch_size", "5", "--max_completion_length", "64", "--output_dir", str(out)]
     assert main(argv) == 0
     report = json.loads((out / "report.json").read_text())
     assert report["num_rows"] == 3 and report["samples_per_row"] == 4
@@ -82,7 +82,8 @@ def test_lora_adapter(tiny_model_dir, tmp_path, capsys):
     common = ["--task", "gsm8k_tools", "--tool", "calculator", "--dataset", str(FIXTURES / "gsm8k_small.jsonl"),
               "--max_rows", "2", "--greedy", "--max_tokens_per_turn", "8", "--max_completion_length", "24"]
     assert main(["--model", str(adapter), "--output_dir", str(tmp_path / "a"), *common]) == 0
-    assert main(["--model", tiny_model_dir, "--adapter", str(adapter), "--output_dir", str(tmp_path / "b"), *common]) == 0
+    applied = ["--model", tiny_model_dir, "--adapter", str(adapter), "--output_dir", str(tmp_path / "b")]
+    assert main([*applied, *common]) == 0
     first = (tmp_path / "a" / "trajectories.jsonl").read_text()
     assert first and first == (tmp_path / "b" / "trajectories.jsonl").read_text()  # greedy: the same rollouts
 
@@ -130,5 +131,6 @@ def test_vllm_generator_maps_the_turn_to_sampling_params(monkeypatch):
         [[1, 2], [3]], 16, ["</calc>", "</answer>"], [5, 6])
     assert [g.ids for g in out] == [[7, 8, 9], [7, 8, 9]] and out[0].logprobs is None
     assert recorded["prompts"] == [{"prompt_token_ids": [1, 2]}, {"prompt_token_ids": [3]}]
-    assert recorded["params"] == {"max_tokens": 16, "stop": ["</calc>", "</answer>"], "include_stop_str_in_output": True,
-                                  "stop_token_ids": [5, 6], "temperature": 0.0, "top_p": 1.0, "seed": 3}
+    assert recorded["params"] == {"max_tokens": 16, "stop": ["</calc>", "</answer>"],
+                                  "include_stop_str_in_output": True, "stop_token_ids": [5, 6], "temperature": 0.0,
+                                  "top_p": 1.0, "seed": 3}

@@ -40,7 +40,8 @@ def test_example_trains(tiny_model_dir, tmp_path):
     from trl_agentic import AgenticGRPOConfig, AgenticGRPOTrainer
 
     example = _example()
-    dataset = Dataset.from_list([{"prompt": f"Guess a number from 1 to 9 ({i})", "target": i % 9 + 1} for i in range(8)])
+    dataset = Dataset.from_list([{"prompt": f"Guess a number from 1 to 9 ({i})", "target": i % 9 + 1}
+                                 for i in range(8)])
     args = AgenticGRPOConfig(output_dir=str(tmp_path), max_turns=3, max_tokens_per_turn=8, max_completion_length=160,
                              num_generations=2, per_device_train_batch_size=4, max_steps=1, use_cpu=True, bf16=False,
                              report_to="none", save_strategy="no", logging_steps=1)

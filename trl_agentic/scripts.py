@@ -1,10 +1,11 @@
 """What the recipes share with TRL's scripts: parsing, loading with one-line errors, running.
 
-A recipe (``recipes/gsm8k_tools.py``) reads like ``trl/scripts/grpo.py``: ``parse_args`` gives its
-``ScriptArguments``, the trainer config (:class:`~trl_agentic.AgenticGRPOConfig`, or
+A recipe (``recipes/gsm8k_tools.py``) is a task's ``ScriptArguments`` and ``run(partial(train_task, name), ...)``:
+``parse_args`` gives the ``ScriptArguments``, the trainer config (:class:`~trl_agentic.AgenticGRPOConfig`, or
 :class:`~trl_agentic.AgenticPPOConfig` with ``algo: ppo``) and TRL's ``ModelConfig``, from ``--config recipe.yaml``
-and TRL's flag names (command-line flags override the YAML). ``run`` prints a :class:`TaskConfigError` (a setting
-the user must change) as one line and exits with status 2.
+and TRL's flag names (command-line flags override the YAML); :func:`train_task` is the ``main`` of
+``trl/scripts/grpo.py`` for a task. ``run`` prints a :class:`TaskConfigError` (a setting the user must change) as one
+line and exits with status 2.
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ def _algo(argv: Sequence[str]) -> str:
 
 
 def config_class(algo: str) -> type:
-    """The trainer config of ``algo``: :class:`~trl_agentic.AgenticGRPOConfig` or :class:`~trl_agentic.AgenticPPOConfig`."""
+    """The trainer config of ``algo``: :class:`~trl_agentic.AgenticGRPOConfig` or
+    :class:`~trl_agentic.AgenticPPOConfig`."""
     if algo not in ALGORITHMS:
         raise TaskConfigError(f"--algo {algo!r} is unknown: pass grpo or ppo")
     from .trainers.grpo import AgenticGRPOConfig
@@ -161,6 +163,46 @@ def load_datasets(task: Any, script_args: Any, training_args: Any, tokenizer: An
         return train_dataset, None
     data = load_rows(name, config, script_args.dataset_test_split, split_flag="--dataset_test_split")
     return train_dataset, task.rows(take(data, script_args.max_eval_samples), tokenizer)
+
+
+def train_task(task_name: str, script_args: Any, training_args: Any, model_args: Any) -> None:
+    """A recipe's ``main``, as ``trl/scripts/grpo.py``'s: load the tokenizer, the task and its data; build the
+    trainer (TRL's ``get_peft_config`` / ``get_quantization_config``); train, evaluating before, during and after
+    when ``eval_strategy`` is set (TRL's ``eval_on_start``, ``eval_steps``, end of training); save the model with
+    its model card; push it when ``push_to_hub``."""
+    from trl import get_peft_config, get_quantization_config
+
+    from .model_card import attach_model_card
+    from .tasks import build_task
+
+    check_requirements(training_args, model_args)
+    tokenizer = load_tokenizer(model_args.model_name_or_path, revision=model_args.model_revision)
+    training_args.model_init_kwargs = model_init_kwargs(training_args, model_args)
+
+    with build_task(task_name, script_args, training_args.max_completion_length) as task:
+        train_dataset, eval_dataset = load_datasets(task, script_args, training_args, tokenizer)
+        if training_args.reward_weights is None:  # e.g. Search-R1: its reward, and exact match logged with weight 0
+            training_args.reward_weights = task.reward_weights
+
+        trainer = trainer_class(script_args.algo)(
+            model=model_args.model_name_or_path,
+            reward_funcs=task.reward_funcs,
+            args=training_args,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=tokenizer,
+            environment=task.environment,
+            peft_config=get_peft_config(model_args),
+            quantization_config=get_quantization_config(model_args),
+        )
+        attach_model_card(trainer, task, script_args.dataset_name)
+
+        trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+        trainer.save_model(training_args.output_dir)
+        trainer.create_model_card(dataset_name=script_args.dataset_name)
+        if training_args.push_to_hub:
+            trainer.push_to_hub(dataset_name=script_args.dataset_name)
+        trainer.accelerator.print(f"saved to {training_args.output_dir}")
 
 
 def run(main: Callable[..., Any], script_arguments: type, argv: Sequence[str] | None = None,

@@ -38,7 +38,8 @@ def test_notebook_runs_in_smoke_mode(path, tmp_path, monkeypatch):
     assert any("image/png" in d for d in displays), "the reward curve is plotted"
     assert sum("trl-agentic trajectories" in d.get("text/html", "") or "Trajectory 0" in d.get("text/html", "")
                for d in displays) >= 2, "the HTML trajectory views are shown inline"
-    assert (tmp_path / ("gsm8k-tools-lora" if "gsm8k" in path.stem else "search-r1-lora") / "adapter_config.json").exists()
+    adapter = tmp_path / ("gsm8k-tools-lora" if "gsm8k" in path.stem else "search-r1-lora")
+    assert (adapter / "adapter_config.json").exists()
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

@@ -43,7 +43,8 @@ def _score(reward, trajectory, row):
 
 def test_gsm8k_python_task_end_to_end(tokenizer):
     row = json.loads((FIXTURES / "gsm8k_small.jsonl").read_text().splitlines()[0])  # Janet's ducks: 18
-    turns = ["Eggs left to sell: <code>\nleft = 16 - 3 - 4\nprint(left * 2)\n</code>", "So she makes <answer>18</answer>"]
+    turns = ["Eggs left to sell: <code>\nleft = 16 - 3 - 4\nprint(left * 2)\n</code>",
+             "So she makes <answer>18</answer>"]
     with build_task("gsm8k_tools", GSM8KToolsArguments(sandbox_pool_size=0)) as task:
         trajectory = _scripted_rollout(tokenizer, task.environment, turns, "question\n", row)
         assert trajectory.stop_reason == "terminated" and trajectory.num_turns == 2
@@ -59,8 +60,8 @@ def test_gsm8k_python_task_end_to_end(tokenizer):
 def test_gsm8k_calculator_task_wrong_answer(tokenizer):
     task = build_task("gsm8k_tools", GSM8KToolsArguments(tool="calculator", length_weight=0.1), 600)
     row = {"question": "q", "answer": "#### 18"}
-    trajectory = _scripted_rollout(tokenizer, task.environment, ["<calc>(16 - 3 - 4) * 2</calc>", "<answer>17</answer>"],
-                                   "question\n", row)
+    turns = ["<calc>(16 - 3 - 4) * 2</calc>", "<answer>17</answer>"]
+    trajectory = _scripted_rollout(tokenizer, task.environment, turns, "question\n", row)
     assert trajectory.observations[0] == "\n\n<result>18</result>\n\n"
     _, logged = _score(task.reward_funcs[0], trajectory, row)
     assert logged["reward/correct"] == 0.0 and logged["reward/format"] == 1.0 and "reward/length" in logged
