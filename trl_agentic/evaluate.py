@@ -183,3 +183,9 @@ def _report(rows, n, ks, threshold, trajectories, rewards) -> EvaluationReport:
         env_failure_rate=sum(t.env_failed for t in trajectories) / count,
         successes=successes,
     )
+
+
+if __name__ == "__main__":  # python -m trl_agentic.evaluate: the command line is in trl_agentic.evaluate_cli
+    from .evaluate_cli import main
+
+    raise SystemExit(main())
