@@ -49,6 +49,7 @@ class EvaluationReport:
         truncation_rate: Share of trajectories that did not end on their own.
         env_failure_rate: Share of trajectories whose environment raised or timed out.
         successes: Successes of each row.
+        rewards: The reward of each trajectory (row-major, as the trajectories; ``None``: unscorable).
     """
 
     num_rows: int
@@ -61,9 +62,12 @@ class EvaluationReport:
     truncation_rate: float
     env_failure_rate: float
     successes: list[int] = field(repr=False)
+    rewards: list[float | None] = field(repr=False, default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready data (without the per-trajectory rewards)."""
         data = asdict(self)
+        del data["rewards"]
         data["pass_at_k"] = {str(k): v for k, v in self.pass_at_k.items()}
         return data
 
@@ -182,6 +186,7 @@ def _report(rows, n, ks, threshold, trajectories, rewards) -> EvaluationReport:
         truncation_rate=sum(t.truncated for t in trajectories) / count,
         env_failure_rate=sum(t.env_failed for t in trajectories) / count,
         successes=successes,
+        rewards=list(rewards),
     )
 
 

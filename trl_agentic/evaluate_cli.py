@@ -148,7 +148,7 @@ def run_evaluation(args: EvaluateArguments, task_args: Any) -> Any:
 
     import torch
 
-    from .evaluate import evaluate, score_trajectories
+    from .evaluate import evaluate
     from .render import render_html
     from .trajectory import save_trajectories
 
@@ -169,8 +169,7 @@ def run_evaluation(args: EvaluateArguments, task_args: Any) -> Any:
             max_turns=args.max_turns, max_tokens_per_turn=args.max_tokens_per_turn,
             max_completion_length=args.max_completion_length, max_observation_tokens=args.max_observation_tokens,
         )
-        expanded = [dict(row) for row in rows for _ in range(args.samples)]
-        rewards = score_trajectories(task.success, trajectories, expanded, tokenizer)
+        rewards = report.rewards
     os.makedirs(args.output_dir, exist_ok=True)
     path = os.path.join(args.output_dir, "trajectories.jsonl")
     if os.path.exists(path):

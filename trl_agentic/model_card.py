@@ -4,14 +4,12 @@ TRL's card says "fine-tuned version of [None]" when the base model is a local di
 tool protocol, without which the model cannot be used. :func:`model_card` writes one that states the base model
 (a hub link, or the local path), the task, the tags and what each tool returns, the stop strings, the rollout
 budgets, the instruction the prompts carry, and the code to roll the model out with the same engine it was trained
-with. :func:`attach_model_card` makes a trainer write it wherever TRL writes its card (checkpoints,
-``push_to_hub``).
+with. A trainer given ``task=`` writes it wherever TRL writes its card (checkpoints, ``push_to_hub``).
 """
 
 from __future__ import annotations
 
 import os
-import types
 from dataclasses import fields
 from typing import Any
 
@@ -118,18 +116,3 @@ def model_card(trainer: Any, task: Any, model_name: str | None = None, dataset_n
         "",
     ])
     return ModelCard(text)
-
-
-def attach_model_card(trainer: Any, task: Any, dataset_name: str | None = None) -> None:
-    """Make ``trainer.create_model_card`` write :func:`model_card` (TRL calls it when it saves a checkpoint and in
-    ``push_to_hub``), on the main process, to ``<output_dir>/README.md``."""
-
-    def create_model_card(self: Any, model_name: str | None = None, dataset_name: str | None = dataset_name,
-                          tags: str | list[str] | None = None, **_: Any) -> None:
-        if not self.is_world_process_zero():
-            return
-        tags = [tags] if isinstance(tags, str) else list(tags or [])
-        os.makedirs(self.args.output_dir, exist_ok=True)
-        model_card(self, task, model_name, dataset_name, tags).save(os.path.join(self.args.output_dir, "README.md"))
-
-    trainer.create_model_card = types.MethodType(create_model_card, trainer)

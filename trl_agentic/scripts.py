@@ -172,7 +172,6 @@ def train_task(task_name: str, script_args: Any, training_args: Any, model_args:
     its model card; push it when ``push_to_hub``."""
     from trl import get_peft_config, get_quantization_config
 
-    from .model_card import attach_model_card
     from .tasks import build_task
 
     check_requirements(training_args, model_args)
@@ -194,8 +193,8 @@ def train_task(task_name: str, script_args: Any, training_args: Any, model_args:
             environment=task.environment,
             peft_config=get_peft_config(model_args),
             quantization_config=get_quantization_config(model_args),
+            task=task,
         )
-        attach_model_card(trainer, task, script_args.dataset_name)
 
         trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
         trainer.save_model(training_args.output_dir)

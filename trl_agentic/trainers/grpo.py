@@ -176,6 +176,8 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
     Args:
         environment: A class or zero-argument factory returning a fresh :class:`~trl_agentic.Environment` per
             trajectory. ``None`` keeps plain ``GRPOTrainer`` behaviour.
+        task: Optional :class:`~trl_agentic.tasks.Task`: the model card then states its tool protocol, its prompt and
+            how to run the trained agent (:mod:`trl_agentic.model_card`).
         *args, **kwargs: As ``GRPOTrainer``. ``args`` should be an :class:`AgenticGRPOConfig`.
 
     Reward functions receive, besides TRL's keyword arguments, ``trajectory``: the
@@ -184,9 +186,11 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
     for every reward function (advantage 0, outside its group's baseline).
     """
 
-    def __init__(self, *args: Any, environment: EnvironmentFactory | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, environment: EnvironmentFactory | None = None, task: Any = None,
+                 **kwargs: Any) -> None:
         check_trl_version()
         self.environment = environment
+        self.task = task
         if environment is not None:
             if kwargs.get("rollout_func") is not None:
                 raise ValueError("pass either environment= or rollout_func=, not both")
@@ -215,6 +219,21 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
                 "mask_truncated_completions checks for a final EOS, which multi-turn trajectories ending at a stop "
                 "string lack; use mask_truncated_trajectories=True instead"
             )
+
+    def create_model_card(self, model_name: str | None = None, dataset_name: str | None = None,
+                          tags: str | list[str] | None = None, **kwargs: Any) -> None:
+        """TRL's card, or, with ``task=``, one that says how to run the agent (written by TRL at each save and by
+        ``push_to_hub``), on the main process, to ``<output_dir>/README.md``."""
+        if self.task is None:
+            return super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags, **kwargs)
+        if not self.is_world_process_zero():
+            return None
+        from ..model_card import model_card
+
+        tags = [tags] if isinstance(tags, str) else list(tags or [])
+        os.makedirs(self.args.output_dir, exist_ok=True)
+        model_card(self, self.task, model_name, dataset_name, tags).save(os.path.join(self.args.output_dir, "README.md"))
+        return None
 
     # -- rollouts --------------------------------------------------------------------------------------------
     def _generator(self) -> Generator:
