@@ -49,6 +49,7 @@ class EvaluationReport:
         truncation_rate: Share of trajectories that did not end on their own.
         env_failure_rate: Share of trajectories whose environment raised or timed out.
         successes: Successes of each row.
+        rewards: The reward of each trajectory (row-major, as the trajectories; ``None``: unscorable).
     """
 
     num_rows: int
@@ -61,6 +62,7 @@ class EvaluationReport:
     truncation_rate: float
     env_failure_rate: float
     successes: list[int] = field(repr=False)
+    rewards: list[float | None] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -182,4 +184,5 @@ def _report(rows, n, ks, threshold, trajectories, rewards) -> EvaluationReport:
         truncation_rate=sum(t.truncated for t in trajectories) / count,
         env_failure_rate=sum(t.env_failed for t in trajectories) / count,
         successes=successes,
+        rewards=list(rewards),
     )
