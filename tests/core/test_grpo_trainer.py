@@ -147,3 +147,25 @@ def test_chat_mode_training_step(tiny_model_dir, tokenizer, tmp_path):
     assert (batch["tool_mask"] == 0).any()
     trainer.train()
     assert trainer.state.log_history[0]["agentic/mask_audit"] == 0
+
+
+@pytest.mark.parametrize("mask_observations", [True, False])
+def test_mask_observations_switch(tiny_model_dir, tokenizer, tmp_path, mask_observations):
+    """Default: TRL's mask of trained tokens is the env mask. mask_observations=False (Search-R1's ablation, with a
+    warning) trains observation tokens too; the mask audit still passes (it allows them then)."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        args = agentic_args(tmp_path, mask_observations=mask_observations, max_completion_length=64, max_steps=1)
+    assert any("mask_observations=False" in str(w.message) for w in caught) == (not mask_observations)
+    trainer = AgenticGRPOTrainer(model=tiny_model_dir, reward_funcs=agent_tokens_reward, args=args,
+                                 train_dataset=lookup_dataset(8), processing_class=tokenizer,
+                                 environment=lambda: EchoEnvironment(turns=3))
+    scored = _scored_round(trainer)
+    assert any(t.num_observation_tokens for t in scored.trajectories)
+    for row, t in enumerate(scored.trajectories):
+        mask = scored.batch.env_mask[row, : len(t.completion_ids)].tolist()
+        assert mask == (t.env_mask if mask_observations else [1] * len(t.completion_ids))
+    trainer.train()
+    assert trainer.state.log_history[0]["agentic/mask_audit"] == 0
