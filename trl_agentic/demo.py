@@ -1,96 +1,211 @@
-"""Offline CPU demo: train a tiny random model to use a lookup tool with AgenticGRPOTrainer.
+"""Offline CPU demo: a tiny model learns to use a lookup tool, with the library's whole pipeline.
 
-    python -m trl_agentic.demo            # about 3 minutes on 2 CPU cores
-    python -m trl_agentic.demo --steps 20 # quicker
+    python -m trl_agentic.demo              # about 3 minutes on 2 CPU cores
+    python -m trl_agentic.demo --quick      # a shorter look
 
-Builds a tokenizer and a 2-layer Qwen2 on the spot (no download), trains on the toy lookup task (call
-``<lookup>``, read ``<result>``, answer in ``<answer>``) and prints the mean reward per step; at the end it compares
-the first and last quarter of training.
+The task: ``find key k37`` -> the agent calls ``<lookup>k37</lookup>``, reads ``<result>7</result>`` and answers
+``<answer>7</answer>``. The value is drawn at random for every row, independently of the key, so no model can know
+it without the tool; success is the outcome (the right value, after a lookup), measured greedily on held-out prompts.
+
+The pipeline is the one a user runs: a tokenizer and a 2-layer Qwen2 built on the spot (nothing is downloaded), an
+agentic SFT warm start on a handful of demonstrations (:func:`trl_agentic.sft.sft_dataset` replays them through the
+rollout engine against the real tool, observations masked, then TRL's ``SFTTrainer``), then ``AgenticGRPOTrainer``
+with the environment and the outcome reward, with :func:`trl_agentic.evaluate.evaluate` on held-out prompts before,
+after SFT and after GRPO. It writes to the output directory a reward curve (``reward_curve.png``), one successful
+and one failed trajectory (``trajectories.html``) and ``summary.json``. The same seed gives the same numbers on the
+same machine (one thread, deterministic algorithms).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import tempfile
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+PROMPT_SEEDS = {"demonstrations": 1, "train": 3, "heldout": 7}  # disjoint draws of keys and values
 
 
-def main(argv: list[str] | None = None) -> dict[str, float]:
+@dataclass
+class DemoSettings:
+    """The knobs of the demo (``--quick`` shrinks the run, not the method)."""
+
+    demonstrations: int = 16
+    sft_epochs: int = 40
+    sft_learning_rate: float = 3e-3
+    steps: int = 120
+    learning_rate: float = 1e-3
+    prompts_per_step: int = 8
+    num_generations: int = 8
+    heldout: int = 100
+    log_every: int = 10
+    seed: int = 0
+
+
+def _parse(argv: list[str] | None) -> tuple[DemoSettings, argparse.Namespace]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=150)
-    parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--num-generations", type=int, default=8)
-    parser.add_argument("--prompts-per-step", type=int, default=8)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output-dir", default=None, help="where to keep trajectories (default: a temp dir)")
+    defaults = DemoSettings()
+    parser.add_argument("--steps", type=int, default=None, help=f"GRPO steps (default {defaults.steps})")
+    parser.add_argument("--quick", action="store_true", help="40 GRPO steps and 50 held-out prompts")
+    parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument("--output-dir", default=None, help="where the plot, page and summary go (default: a temp dir)")
     args = parser.parse_args(argv)
+    settings = DemoSettings(seed=args.seed)
+    if args.quick:
+        settings.steps, settings.heldout = 40, 50
+    if args.steps is not None:
+        settings.steps = args.steps
+    return settings, args
 
+
+def _quiet(trainer: Any) -> Any:
+    """Drop the Trainer's printing of raw log dictionaries (the demo prints its own compact lines)."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+    return trainer
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    settings, args = _parse(argv)
+    start = time.perf_counter()
     import torch
     from datasets import Dataset
-    from transformers import TrainerCallback
+    from transformers import GenerationConfig, TrainerCallback, logging as hf_logging
+    from trl import SFTConfig, SFTTrainer
 
     from trl_agentic import AgenticGRPOConfig, AgenticGRPOTrainer
-    from trl_agentic.toy import LookupEnvironment, build_tiny_model, build_tokenizer, lookup_reward, make_lookup_dataset
+    from trl_agentic.evaluate import evaluate
+    from trl_agentic.sft import sft_dataset
+    from trl_agentic.toy import LOOKUP_TAGS, LookupEnvironment, build_tiny_model, build_tokenizer, lookup_success
+    from trl_agentic.toy import make_lookup_dataset
 
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    hf_logging.set_verbosity_error()
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(1)  # the same numbers whatever the machine's core count
+    torch.use_deterministic_algorithms(True)
     output_dir = args.output_dir or tempfile.mkdtemp(prefix="trl-agentic-demo-")
+    os.makedirs(output_dir, exist_ok=True)
+
     tokenizer = build_tokenizer()
-    model = build_tiny_model(tokenizer, hidden_size=64, seed=args.seed)
-    model_dir = os.path.join(output_dir, "tiny-model")
-    model.save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
+    model = build_tiny_model(tokenizer, hidden_size=64, seed=settings.seed)
+    budgets = dict(max_turns=3, max_tokens_per_turn=12, max_completion_length=48, overlap_chunks=1)
+    heldout = make_lookup_dataset(settings.heldout, seed=PROMPT_SEEDS["heldout"] + 1000 * settings.seed)
+    greedy = GenerationConfig(do_sample=False, max_new_tokens=12, eos_token_id=tokenizer.eos_token_id,
+                              pad_token_id=tokenizer.pad_token_id)
 
-    config = AgenticGRPOConfig(
-        output_dir=output_dir,
-        per_device_train_batch_size=args.prompts_per_step * args.num_generations,
-        num_generations=args.num_generations,
-        max_completion_length=48,
-        max_tokens_per_turn=12,
-        max_turns=3,
-        max_steps=args.steps,
-        learning_rate=args.lr,
-        lr_scheduler_type="constant",
-        beta=0.0,
-        temperature=1.0,
-        logging_steps=1,
-        report_to="none",
-        use_cpu=True,
-        bf16=False,
-        seed=args.seed,
-        save_strategy="no",
-        disable_tqdm=True,
-        trajectory_dir=os.path.join(output_dir, "trajectories"),
-    )
-    rewards: list[float] = []
+    def measure(label: str) -> Any:
+        report, trajectories = evaluate(model, tokenizer, LookupEnvironment, heldout, lookup_success, greedy=True,
+                                        generation_config=greedy, show_progress=False, **budgets)
+        print(f"{label:<22} success {report.accuracy:6.1%}   turns {report.mean_turns:.2f}   "
+              f"tool calls {report.mean_tool_calls:.2f}   ({time.perf_counter() - start:.0f} s)", flush=True)
+        return report, trajectories
 
-    class PrintReward(TrainerCallback):
+    print(f"trl-agentic demo: a 2-layer Qwen2 learns a lookup tool; {settings.heldout} held-out prompts, "
+          f"seed {settings.seed}, output in {output_dir}", flush=True)
+    before, _ = measure("untrained")
+
+    # 1. Agentic SFT warm start: demonstrations written as text, replayed through the engine against the real tool
+    demos = [{**row, "completion": f"<lookup>{row['key']}</lookup><answer>{row['value']}</answer>"}
+             for row in make_lookup_dataset(settings.demonstrations, seed=PROMPT_SEEDS["demonstrations"])]
+    dataset = sft_dataset(demos, tokenizer, environment=LookupEnvironment, protocol=LOOKUP_TAGS,
+                          show_progress=False, **budgets)
+    sft_args = SFTConfig(output_dir=os.path.join(output_dir, "sft"), num_train_epochs=settings.sft_epochs,
+                         per_device_train_batch_size=16, learning_rate=settings.sft_learning_rate,
+                         lr_scheduler_type="constant", logging_steps=10, report_to="none", use_cpu=True, bf16=False,
+                         save_strategy="no", seed=settings.seed, disable_tqdm=True)
+    sft = _quiet(SFTTrainer(model=model, args=sft_args, train_dataset=dataset, processing_class=tokenizer))
+    sft_loss = sft.train().training_loss
+    print(f"SFT warm start: {len(dataset)} demonstrations x {settings.sft_epochs} epochs, mean loss {sft_loss:.3f}",
+          flush=True)
+    after_sft, _ = measure("after SFT")
+
+    # 2. GRPO with the environment and the outcome reward
+    curve: list[tuple[int, float]] = []
+
+    class CompactLog(TrainerCallback):
         def on_log(self, _args, state, control, logs=None, **kwargs):
-            if logs and "reward" in logs:
-                rewards.append(logs["reward"])
-                print(f"step {state.global_step:3d}  reward {logs['reward']:.3f}  "
-                      f"turns {logs.get('agentic/turns_mean', 0):.2f}  "
+            if not logs or "reward" not in logs:
+                return
+            curve.append((state.global_step, logs["reward"]))
+            if state.global_step % settings.log_every == 0 or state.global_step == settings.steps:
+                print(f"  GRPO step {state.global_step:3d}   reward {logs['reward']:.3f}   "
+                      f"turns {logs.get('agentic/turns_mean', 0):.2f}   "
                       f"lookup calls {logs.get('agentic/tool_calls/lookup_per_trajectory', 0):.2f}", flush=True)
 
-    trainer = AgenticGRPOTrainer(
-        model=model_dir,
-        reward_funcs=lookup_reward,
-        args=config,
-        train_dataset=Dataset.from_list(make_lookup_dataset(512, seed=args.seed)),
-        processing_class=tokenizer,
-        environment=LookupEnvironment,
-        callbacks=[PrintReward()],
+    grpo_args = AgenticGRPOConfig(
+        output_dir=os.path.join(output_dir, "grpo"), per_device_train_batch_size=settings.prompts_per_step *
+        settings.num_generations, num_generations=settings.num_generations, max_steps=settings.steps,
+        learning_rate=settings.learning_rate, lr_scheduler_type="constant", beta=0.0, temperature=1.0,
+        logging_steps=1, report_to="none", use_cpu=True, bf16=False, seed=settings.seed, save_strategy="no",
+        disable_tqdm=True, **{k: v for k, v in budgets.items() if k != "overlap_chunks"}, overlap_chunks="1",
     )
-    trainer.train()
-    quarter = max(1, len(rewards) // 4)
-    first, last = sum(rewards[:quarter]) / quarter, sum(rewards[-quarter:]) / quarter
-    print(f"\nmean reward, first {quarter} steps: {first:.3f}   last {quarter} steps: {last:.3f}")
-    jsonl = os.path.join(config.trajectory_dir, "trajectories-rank0.jsonl")
-    print(f"trajectories: python -m trl_agentic.render {jsonl} --tokenizer {model_dir} --step {args.steps - 1}")
-    return {"first": first, "last": last}
+    train = Dataset.from_list(make_lookup_dataset(512, seed=PROMPT_SEEDS["train"]))
+    grpo = _quiet(AgenticGRPOTrainer(model=model, reward_funcs=lookup_success, args=grpo_args, train_dataset=train,
+                                     processing_class=tokenizer, environment=LookupEnvironment,
+                                     callbacks=[CompactLog()]))
+    grpo.train()
+    after, trajectories = measure(f"after GRPO ({settings.steps} st.)")
+
+    seconds = time.perf_counter() - start
+    summary = {
+        "success_before": before.accuracy, "success_after_sft": after_sft.accuracy, "success_after": after.accuracy,
+        "heldout_prompts": settings.heldout, "demonstrations": len(dataset), "steps": settings.steps,
+        "seed": settings.seed, "seconds": round(seconds, 1),
+    }
+    paths = _write_outputs(output_dir, summary, curve, trajectories, after.rewards, tokenizer)
+    print(f"\n{'stage':<26}{'success':>8}\n{'untrained':<26}{before.accuracy:>8.1%}\n"
+          f"{'after SFT warm start':<26}{after_sft.accuracy:>8.1%}\n{'after SFT + GRPO':<26}{after.accuracy:>8.1%}")
+    print(f"\n{settings.heldout} held-out prompts, {seconds:.0f} s. Written: " + ", ".join(paths))
+    return summary
+
+
+def _write_outputs(output_dir, summary, curve, trajectories, rewards, tokenizer) -> list[str]:
+    from trl_agentic.render import render_html
+
+    paths = []
+    path = os.path.join(output_dir, "summary.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=2)
+    paths.append(path)
+    success = next((t for t, r in zip(trajectories, rewards) if r == 1.0), None)
+    failure = next((t for t, r in zip(trajectories, rewards) if r != 1.0), None)
+    shown = [{**t.to_dict(), "reward": r, "success": r == 1.0} for t, r in zip(trajectories, rewards)
+             if t is success or t is failure]
+    path = os.path.join(output_dir, "trajectories.html")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(render_html(shown, tokenizer, title="trl-agentic demo: a success and a failure after training"))
+    paths.append(path)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(matplotlib is not installed: no reward curve; pip install matplotlib)")
+        return paths
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot([s for s, _ in curve], [r for _, r in curve], color="#3b6ea8", linewidth=1)
+    ax.set(xlabel="GRPO step", ylabel="mean reward (sampled, T=1)", ylim=(0, 1.05),
+           title=f"success {summary['success_before']:.0%} -> {summary['success_after_sft']:.0%} (SFT) -> "
+                 f"{summary['success_after']:.0%} (GRPO), held-out, greedy")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path = os.path.join(output_dir, "reward_curve.png")
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    paths.append(path)
+    return paths
 
 
 if __name__ == "__main__":

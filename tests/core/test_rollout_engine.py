@@ -42,7 +42,7 @@ def _script_lookup(tokenizer):
 def test_multi_turn_text_mode_appends_observation_ids(tokenizer):
     gen = ScriptedGenerator(tokenizer, _script_lookup(tokenizer))
     engine = RolloutEngine(gen, tokenizer, LookupEnvironment, RolloutConfig(max_turns=4, max_completion_length=100))
-    [t] = engine.run(["find key k1\n"], [{"value": "7"}])
+    [t] = engine.run(["find key k1\n"], [{"key": "k1", "value": "7"}])
     assert t.actions == ["go <lookup>k1</lookup>", "<answer>7</answer>"]
     assert t.stop_reason == "terminated" and not t.truncated and t.num_turns == 2
     start, end = t.turn_spans[0][1], t.turn_spans[1][0]
@@ -56,7 +56,7 @@ def test_multi_turn_text_mode_appends_observation_ids(tokenizer):
 def test_stop_string_cuts_overshoot(tokenizer):
     gen = ScriptedGenerator(tokenizer, _script_lookup(tokenizer), extra_after_stop=" and more text after")
     engine = RolloutEngine(gen, tokenizer, LookupEnvironment, RolloutConfig(max_completion_length=100))
-    [t] = engine.run(["find key k1\n"], [{"value": "7"}])
+    [t] = engine.run(["find key k1\n"], [{"key": "k1", "value": "7"}])
     assert t.actions[0].endswith("</lookup>") and t.actions[1].endswith("</answer>")
 
 
@@ -147,7 +147,7 @@ def test_chat_mode_closes_turn_ended_by_stop_string(tokenizer):
     gen = ScriptedGenerator(tokenizer, _script_lookup(tokenizer))
     cfg = RolloutConfig(rollout_mode="chat", max_turns=3, max_completion_length=200)
     [t] = RolloutEngine(gen, tokenizer, LookupEnvironment, cfg).run([[{"role": "user", "content": "k1?"}]],
-                                                                   [{"value": "7"}])
+                                                                   [{"key": "k1", "value": "7"}])
     start, end = t.turn_spans[0][1], t.turn_spans[1][0]
     assert t.completion_ids[start] == tokenizer.eos_token_id and t.env_mask[start] == 0
 

@@ -127,3 +127,12 @@ def test_calculator_tool():
     assert run(env.step("<calc>3 * (4 + 5)</calc>")).observation == "<result>27</result>"
     result = run(env.step("<calc>__import__('os')</calc>"))
     assert result.info["tool_error"] and result.observation.startswith("<result>Error")
+
+
+def test_lookup_answers_only_the_asked_key():
+    from trl_agentic.toy import LookupEnvironment
+
+    env = LookupEnvironment()
+    env.reset(key="k5", value="3")
+    assert run(env.step("<lookup>k5</lookup>")).observation == "<result>3</result>"
+    assert run(env.step("<lookup>k6</lookup>")).observation == "<result>not found</result>"

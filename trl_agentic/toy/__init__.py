@@ -4,14 +4,16 @@ Used by the CPU demo (``python -m trl_agentic.demo``) and the tests; nothing her
 """
 
 from .model import build_tiny_model
-from .task import LookupEnvironment, make_lookup_dataset, lookup_reward
+from .task import LOOKUP_TAGS, LookupEnvironment, lookup_reward, lookup_success, make_lookup_dataset
 from .tokenizer import CHATML_TEMPLATE, build_tokenizer
 
 __all__ = [
     "CHATML_TEMPLATE",
+    "LOOKUP_TAGS",
     "LookupEnvironment",
     "build_tiny_model",
     "build_tokenizer",
     "lookup_reward",
+    "lookup_success",
     "make_lookup_dataset",
 ]

@@ -2,8 +2,9 @@
 
 Each question asks for the value stored under a key. The ``<lookup>`` tool returns that value in
 ``<result>...</result>``; the agent must call it and copy the value into ``<answer>...</answer>``. Without the
-tool the value cannot be guessed (it is drawn at random per row), so a rising reward means the agent learned to
-use the tool and read its observation.
+tool the value cannot be known: it is drawn at random for every row, independently of the key, so the best a model
+can do alone is guess one of ``num_values`` values. A rising success rate means the agent learned to use the tool
+and to read its observation.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ def make_lookup_dataset(n: int = 64, seed: int = 0, num_values: int = 10, conver
 
 
 class LookupEnvironment(TagEnvironment):
-    """``<lookup>anything</lookup>`` returns ``<result>{value}</result>``; ``<answer>`` ends the episode."""
+    """``<lookup>{key}</lookup>`` returns ``<result>{value}</result>`` for the row's key and ``<result>not
+    found</result>`` for any other; ``<answer>`` ends the episode."""
 
     def __init__(self) -> None:
         super().__init__(
@@ -42,15 +44,15 @@ class LookupEnvironment(TagEnvironment):
             invalid_message="<result>invalid</result>",
             tool_timeout=5.0,
         )
-        self.value = ""
+        self.key = self.value = ""
 
     def reset(self, **example: Any) -> None:
         super().reset(**example)
-        self.value = str(example.get("value", ""))
+        self.key, self.value = str(example.get("key", "")), str(example.get("value", ""))
         return None
 
     def _lookup(self, query: str) -> str:
-        return self.value
+        return self.value if query.strip() == self.key else "not found"
 
 
 def lookup_reward(completions: list[Any], value: list[str], trajectory: list[Any] | None = None, **_: Any) -> list[float]:
@@ -77,4 +79,14 @@ def lookup_reward(completions: list[Any], value: list[str], trajectory: list[Any
                 break
         reward = 0.2 * called + 0.1 * opened + 0.2 * (answer is not None) + 0.5 * (answer == value[i])
         rewards.append(float(reward))
+    return rewards
+
+
+def lookup_success(completions: list[Any], value: list[str], trajectory: list[Any], **_: Any) -> list[float]:
+    """The task's outcome: 1.0 when the agent called ``<lookup>`` and then answered the row's value, else 0.0."""
+    rewards = []
+    for t, expected in zip(trajectory, value):
+        called = any(info.get("tool") == "lookup" for info in t.turn_infos)
+        answered = t.stop_reason == "terminated" and t.turn_infos[-1].get("answer") == str(expected)
+        rewards.append(float(called and answered))
     return rewards
