@@ -1,5 +1,5 @@
 """The boundary with TRL: every override of a ``GRPOTrainer`` method and every private TRL (or transformers
-``Trainer``) name used by trl-agentic lives in this module, and nowhere else (``tests/core/test_boundary.py``
+``Trainer``) name used by trl-agentic lives in this module, and nowhere else (``tests/test_boundary.py``
 enforces it with a grep).
 
 trl-agentic builds on GRPOTrainer's public surface: ``rollout_func`` (the rollout seam; its extra keys reach the
@@ -25,7 +25,7 @@ policy log-probs it computed), :meth:`~GRPOTrainerBoundary.aggregate_like_trl`,
 :meth:`~GRPOTrainerBoundary.importance_weights`, :meth:`~GRPOTrainerBoundary.policy_logps` and
 :meth:`~GRPOTrainerBoundary.log_metric`. :class:`TRLBatch` is the typed view of TRL's batch dict.
 
-Private TRL names used (each has a contract test in ``tests/core/test_compat.py``): the methods in
+Private TRL names used (each has a contract test in ``tests/test_compat.py``): the methods in
 ``REQUIRED_SIGNATURES``; ``GRPOTrainer._metrics``, ``._step``, ``._buffered_inputs``, ``._dist``;
 ``trl.trainer.utils.shuffle_sequence_dict`` / ``split_tensor_dict`` / ``split_pixel_values_by_grid`` /
 ``unsplit_pixel_values_by_grid``; ``VLLMGeneration.max_completion_length`` / ``.generation_kwargs`` /
@@ -69,7 +69,7 @@ def check_trl_version() -> None:
     if not TESTED_TRL[0] <= version < TESTED_TRL[1]:
         warnings.warn(
             f"trl-agentic is tested with trl>={TESTED_TRL[0]},<{TESTED_TRL[1]}; found trl {trl.__version__}. Run "
-            "tests/core/test_compat.py to see whether the TRL internals it uses still match.",
+            "tests/test_compat.py to see whether the TRL internals it uses still match.",
             stacklevel=2,
         )
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import transformers
 import trl
 
-PACKAGE = Path(__file__).resolve().parents[2] / "trl_agentic"
+PACKAGE = Path(__file__).resolve().parents[1] / "trl_agentic"
 BOUNDARY = PACKAGE / "compat.py"
 
 

@@ -12,7 +12,7 @@ from trl_agentic.tasks import GSM8KToolsArguments, SearchR1Arguments, TaskConfig
 from trl_agentic.tasks import search_r1 as search_r1_task
 from trl_agentic.tasks.gsm8k import PYTHON_SYSTEM_PROMPT
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "recipes" / "fixtures"
 SHARED = Path(__file__).resolve().parents[3] / "shared"
 
 
