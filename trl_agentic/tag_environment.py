@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from .environment import Environment, StepResult
-from .rollout.env_calls import run_in_thread
 from .tag_protocol import TagProtocol
+from .workers import run_in_thread
 
 DEFAULT_INVALID_MESSAGE = (
     "\nMy previous action is invalid. If I want to use a tool, I should put the query between {tool_tags}. "

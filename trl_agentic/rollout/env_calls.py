@@ -4,7 +4,7 @@ trajectory.
 What a call can cost, and what a timeout can and cannot stop:
 
 - A **sync** method runs on one of the engine's daemon worker threads (at most
-  :data:`MAX_CONCURRENT_BLOCKING_CALLS` at once). The threads live as long as the process, so a subprocess a tool
+  :data:`~trl_agentic.workers.MAX_CONCURRENT_BLOCKING_CALLS` at once). The threads live as long as the process, so a subprocess a tool
   starts from one (tied to its thread by ``PR_SET_PDEATHSIG``, as the sandbox's are) lives on after the call. On
   timeout the trajectory ends with ``env_timeout`` and the call is *abandoned*: Python cannot stop a thread, so a
   step that never returns keeps running on its thread (and keeps what it holds), but it no longer counts against the
@@ -24,19 +24,15 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import queue
-import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from ..environment import check_reset_result, check_step_result
+from ..workers import run_in_thread
 from .async_loop import LoopTimeout, submit, wait
 
 logger = logging.getLogger(__name__)
-
-MAX_CONCURRENT_BLOCKING_CALLS = 64
-"""Most sync environment calls running at once (each on its own daemon thread)."""
 
 _DEADLINE_GRACE_S = 5.0  # the batch deadline: the per-call timeout plus this
 
@@ -49,109 +45,6 @@ class EnvFailure:
 
     kind: Literal["env_error", "env_timeout"]
     detail: str
-
-
-class _Abandoned:
-    """Counts sync calls still running after their timeout."""
-
-    def __init__(self) -> None:
-        self.running = 0
-        self.lock = threading.Lock()
-
-    def add(self, n: int) -> None:
-        with self.lock:
-            self.running += n
-            running = self.running
-        if n > 0 and running and running % 8 == 0:
-            logger.warning(
-                "%d environment calls are still running after their timeout (Python cannot stop a thread); fix the "
-                "environment that hangs", running,
-            )
-
-
-abandoned_calls = _Abandoned()
-
-
-class _DaemonWorkers:
-    """Long-lived daemon threads that run blocking calls. A call that finds no idle thread starts one, so a thread
-    stuck in a call that never returns is never waited for; idle threads wait for the next call."""
-
-    def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._idle = 0
-
-    def run(self, job: Callable[[], None]) -> None:
-        with self._lock:
-            spawn = self._idle == 0
-            if not spawn:
-                self._idle -= 1  # that idle thread takes this job
-        if spawn:
-            threading.Thread(target=self._serve, name="trl-agentic-env-worker", daemon=True).start()
-        self._jobs.put(job)
-
-    def _serve(self) -> None:
-        while True:
-            self._jobs.get()()
-            with self._lock:
-                self._idle += 1
-
-
-_workers = _DaemonWorkers()
-
-
-_slots: dict[int, asyncio.Semaphore] = {}
-
-
-def _loop_slots() -> asyncio.Semaphore:
-    loop = asyncio.get_running_loop()
-    key = id(loop)
-    if key not in _slots:
-        _slots.clear()  # a new loop: the old one was abandoned
-        _slots[key] = asyncio.Semaphore(MAX_CONCURRENT_BLOCKING_CALLS)
-    return _slots[key]
-
-
-def _settle(future: asyncio.Future, outcome: tuple[bool, Any]) -> None:
-    if not future.done():
-        ok, value = outcome
-        future.set_result(value) if ok else future.set_exception(value)
-
-
-async def run_in_thread(fn: Callable[..., Any], *args: Any, timeout: float | None, **kwargs: Any) -> Any:
-    """Run a blocking call on a daemon worker thread and await it, at most ``timeout`` seconds
-    (``asyncio.TimeoutError`` then; the call is abandoned, see the module docstring). At most
-    :data:`MAX_CONCURRENT_BLOCKING_CALLS` such calls run at once per event loop."""
-    slots = _loop_slots()
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future = loop.create_future()
-    state = {"timed_out": False}
-    lock = threading.Lock()
-
-    def target() -> None:
-        try:
-            outcome: tuple[bool, Any] = (True, fn(*args, **kwargs))
-        except BaseException as exc:  # noqa: BLE001 - the environment's exception, whatever it is, goes to the caller
-            outcome = (False, exc)
-        with lock:
-            if state["timed_out"]:
-                abandoned_calls.add(-1)
-                return
-        try:
-            loop.call_soon_threadsafe(_settle, future, outcome)
-        except RuntimeError:  # the loop was closed (abandoned) meanwhile
-            pass
-
-    async with slots:
-        _workers.run(target)
-        try:
-            return await asyncio.wait_for(asyncio.shield(future), timeout)
-        except (asyncio.TimeoutError, asyncio.CancelledError):
-            with lock:
-                if not future.done():
-                    state["timed_out"] = True
-                    abandoned_calls.add(1)
-            raise
 
 
 class _Raised(Exception):

@@ -23,7 +23,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from ..rollout.env_calls import run_in_thread
+from ..workers import run_in_thread
 
 __all__ = [
     "Tool",

@@ -64,6 +64,7 @@ def test_sandbox_as_unprivileged_user():
         shutil.copytree(
             Path(tools_pkg.__file__).parent, package / "tools", ignore=shutil.ignore_patterns("__pycache__")
         )
+        shutil.copy(Path(tools_pkg.__file__).parent.parent / "workers.py", package / "workers.py")
         (Path(tmp) / "check.py").write_text(SCRIPT)
         secret_dir = tempfile.mkdtemp(prefix="trl_agentic_nonroot_home_")
         os.chmod(secret_dir, 0o777)

@@ -15,8 +15,8 @@ from __future__ import annotations
 import threading
 from typing import Any, Sequence
 
+from ...workers import run_in_thread
 from ..base import BaseTool, ToolOutput, truncate_middle
-from ...rollout.env_calls import run_in_thread
 from .corpus import split_title
 
 __all__ = ["SearchTool", "format_search_results"]
