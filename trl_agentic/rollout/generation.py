@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Iterator, Protocol, Sequence
 
 import torch
+from transformers import StoppingCriteriaList, StopStringCriteria
 
 
 @dataclass
@@ -141,6 +142,19 @@ class HFGenerator:
         self.generation_config = generation_config
         self.unwrap = unwrap or (lambda: generation_mode(self.model))
         self.return_logprobs = return_logprobs
+        self._stop_criteria: dict[tuple[str, ...], StopStringCriteria] = {}
+
+    def _stopping_criteria(self, stop_strings: Sequence[str]) -> StoppingCriteriaList | None:
+        """transformers' ``StopStringCriteria`` for these strings, built once per generator. transformers builds one
+        from the whole vocabulary in every ``generate`` call given ``stop_strings`` (2.8 s with Gemma-3's 262k-token
+        vocabulary, ``benchmarks/rollout_speed.py hotpath --gemma``; its own cache never hits because a fast
+        tokenizer's ``get_vocab()`` order changes between calls); the criteria is stateless between calls."""
+        if not stop_strings:
+            return None
+        key = tuple(stop_strings)
+        if key not in self._stop_criteria:
+            self._stop_criteria[key] = StopStringCriteria(self.tokenizer, list(key))
+        return StoppingCriteriaList([self._stop_criteria[key]])
 
     def generate(
         self, prompts: list[list[int]], max_new_tokens: int, stop_strings: Sequence[str], stop_token_ids: Sequence[int]
@@ -156,7 +170,6 @@ class HFGenerator:
         config.max_new_tokens = max_new_tokens
         config.pad_token_id = pad_id
         config.eos_token_id = list(stop_token_ids)
-        config.stop_strings = list(stop_strings) or None
         config.return_dict_in_generate = True
         config.output_scores = self.return_logprobs
         with self.unwrap() as model, torch.no_grad():
@@ -165,7 +178,7 @@ class HFGenerator:
                 input_ids=input_ids.to(device),
                 attention_mask=attention_mask.to(device),
                 generation_config=config,
-                tokenizer=self.tokenizer if stop_strings else None,
+                stopping_criteria=self._stopping_criteria(stop_strings),
             )
         new_ids = out.sequences[:, width:].cpu()
         logprobs = None
