@@ -4,7 +4,7 @@ LoRA training step, with the invariants of the convention matrix. Slow: about tw
 import pytest
 import torch
 
-from trl_agentic import AgenticGRPOConfig, AgenticGRPOTrainer, RolloutConfig, run_rollouts
+from trl_agentic import AgenticGRPOConfig, AgenticGRPOTrainer, run_rollouts
 from trl_agentic.rollout.audit import unsampled_trained
 from trl_agentic.rollout.observations import ObservationEncoder
 from trl_agentic.toy import LookupEnvironment

@@ -3,7 +3,6 @@
 import asyncio
 import time
 
-import pytest
 
 from trl_agentic import TagEnvironment
 

@@ -41,7 +41,6 @@ from typing import Any, Callable
 from .environment import EnvironmentFactory, StepResult
 from .rollout.engine import RolloutConfig, RolloutEngine
 from .rollout.generation import Generation
-from .rollout.observations import is_conversational
 from .tag_protocol import SEARCH_R1_TAGS, TagProtocol
 from .trajectory import Trajectory
 

@@ -3,7 +3,7 @@
 import pytest
 
 from helpers import EchoEnvironment, ScriptedGenerator
-from trl_agentic import RolloutConfig, RolloutEngine, TagEnvironment, run_rollouts
+from trl_agentic import RolloutConfig, RolloutEngine, run_rollouts
 from trl_agentic.rollout.generation import cut_at_stop
 from trl_agentic.toy import LookupEnvironment, make_lookup_dataset
 
@@ -148,7 +148,7 @@ def test_chat_mode_closes_turn_ended_by_stop_string(tokenizer):
     cfg = RolloutConfig(rollout_mode="chat", max_turns=3, max_completion_length=200)
     [t] = RolloutEngine(gen, tokenizer, LookupEnvironment, cfg).run([[{"role": "user", "content": "k1?"}]],
                                                                    [{"key": "k1", "value": "7"}])
-    start, end = t.turn_spans[0][1], t.turn_spans[1][0]
+    start = t.turn_spans[0][1]
     assert t.completion_ids[start] == tokenizer.eos_token_id and t.env_mask[start] == 0
 
 

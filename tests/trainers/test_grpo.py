@@ -1,6 +1,5 @@
 """AgenticGRPOTrainer: drop-in parity, real training steps, masking through TRL's loss, metrics."""
 
-import json
 
 import pytest
 import torch
