@@ -48,3 +48,19 @@ def gemma3_270m():
     from conventions import gemma3_270m_gguf
 
     return gemma3_270m_gguf()
+
+
+@pytest.fixture(autouse=True)
+def _mask_audit_must_be_zero(monkeypatch):
+    """Any trainer in any test that logs a non-zero ``agentic/mask_audit`` (a trained token the model did not
+    sample) fails that test."""
+    from trl_agentic.compat import GRPOTrainerBoundary
+
+    original = GRPOTrainerBoundary.log_metric
+
+    def checked(self, name, value):
+        if name == "agentic/mask_audit":
+            assert value == 0, f"agentic/mask_audit = {value}: trained positions the model did not sample"
+        return original(self, name, value)
+
+    monkeypatch.setattr(GRPOTrainerBoundary, "log_metric", checked)

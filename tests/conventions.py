@@ -288,10 +288,17 @@ class Convention:
         return tokenizer
 
     def load_model(self):
-        """``AutoModelForCausalLM.from_pretrained(model_dir)`` in eval mode."""
+        """``AutoModelForCausalLM.from_pretrained(model_dir)`` in eval mode. A GGUF model is dequantized to float32
+        on loading; its quantizer marks are cleared so that it trains (and saves) as the plain model it is."""
         from transformers import AutoModelForCausalLM
 
-        return AutoModelForCausalLM.from_pretrained(self.model_dir, gguf_file=self.gguf_file).eval()
+        model = AutoModelForCausalLM.from_pretrained(self.model_dir, gguf_file=self.gguf_file).eval()
+        if self.gguf_file is not None:
+            model.hf_quantizer = None
+            model.is_quantized = False
+            if hasattr(model.config, "quantization_config"):
+                del model.config.quantization_config
+        return model
 
 
 def load_chat_template(stem: str) -> str:

@@ -74,6 +74,16 @@ def lookup_dataset(n: int = 8, conversational: bool = False):
     return Dataset.from_list(make_lookup_dataset(n, conversational=conversational))
 
 
+def sandbox_backends() -> list[str]:
+    """The code-sandbox backends that work on this machine: ``bwrap`` only when a bubblewrap sandbox starts here."""
+    from trl_agentic.tools import detect_sandbox_backend
+
+    backends = ["subprocess"]
+    if detect_sandbox_backend()[0] == "bwrap":
+        backends.insert(0, "bwrap")
+    return backends
+
+
 def _small_config(config_class, tmp_path, **overrides):
     """A small, CPU-friendly trainer config."""
     kwargs = dict(
@@ -126,3 +136,26 @@ def run_isolated(code: str, timeout: float = 60.0) -> subprocess.CompletedProces
             return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
 
         pytest.fail(f"hung: no result after {timeout} s\nstdout:\n{text(exc.stdout)[-2000:]}\nstderr:\n{text(exc.stderr)[-2000:]}")
+
+
+def completion_hidden_grad(model: Any, batch: Any, loss_fn: Any) -> Any:
+    """|d loss / d h| at each completion position, (B, C): ``h`` is the final-norm output, which feeds only its own
+    position's logits (TRL computes log-probs with a fused LM head, so logits are never materialised). Position
+    ``P - 1 + j`` predicts completion token ``j``. ``batch`` is a ``TRLBatch`` or TRL's dict."""
+    import torch  # noqa: F401 - the hook returns tensors
+
+    data = getattr(batch, "data", batch)
+    captured = {}
+
+    def keep_hidden(module, inputs, output):
+        output.retain_grad()
+        captured["hidden"] = output
+
+    final_norm = next(m for name, m in model.named_modules() if name.endswith("model.norm"))
+    handle = final_norm.register_forward_hook(keep_hidden)
+    try:
+        loss_fn().backward()
+    finally:
+        handle.remove()
+    prompt_len, width = data["prompt_ids"].size(1), data["completion_ids"].size(1)
+    return captured["hidden"].grad[:, prompt_len - 1 : prompt_len - 1 + width].abs().sum(-1)

@@ -13,8 +13,10 @@ def test_every_export_resolves():
 
 def test_import_loads_no_optional_extra():
     code = (
-        "import sys, trl_agentic, trl_agentic.tools, trl_agentic.rewards;"
-        "bad = [m for m in ('vllm', 'bitsandbytes', 'e2b_code_interpreter', 'bm25s', 'faiss', 'math_verify', 'trl')"
+        "import sys, trl_agentic, trl_agentic.tools, trl_agentic.rewards, trl_agentic.tasks,"
+        " trl_agentic.tools.retrieval.server;"
+        "bad = [m for m in ('vllm', 'bitsandbytes', 'e2b_code_interpreter', 'bm25s', 'faiss', 'math_verify', 'trl',"
+        " 'fastapi', 'uvicorn', 'starlette')"
         " if m in sys.modules]; print(bad)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

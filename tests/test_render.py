@@ -58,7 +58,7 @@ def _trajectory(tokenizer) -> Trajectory:
             t.completion_ids += obs_ids
             t.env_mask += [0] * len(obs_ids)
             t.logprobs += [0.0] * len(obs_ids)
-    t.stop_reason = "done"
+    t.stop_reason = "terminated"
     t.count("observation_truncated")
     return t
 
@@ -103,7 +103,7 @@ def test_text_mode_has_no_tokens_and_shows_the_header(tokenizer):
         "step</dt><dd>7<",
         "reward</dt><dd>0.75<",
         "turns</dt><dd>2<",
-        "stop reason</dt><dd>done<",
+        "stop reason</dt><dd>terminated<",
         "truncated</dt><dd>False<",
         f"agent tokens (trained)</dt><dd>{sum(t.env_mask)}<",
         f"observation tokens (masked)</dt><dd>{len(t.env_mask) - sum(t.env_mask)}<",

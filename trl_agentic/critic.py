@@ -30,6 +30,8 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import AutoModel, PreTrainedModel
 
+from .rollout.generation import gradient_checkpointing_off
+
 VALUE_HEAD_FILE = "value_head.safetensors"
 
 
@@ -252,20 +254,16 @@ class SharedValueHead(nn.Module):
         # PEFT's set_adapter freezes inactive adapters; a gradient reaches a parameter only if it still requires
         # grad at backward time, so every flag is restored on the way out.
         flags = [(p, p.requires_grad) for p in self.policy.parameters()]
-        # Gradient checkpointing would recompute this forward during backward, with whichever adapter is active
-        # then (the policy's): the critic pass keeps its activations instead.
-        checkpointed = [m for m in self.policy.modules() if getattr(m, "gradient_checkpointing", False)]
         self.policy.set_adapter(self.adapter_name)
-        for module in checkpointed:
-            module.gradient_checkpointing = False
         try:
-            yield
+            # Gradient checkpointing would recompute this forward during backward, with whichever adapter is active
+            # then (the policy's): the critic pass keeps its activations instead.
+            with gradient_checkpointing_off(self.policy):
+                yield
         finally:
             self.policy.set_adapter(previous)
             for parameter, requires_grad in flags:
                 parameter.requires_grad_(requires_grad)
-            for module in checkpointed:
-                module.gradient_checkpointing = True
 
     def forward(
         self,

@@ -62,10 +62,12 @@ class EvaluationReport:
     truncation_rate: float
     env_failure_rate: float
     successes: list[int] = field(repr=False)
-    rewards: list[float | None] = field(default_factory=list, repr=False)
+    rewards: list[float | None] = field(repr=False, default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready data (without the per-trajectory rewards)."""
         data = asdict(self)
+        del data["rewards"]
         data["pass_at_k"] = {str(k): v for k, v in self.pass_at_k.items()}
         return data
 
@@ -186,3 +188,9 @@ def _report(rows, n, ks, threshold, trajectories, rewards) -> EvaluationReport:
         successes=successes,
         rewards=list(rewards),
     )
+
+
+if __name__ == "__main__":  # python -m trl_agentic.evaluate: the command line is in trl_agentic.evaluate_cli
+    from .evaluate_cli import main
+
+    raise SystemExit(main())

@@ -7,6 +7,14 @@ observation. With a tokenizer the page shows every token in its own box: sampled
 loss) on green, observation tokens (``env_mask == 0``, masked out of the loss) in grey italics, prompt tokens in
 blue; hovering a token shows its id, position, mask and sampling log-probability. Without a tokenizer the text of the
 actions and observations is shown instead. The page has inline CSS only: no script, no network access.
+
+Untrusted text is shown as it is, never interpreted: it is HTML-escaped, C0 controls appear as control pictures
+(U+2400 block), and characters that would hide or reorder text are shown as badges instead of written raw: Unicode
+bidi controls (U+061C, U+200E/F, U+202A-U+202E, U+2066-U+2069, "Trojan Source", CVE-2021-42574) and C1 controls as
+``<U+202E>``, lone surrogates (not encodable as UTF-8, e.g. from a JSON ``"\ud800"`` escape or undecodable bytes)
+as ``\ud800``. The command line skips a line of the JSONL file that is not a JSON object, with a warning naming
+the file and line (bytes that are not UTF-8 are kept as lone surrogates, so they are shown, not fatal); a row that
+is no trajectory costs only its own section, which shows the error.
 """
 
 from __future__ import annotations
@@ -14,13 +22,17 @@ from __future__ import annotations
 import argparse
 import html
 import json
+import logging
+import re
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from .trajectory import Trajectory, load_trajectories
+from .trajectory import Trajectory
+
+logger = logging.getLogger(__name__)
 
 # Keys ``Trajectory.to_dict`` derives from the fields; they are recomputed, not shown as extras.
-_DERIVED_KEYS = frozenset({"num_turns", "env_reward"})
+_DERIVED_KEYS = frozenset({"num_turns", "env_reward", "truncated"})
 
 _CSS = """
 body { font-family: system-ui, -apple-system, Segoe UI, sans-serif; margin: 1.5rem; color: #1d1d1f;
@@ -57,16 +69,39 @@ pre.text.observation-text { color: #666; font-style: italic; }
 .none { color: #999; font-style: italic; font-size: .85rem; }
 details.plain { margin-top: .3rem; font-size: .8rem; }
 details.plain summary { color: #666; cursor: pointer; }
+.cc { font-style: normal; font-size: .75em; color: #8a1c00; background: #fff0e0; border: 1px solid #e0a070;
+  border-radius: 2px; padding: 0 2px; margin: 0 1px; }
+.traj.broken { border-color: #b00020; }
 """
 
 
 # C0 control characters (but tab and newline) and DEL, shown as their Unicode control pictures (U+2400 block).
 _CONTROL_PICTURES = {i: 0x2400 + i for i in range(32) if chr(i) not in "\t\n"} | {0x7F: 0x2421}
+# Never written raw: lone surrogates, the Unicode Bidi_Control characters, C1 controls.
+_HIDDEN = re.compile("[\ud800-\udfff\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\x80-\x9f]")
 
 
-def _esc(text: str) -> str:
-    """HTML-escape ``text`` (quotes included) and make control characters visible."""
-    return html.escape(text).translate(_CONTROL_PICTURES)
+def _escape_of(char: str) -> str:
+    """The visible stand-in of a hidden character: ``\\ud800`` for a lone surrogate, ``<U+202E>`` otherwise."""
+    code = ord(char)
+    return f"\\u{code:04x}" if 0xD800 <= code <= 0xDFFF else f"<U+{code:04X}>"
+
+
+def _badge(match: re.Match[str]) -> str:
+    escape = _escape_of(match.group())
+    return f'<span class="cc" title="hidden character shown escaped">{html.escape(escape)}</span>'
+
+
+def _esc(text: Any) -> str:
+    """HTML-escape ``text`` (quotes included) for element content: control characters become visible, hidden ones
+    (bidi controls, lone surrogates) become badges."""
+    return _HIDDEN.sub(_badge, html.escape(str(text)).translate(_CONTROL_PICTURES))
+
+
+def _plain(text: Any) -> str:
+    """HTML-escape ``text`` where markup is not allowed (attribute values, ``<title>``): hidden characters become
+    their escapes as plain text."""
+    return html.escape(_HIDDEN.sub(lambda m: _escape_of(m.group()), str(text)).translate(_CONTROL_PICTURES))
 
 
 def _as_row(trajectory: Trajectory | Mapping[str, Any]) -> tuple[Trajectory, dict[str, Any]]:
@@ -114,7 +149,7 @@ class _TokenRenderer:
 
     def span(self, token_id: int, css: str, tooltip: str) -> str:
         """One token's box."""
-        return f'<span class="tok {css}" title="{_esc(tooltip)}">{_esc(self.text(token_id))}</span>'
+        return f'<span class="tok {css}" title="{_plain(tooltip)}">{_esc(self.text(token_id))}</span>'
 
     def prompt(self, ids: Sequence[int]) -> str:
         """The prompt tokens (never trained on), with their id and position."""
@@ -246,27 +281,37 @@ def _legend(token_mode: bool) -> str:
     return f'<div class="legend"><strong>Legend</strong> {keys}<div class="label">{_esc(note)}</div></div>'
 
 
-def _summary(rows: list[tuple[Trajectory, dict[str, Any]]], total: int) -> str:
-    """A count and an index table linking to every trajectory."""
-    head = f"{len(rows)} trajector{'y' if len(rows) == 1 else 'ies'}"
-    if total > len(rows):
-        head += f" (first {len(rows)} of {total})"
-    lines = []
-    for i, (t, extras) in enumerate(rows):
-        cells = [
-            f'<a href="#traj-{i}">{i}</a>',
-            _esc(_fmt(extras.get("step", ""))),
-            _esc(_fmt(extras["reward"]) if "reward" in extras else ""),
-            str(t.num_turns),
-            _esc(t.stop_reason),
-            "yes" if t.truncated else "",
-        ]
-        lines.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    header = "".join(f"<th>{h}</th>" for h in ("#", "step", "reward", "turns", "stop", "truncated"))
+def _summary_row(i: int, t: Trajectory, extras: dict[str, Any]) -> str:
+    """One line of the index table."""
+    cells = [
+        f'<a href="#traj-{i}">{i}</a>',
+        _esc(_fmt(extras.get("step", ""))),
+        _esc(_fmt(extras["reward"]) if "reward" in extras else ""),
+        str(t.num_turns),
+        _esc(t.stop_reason),
+        "yes" if t.truncated else "",
+    ]
+    return "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
+
+
+def _section(i: int, t: Trajectory, extras: dict[str, Any], tokens: _TokenRenderer | None) -> str:
+    """One trajectory: its header and its turns."""
+    label = f"Trajectory {i}" + (f" · step {_fmt(extras['step'])}" if "step" in extras else "")
     return (
-        f'<div class="summary"><strong>{_esc(head)}</strong>'
-        f'<table class="index"><tr>{header}</tr>{"".join(lines)}</table></div>'
+        f'<section class="traj" id="traj-{i}"><h2>{_esc(label)}</h2>'
+        f"{_meta(t, extras)}{_render_turns(t, tokens)}</section>"
     )
+
+
+def _broken(i: int, exc: Exception) -> tuple[str, str]:
+    """The index line and the section of a row that is no renderable trajectory: the error, shown."""
+    error = f"{type(exc).__name__}: {exc}"
+    row = f'<tr><td><a href="#traj-{i}">{i}</a></td><td colspan="5" class="flag">{_esc(error)}</td></tr>'
+    section = (
+        f'<section class="traj broken" id="traj-{i}"><h2>Trajectory {i}</h2>'
+        f'<div class="flag">could not be rendered: {_esc(error)}</div></section>'
+    )
+    return row, section
 
 
 def render_html(
@@ -287,27 +332,59 @@ def render_html(
         max_trajectories: Render only the first this many trajectories (all when ``None``).
 
     Returns:
-        The HTML page. All text from trajectories is escaped.
+        The HTML page. All text from trajectories is escaped (see the module docstring); a row that cannot be
+        rendered gets a section showing the error instead.
     """
-    rows = [_as_row(t) for t in trajectories]
+    rows = list(trajectories)
     total = len(rows)
     if max_trajectories is not None:
         rows = rows[:max_trajectories]
     tokens = _TokenRenderer(tokenizer) if tokenizer is not None else None
-    sections = []
-    for i, (t, extras) in enumerate(rows):
-        label = f"Trajectory {i}" + (f" · step {_fmt(extras['step'])}" if "step" in extras else "")
-        sections.append(
-            f'<section class="traj" id="traj-{i}"><h2>{_esc(label)}</h2>'
-            f"{_meta(t, extras)}{_render_turns(t, tokens)}</section>"
-        )
+    index_rows, sections = [], []
+    for i, row in enumerate(rows):
+        try:
+            t, extras = _as_row(row)
+            index_row, section = _summary_row(i, t, extras), _section(i, t, extras, tokens)
+        except Exception as exc:  # noqa: BLE001 - one bad row costs its own section, not the page
+            index_row, section = _broken(i, exc)
+        index_rows.append(index_row)
+        sections.append(section)
+    head = f"{len(rows)} trajector{'y' if len(rows) == 1 else 'ies'}"
+    if total > len(rows):
+        head += f" (first {len(rows)} of {total})"
+    header = "".join(f"<th>{h}</th>" for h in ("#", "step", "reward", "turns", "stop", "truncated"))
+    summary = (
+        f'<div class="summary"><strong>{_esc(head)}</strong>'
+        f'<table class="index"><tr>{header}</tr>{"".join(index_rows)}</table></div>'
+    )
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{_esc(title)}</title><style>{_CSS}</style></head><body>"
-        f"<h1>{_esc(title)}</h1>{_legend(tokens is not None)}{_summary(rows, total)}"
+        f"<title>{_plain(title)}</title><style>{_CSS}</style></head><body>"
+        f"<h1>{_esc(title)}</h1>{_legend(tokens is not None)}{summary}"
         f'{"".join(sections)}</body></html>\n'
     )
+
+
+def _read_rows(path: str | Path) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a JSONL file, one per non-blank line. A line that is not a JSON object is skipped with a
+    warning naming ``path:line``; bytes that are not UTF-8 are kept as lone surrogates (shown escaped)."""
+    with Path(path).open(encoding="utf-8", errors="surrogateescape") as f:
+        for line_no, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                logger.warning("%s:%d: skipped: not valid JSON (%s at column %d)", path, line_no, exc.msg, exc.pos + 1)
+                continue
+            except RecursionError:
+                logger.warning("%s:%d: skipped: JSON nested too deeply", path, line_no)
+                continue
+            if not isinstance(row, dict):
+                logger.warning("%s:%d: skipped: a JSON %s, not an object", path, line_no, type(row).__name__)
+                continue
+            yield row
 
 
 def main(argv: list[str] | None = None) -> Path:
@@ -323,8 +400,12 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("--max", type=int, default=None, help="render at most this many trajectories")
     parser.add_argument("--step", type=int, default=None, help="only trajectories of this training step")
     args = parser.parse_args(argv)
+    for path in args.trajectories:
+        if not Path(path).is_file():
+            parser.error(f"{path} is not a file: pass a JSONL file written by save_trajectories")
+    logging.basicConfig(format="%(levelname)s: %(message)s")
 
-    rows = [row for path in args.trajectories for row in load_trajectories(path)]
+    rows = [row for path in args.trajectories for row in _read_rows(path)]
     if args.step is not None:
         rows = [row for row in rows if row.get("step") == args.step]
     tokenizer = None

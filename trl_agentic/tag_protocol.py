@@ -74,3 +74,6 @@ SEARCH_R1_TAGS = TagProtocol(think="think", tools={"search": "information"}, ans
 
 RETOOL_TAGS = TagProtocol(think=None, tools={"code": "interpreter"}, answer="answer")
 """ReTool (arXiv 2504.11536): free reasoning, ``<code>`` -> ``<interpreter>``, ``<answer>``."""
+
+ANY_TOOL_TAGS = TagProtocol(think="think", tools={"search": "information", "code": "interpreter"}, answer="answer")
+"""Both: Search-R1's and ReTool's tool tags; the default of the rewards that read tags."""

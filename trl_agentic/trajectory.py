@@ -133,7 +133,12 @@ def save_trajectories(trajectories: Iterable[Trajectory], path: str | Path, extr
             row = trajectory.to_dict()
             if extra:
                 row.update({k: (v[i] if isinstance(v, list) else v) for k, v in extra.items()})
-            f.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+            line = json.dumps(row, ensure_ascii=False, default=str)
+            try:
+                line.encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate: \u-escaped, still valid JSON that loads back the same
+                line = json.dumps(row, ensure_ascii=True, default=str)
+            f.write(line + "\n")
 
 
 def load_trajectories(path: str | Path) -> Iterator[dict[str, Any]]:

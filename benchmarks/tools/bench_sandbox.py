@@ -3,7 +3,8 @@
 Measures, per backend:
   cold          one-shot execution with no pool: start a worker (bwrap + python), run, kill
   pooled        one-shot execution taking a pre-started worker from the pool (pool refills in the background)
-  warm          repeated executions in one open session (the ReTool case after the first block)
+  warm          repeated executions in one open session (the ReTool case after the first block), with the
+                trainer's own CPU time per block (pipes, output, the per-block CPU-time accounting)
   throughput    executions per second with --concurrency threads, each running its own session (warm) or
                 one-shot calls without a pool (cold)
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import sys
 import threading
@@ -26,7 +28,7 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from trl_agentic.tools.python_sandbox import PythonSandbox  # noqa: E402
+from trl_agentic.tools import PythonSandbox  # noqa: E402
 
 CODE = "total = sum(i * i for i in range(1000))\nprint(total)"
 
@@ -82,8 +84,11 @@ def bench_warm(backend: str, n: int) -> dict[str, float]:
     try:
         with sb.session() as session:
             session.run("x = 0")
+            before = resource.getrusage(resource.RUSAGE_SELF)
             latencies = timed_runs(lambda: session.run("x += 1\n" + CODE), n)
-        return summarize(latencies)
+            after = resource.getrusage(resource.RUSAGE_SELF)
+        cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+        return {**summarize(latencies), "trainer_cpu_us": round(1e6 * cpu / n, 1)}
     finally:
         sb.close()
 
@@ -148,10 +153,12 @@ def main() -> None:
         print(json.dumps(report, indent=2))
         return
     print(f"cpu_count={report['cpu_count']} python={report['python']}")
-    print(f"{'backend':<11} {'mode':<16} {'median ms':>10} {'p95 ms':>8} {'exec/s':>8}")
+    print(f"{'backend':<11} {'mode':<16} {'median ms':>10} {'p95 ms':>8} {'exec/s':>8} {'trainer CPU us':>15}")
     for name, res in report["results"].items():
         for mode in ("cold", "pooled", "warm"):
-            print(f"{name:<11} {mode:<16} {res[mode]['median_ms']:>10.2f} {res[mode]['p95_ms']:>8.2f} {'':>8}")
+            cpu = res[mode].get("trainer_cpu_us", "")
+            median, p95 = res[mode]["median_ms"], res[mode]["p95_ms"]
+            print(f"{name:<11} {mode:<16} {median:>10.2f} {p95:>8.2f} {'':>8} {cpu:>15}")
         for mode in ("throughput_warm", "throughput_cold"):
             print(f"{name:<11} {mode:<16} {'':>10} {'':>8} {res[mode]['executions_per_s']:>8.1f}")
 

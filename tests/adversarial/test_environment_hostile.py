@@ -187,3 +187,12 @@ def test_garbage_tool_output_is_an_error_observation_not_a_crash(tokenizer):
     [t] = RolloutEngine(gen, tokenizer, make, RolloutConfig(max_turns=3, max_completion_length=300)).run(["p"], [{}])
     assert t.stop_reason == "terminated" and t.turn_infos[0]["tool_error"]
     assert "returned dict, not text" in t.observations[0] and "\ud800" not in t.observations[1]
+
+
+def test_trajectories_with_lone_surrogates_are_saved_and_loaded_back(tmp_path):
+    from trl_agentic import Trajectory, load_trajectories, save_trajectories
+
+    t = Trajectory(prompt_ids=[1], actions=["bad \ud800 text"], observations=["ok"])
+    save_trajectories([t], tmp_path / "t.jsonl")
+    (row,) = load_trajectories(tmp_path / "t.jsonl")
+    assert row["actions"] == ["bad \ud800 text"]

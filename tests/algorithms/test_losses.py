@@ -6,7 +6,7 @@ import torch
 from threaded_reduce import run_ranks
 from torch.testing import assert_close
 
-from trl_agentic.algorithms.losses import clipped_value_loss, explained_variance, masked_entropy_bonus
+from trl_agentic.algorithms.losses import clipped_value_loss, explained_variance
 
 
 def batch(seed: int, rows: int = 4, length: int = 10):
@@ -65,19 +65,6 @@ def test_value_loss_gradient_is_exactly_zero_at_masked_positions():
     assert torch.all(values.grad[mask == 0] == 0)
     unclipped = (values - old_values).abs() < 0.2
     assert torch.all(values.grad[(mask == 1) & unclipped] != 0)
-
-
-def test_entropy_bonus_value_and_gradient():
-    _, _, entropies, mask = batch(2)
-    entropies = entropies.abs().requires_grad_(True)
-    bonus = masked_entropy_bonus(entropies, mask, coef=0.01)
-    assert_close(bonus, -0.01 * entropies[mask.bool()].mean())
-    bonus.backward()
-    assert torch.all(entropies.grad[mask == 0] == 0)
-    assert_close(
-        entropies.grad[mask == 1], torch.full((int(mask.sum()),), -0.01 / int(mask.sum()), dtype=torch.float64)
-    )
-    assert_close(masked_entropy_bonus(entropies, mask, 0.01, num_tokens=7), -0.01 * entropies[mask.bool()].sum() / 7)
 
 
 @pytest.mark.parametrize("seed", range(3))

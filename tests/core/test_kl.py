@@ -43,3 +43,38 @@ def test_adaptive_kl_controller_moves_towards_target():
     assert math.isclose(ctl.update(5.4, 10), 0.102 * (1 - 0.1 * 10 / 100))  # inside the clip range
     with pytest.raises(ValueError):
         AdaptiveKLController(0.1, target=0.0, horizon=1)
+
+
+def test_k1_as_a_grpo_loss_term_warns(tmp_path):
+    from helpers import agentic_args, ppo_args
+
+    with pytest.warns(UserWarning, match="zero expected gradient"):
+        agentic_args(tmp_path, kl_estimator="k1", beta=0.1)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        ppo_args(tmp_path, kl_estimator="k1")  # PPO puts k1 in the reward: no warning
+
+
+def test_expected_gradients_of_the_estimators_as_loss_terms():
+    """On samples of pi, grad E[k1] = 0, grad E[k2] = grad KL(pi||ref), grad E[k3] = grad KL(ref||pi) (the estimator
+    differentiated through log pi only, as in a loss), checked exactly by summing over the support."""
+    torch.manual_seed(0)
+    theta = torch.randn(6, requires_grad=True)
+    ref = torch.log_softmax(torch.randn(6), 0)
+
+    def expected_grad(estimator):
+        logp = torch.log_softmax(theta, 0)
+        p = logp.exp().detach()
+        value = (p * kl_penalty(logp, ref, estimator)).sum()  # E_pi[k(x)], sampling distribution held fixed
+        return torch.autograd.grad(value, theta)[0]
+
+    def true_grad(forward):
+        logp = torch.log_softmax(theta, 0)
+        kl = (logp.exp() * (logp - ref)).sum() if forward else (ref.exp() * (ref - logp)).sum()
+        return torch.autograd.grad(kl, theta)[0]
+
+    torch.testing.assert_close(expected_grad("k1"), torch.zeros(6), atol=1e-6, rtol=0)
+    torch.testing.assert_close(expected_grad("k2"), true_grad(forward=True))
+    torch.testing.assert_close(expected_grad("k3"), true_grad(forward=False))

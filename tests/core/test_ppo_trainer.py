@@ -107,3 +107,78 @@ def test_ppo_learns_toy_task(tiny_model_dir, tokenizer, tmp_path):
           and r["ppo/explained_variance"] is not None]
     assert sum(reward[-8:]) / 8 > sum(reward[:8]) / 8 + 0.15, reward
     assert len(ev) >= 10 and sum(ev[-5:]) / 5 > sum(ev[:5]) / 5, ev
+
+
+@pytest.mark.parametrize("critic,use_lora", [("separate", False), ("separate", True), ("shared", False), ("shared", True)])
+def test_critic_gradients_are_cleared_and_clipped_with_the_policy(tiny_model_dir, tokenizer, tmp_path, critic, use_lora):
+    """Defect: the critic is not part of trainer.model, so the Trainer's zero_grad() and max_grad_norm never touched
+    it; with learning rate 0 its gradient norm grew step after step (each update used the sum of all past
+    gradients). Now its gradients are cleared after every optimizer step and clipped together with the policy's."""
+    from transformers import TrainerCallback
+
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM") if use_lora else None
+    seen = {"start": [], "norm": []}
+
+    class Probe(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            seen["start"].append([p.grad for p in trainer.extra_parameters()])
+
+        def on_pre_optimizer_step(self, args, state, control, **kwargs):
+            params = [p for p in list(trainer.model.parameters()) + trainer.extra_parameters() if p.grad is not None]
+            seen["norm"].append(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params])).item())
+
+    trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, environment=lambda: EchoEnvironment(turns=2),
+                       peft_config=lora, critic=critic, learning_rate=0.0, critic_learning_rate=0.0, max_steps=3,
+                       max_grad_norm=1e-3, vf_coef=1.0)
+    assert trainer.extra_parameters(), "the critic has parameters outside the policy model"
+    trainer.add_callback(Probe())
+    trainer.train()
+    assert all(g is None for grads in seen["start"] for g in grads)  # cleared before every step
+    assert len(seen["norm"]) == 3 and max(seen["norm"]) <= 1e-3 * 1.01  # clipped jointly with the policy's
+
+
+def test_each_epoch_draws_a_new_mini_batch_permutation(tiny_model_dir, tokenizer, tmp_path):
+    """Before: the same slices in the same order in every epoch."""
+    trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, environment=lambda: EchoEnvironment(turns=1),
+                       num_iterations=3, num_mini_batches=2, per_device_train_batch_size=4, max_steps=6,
+                       learning_rate=0.0, critic_learning_rate=0.0)
+    batches = []
+    original = trainer.loss
+
+    def recording_loss(model, batch):
+        batches.append(tuple(map(tuple, batch.prompt_ids.tolist())))
+        return original(model, batch)
+
+    trainer.loss = recording_loss
+    trainer.train()
+    assert len(batches) == 6  # 3 epochs x 2 mini-batches over one generation batch of 8
+    epochs = [batches[i : i + 2] for i in range(0, 6, 2)]
+    assert all(sorted(sum(map(list, e), [])) == sorted(sum(map(list, epochs[0]), [])) for e in epochs)  # same rows
+    assert epochs[0] != epochs[1] or epochs[1] != epochs[2]  # in new mini-batches
+
+
+def test_num_mini_batches_counts_optimizer_steps_whatever_the_accumulation(tmp_path):
+    args = ppo_args(tmp_path, num_mini_batches=3, gradient_accumulation_steps=2, per_device_train_batch_size=2)
+    assert args.steps_per_generation == 6 and args.generation_batch_size == 12
+    with pytest.raises(ValueError, match="num_mini_batches"):
+        ppo_args(tmp_path, steps_per_generation=4)
+
+
+def test_ppo_config_accepts_former_ppo_names_with_a_warning(tmp_path):
+    with pytest.warns(DeprecationWarning, match="kl_coef"):
+        args = ppo_args(tmp_path, kl_coef=0.2, cliprange=0.3, num_ppo_epochs=2, missing_eos_penalty=1.0)
+    assert (args.beta, args.epsilon, args.num_iterations, args.truncation_penalty) == (0.2, 0.3, 2, 1.0)
+
+
+@pytest.mark.parametrize("detach", [False, True])
+def test_shared_critic_without_peft_trains_the_trunk_only_when_asked(tiny_model_dir, tokenizer, tmp_path, detach):
+    trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, environment=lambda: EchoEnvironment(turns=2),
+                       critic="shared", critic_detach_backbone=detach)
+    batch = trainer.training_batch([trainer.train_dataset[i] for i in range(4)])
+    trainer.model.zero_grad()
+    values = trainer._critic_values(batch)
+    (values * batch.loss_mask).sum().backward()
+    trunk = [p.grad for n, p in trainer.model.named_parameters() if "layers" in n]
+    reached = any(g is not None and g.abs().sum() > 0 for g in trunk)
+    assert reached is (not detach)
+    assert trainer.critic.head.weight.grad is not None

@@ -79,3 +79,37 @@ def test_dynamic_sampling_replaces_dropped_groups(tiny_model_dir, tokenizer, tmp
 def test_std_floor_needs_group_scaling(tmp_path):
     with pytest.raises(ValueError, match="std_floor"):
         agentic_args(tmp_path, zero_variance_groups="std_floor", scale_rewards="batch")
+
+
+def test_std_floor_follows_trls_aggregation_and_leaves_unscorable_rows_at_zero(tiny_model_dir, tokenizer, tmp_path):
+    """Before: the floored advantages were rebuilt from summed rewards, ignoring multi_objective_aggregation, and an
+    unscorable (all-None) row got a non-zero advantage."""
+    from trl_agentic.algorithms.advantages import group_advantages
+
+    def sometimes_none(completions, trajectory, **kwargs):
+        return [None if i == 0 else float(t.num_agent_tokens % 4) for i, t in enumerate(trajectory)]
+
+    def other(completions, trajectory, **kwargs):
+        return [None if i == 0 else float(len(t.actions[0]) % 3) for i, t in enumerate(trajectory)]
+
+    args = agentic_args(tmp_path, zero_variance_groups="std_floor", std_floor=0.5,
+                        multi_objective_aggregation="normalize_then_sum", per_device_train_batch_size=8,
+                        num_generations=4)
+    trainer = AgenticGRPOTrainer(model=tiny_model_dir, reward_funcs=[sometimes_none, other], args=args,
+                                 train_dataset=lookup_dataset(8), processing_class=tokenizer,
+                                 environment=lambda: EchoEnvironment(turns=2))
+    trainer.model.train()
+    rows = [trainer.train_dataset[i // 4] for i in range(8)]
+    original = trainer.score_round
+    captured = {}
+
+    def keep(rows):
+        captured["scored"] = original(rows)
+        return captured["scored"]
+
+    trainer.score_round = keep
+    batch = trainer.training_batch(rows)
+    scored = captured["scored"]
+    expected = group_advantages(scored.rewards_per_func, trainer.reward_weights, 4, "normalize_then_sum", "group", 0.5)
+    torch.testing.assert_close(batch.advantages, expected)
+    assert batch.advantages[0] == 0

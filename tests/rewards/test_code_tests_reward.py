@@ -3,6 +3,7 @@ import pickle
 import pytest
 
 from trl_agentic.rewards import CodeTestsReward, extract_program
+from trl_agentic.tools import PythonSandbox
 
 PROGRAM = "def add(a, b):\n    return a + b\n"
 TESTS = ["assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add('a', 'b') == 'ab'"]
@@ -20,8 +21,7 @@ def test_extract_program():
 
 @pytest.fixture(scope="module")
 def sandbox():
-    sandbox_module = pytest.importorskip("trl_agentic.tools.python_sandbox")
-    sandbox = sandbox_module.PythonSandbox(timeout=3, pool_size=2)
+    sandbox = PythonSandbox(timeout=3, pool_size=2)
     yield sandbox
     sandbox.close()
 
@@ -59,7 +59,6 @@ def test_single_test_program_and_rows_without_tests(sandbox):
 
 
 def test_owned_sandbox_is_created_lazily_and_pickles():
-    pytest.importorskip("trl_agentic.tools.python_sandbox")
     reward = CodeTestsReward(sandbox_kwargs={"timeout": 3, "pool_size": 0})
     try:
         assert reward(prompts=["q"], completions=[f"<answer>{PROGRAM}</answer>"], tests=[TESTS[:1]]) == [1.0]
@@ -68,3 +67,12 @@ def test_owned_sandbox_is_created_lazily_and_pickles():
     finally:
         reward.close()
     assert reward._sandbox is None
+
+
+def test_a_sandbox_that_cannot_keep_tests_apart_is_refused():
+    class RemoteSandbox:
+        def session(self):
+            raise AssertionError("never used")
+
+    with pytest.raises(TypeError, match="PythonSandbox"):
+        CodeTestsReward(sandbox=RemoteSandbox())

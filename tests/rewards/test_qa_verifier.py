@@ -23,7 +23,7 @@ def test_token_f1():
     # prediction "barack obama" vs gold "obama": precision 1/2, recall 1 -> F1 2/3
     assert token_f1("Barack Obama", "Obama") == pytest.approx(2 / 3)
     assert token_f1("Barack Obama", ["George Bush", "President Barack Obama"]) == pytest.approx(0.8)
-    assert token_f1("the", "a") == 1.0  # both empty after normalization
+    assert token_f1("the", "a") == 0.0  # a gold empty after normalization is unusable (matches nothing)
     assert token_f1("the", "Paris") == 0.0
     assert token_f1("London", "Paris") == 0.0
     assert token_f1(None, "Paris") == 0.0

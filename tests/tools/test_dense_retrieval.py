@@ -125,3 +125,11 @@ def test_dense_behind_the_server(tmp_path):
     with RetrievalServer(retriever, port=0) as server:
         tool = SearchTool(RetrievalClient(server.url), topk=1)
         assert tool("lambda mu nu").startswith('Doc 1(Title: "Lambda") lambda mu nu xi omicron')
+
+
+def test_encoding_shows_progress_only_when_asked(capfd):
+    DenseRetriever(hashing_encoder, DOCS, batch_size=2, show_progress=False)
+    assert capfd.readouterr().err == ""
+    DenseRetriever(hashing_encoder, DOCS, batch_size=2, show_progress=True)
+    err = capfd.readouterr().err
+    assert "encoding" in err and f"{len(DOCS)}/{len(DOCS)}" in err

@@ -297,3 +297,45 @@ def test_server_cli(bm25, tmp_path):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_retrieval_modules_import_no_cycle():
+    """No module of the retrieval package imports (even inside a function) one that imports it back."""
+    import ast
+    from pathlib import Path
+
+    import trl_agentic.tools.retrieval as package
+
+    folder = Path(package.__file__).parent
+    graph = {}
+    for path in folder.glob("*.py"):
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                imported |= {node.module} if node.module else {alias.name for alias in node.names}
+        graph[path.stem] = imported - {"__init__"}
+
+    def reaches(start, goal, seen=()):
+        return any(m == goal or (m not in seen and reaches(m, goal, (*seen, m))) for m in graph.get(start, ()))
+
+    cycles = [name for name in graph if name != "__init__" and reaches(name, name)]
+    assert not cycles, {name: graph[name] for name in cycles}
+
+
+def test_index_building_shows_progress_only_when_asked(corpus_file, capfd):
+    BM25Retriever.from_jsonl(corpus_file, show_progress=False)
+    assert capfd.readouterr().err == ""
+    BM25Retriever.from_jsonl(corpus_file, show_progress=True)
+    err = capfd.readouterr().err
+    assert "reading corpus.jsonl" in err and "100%" in err
+
+
+def test_a_corpus_without_an_indexable_word_is_refused_clearly():
+    with pytest.raises(ValueError, match="without a single indexable word"):
+        BM25Retriever([{"id": "0", "contents": "a the of"}, {"id": "1", "contents": ""}], show_progress=False)
+
+
+def test_server_without_fastapi_says_what_to_install(bm25, monkeypatch):
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # as if the extra were not installed
+    with pytest.raises(ImportError, match=r"pip install trl-agentic\[retrieval\]"):
+        RetrievalServer(bm25, port=0)

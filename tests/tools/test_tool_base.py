@@ -13,8 +13,6 @@ from trl_agentic.tools import (
     ToolSession,
     acall_tool,
     call_tool,
-    close_session,
-    open_session,
     truncate_middle,
 )
 
@@ -56,15 +54,13 @@ def test_protocols_and_sessions():
 
     calc = Calculator()
     assert isinstance(calc, Tool) and not isinstance(calc, StatefulTool)
-    assert open_session(calc) is calc
-    close_session(calc)  # no close(): nothing happens
     sb = PythonSandbox(pool_size=0)
     try:
         assert isinstance(sb, StatefulTool)
-        session = open_session(sb)
+        session = sb.session()
         assert isinstance(session, ToolSession)
         assert session("1 + 1") == "2\n"
-        close_session(session)
+        session.close()
         assert session.closed
     finally:
         sb.close()
@@ -73,7 +69,7 @@ def test_protocols_and_sessions():
 def test_importing_tools_stays_light():
     code = (
         "import sys\n"
-        "import trl_agentic.tools, trl_agentic.tools.retrieval, trl_agentic.tools.e2b_sandbox\n"
+        "import trl_agentic.tools, trl_agentic.tools.retrieval, trl_agentic.tools.code.e2b\n"
         "from trl_agentic.tools import PythonSandbox, Calculator, SearchTool, BM25Retriever, DenseRetriever\n"
         "heavy = [m for m in ('torch', 'trl', 'transformers', 'bm25s', 'faiss', 'numpy', 'e2b', "
         "'e2b_code_interpreter', 'tokenizers') if m in sys.modules]\n"

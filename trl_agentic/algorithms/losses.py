@@ -1,4 +1,4 @@
-"""PPO critic loss, entropy bonus and critic diagnostics, over agent tokens only.
+"""PPO critic loss and critic diagnostics, over agent tokens only.
 
 The policy term is TRL's (``GRPOTrainer._compute_loss`` accepts per-token advantages); these are the pieces PPO adds
 (Schulman, Wolski, Dhariwal, Radford, Klimov 2017, "Proximal Policy Optimization Algorithms", arXiv 1707.06347).
@@ -60,20 +60,6 @@ def clipped_value_loss(
     clip_active = ((values - old_values).abs() > cliprange_value) & (clipped_loss > unclipped_loss)
     clip_fraction = masked_mean(clip_active.to(loss.dtype), mask).detach()
     return loss, clip_fraction
-
-
-def masked_entropy_bonus(
-    entropies: torch.Tensor, mask: torch.Tensor, coef: float, num_tokens: float | torch.Tensor | None = None
-) -> torch.Tensor:
-    """Entropy bonus as a loss term: ``-coef * mean_{t : m_t = 1} H_t`` (Mnih et al. 2016, arXiv 1602.01783;
-    the ``ent_coef`` term of PPO).
-
-    ``entropies`` (B, T) are the per-token entropies of the policy's next-token distribution,
-    ``H_t = -sum_v p(v) log p(v)``, as TRL's ``_get_per_token_logps_and_entropies(..., compute_entropy=True)``
-    returns them. Adding this term to the loss raises the entropy of agent tokens; observation tokens get no
-    gradient.
-    """
-    return -coef * _token_mean(entropies, mask, num_tokens)
 
 
 def explained_variance(

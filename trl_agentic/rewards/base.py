@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..tag_protocol import ANY_TOOL_TAGS
 from .text import strip_blocks
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 RewardFunc = Callable[..., list[float | None]]
 """A TRL reward function: ``func(prompts, completions, **kwargs) -> list[float | None]``."""
 
-OBSERVATION_TAGS: tuple[str, ...] = ("information", "interpreter")
+OBSERVATION_TAGS: tuple[str, ...] = ANY_TOOL_TAGS.observation_tags
 """Tags that wrap observations in the text protocols (Search-R1 ``<information>``, ReTool ``<interpreter>``)."""
 
 # Keyword arguments TRL / our trainers pass that are not dataset columns.

@@ -5,19 +5,21 @@ For components ``k`` with reward ``r_k``, cap ``[lo_k, hi_k]`` and weight ``w_k(
     R = sum_k w_k(t) * clip(r_k, lo_k, hi_k)
 
 A component returning ``None`` (not applicable) for a completion contributes nothing to it, as in TRL's own
-``nansum`` over reward functions; the total is ``None`` only when every component is. Each component is called
+``nansum`` over reward functions; the total is ``None`` only when every component is. A value that is not a finite
+number (NaN, inf, a string, ...) counts as ``None`` too (:func:`~trl_agentic.rewards.guard.as_reward`), and the
+count is logged as ``<metric_prefix>/<name>/invalid``. Each component is called
 once per batch, so each completion is scored once by each component.
 """
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .base import RewardFunc
+from .guard import as_reward
 from .schedules import ConstantSchedule, LinearSchedule, Schedule, as_schedule, training_progress
 from .turns import Aggregation, TurnReward
 
@@ -122,13 +124,17 @@ class CompositeReward:
             raw = component.func(prompts=prompts, completions=completions, **kwargs)
             if len(raw) != n:
                 raise ValueError(f"component {component.name!r} returned {len(raw)} rewards for {n} completions")
-            values = [None if v is None or math.isnan(v) else component.capped(float(v)) for v in raw]
+            clean = [as_reward(v) for v in raw]
+            invalid = sum(1 for v, c in zip(raw, clean) if c is None and v is not None)
+            values = [None if v is None else component.capped(v) for v in clean]
             weight = weights[component.name]
             for i, value in enumerate(values):
                 if value is not None:
                     totals[i] = (totals[i] or 0.0) + weight * value
             present = [v for v in values if v is not None]
             if log_metric is not None:
+                if invalid:
+                    log_metric(f"{self.metric_prefix}/{component.name}/invalid", invalid / n)
                 if present:
                     log_metric(f"{self.metric_prefix}/{component.name}", _mean(present))
                 if not isinstance(self.schedules[component.name], ConstantSchedule):

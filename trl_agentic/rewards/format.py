@@ -28,7 +28,8 @@ from typing import Any
 from ..tag_protocol import RETOOL_TAGS, SEARCH_R1_TAGS, TagProtocol
 from .base import RewardFunction, Sample
 
-__all__ = ["FormatReport", "FormatReward", "RETOOL_TAGS", "SEARCH_R1_TAGS", "TagProtocol", "check_format"]
+__all__ = ["FormatReport", "FormatReward", "ProtocolFormatReward", "RETOOL_TAGS", "SEARCH_R1_TAGS", "TagProtocol",
+           "check_format"]
 
 
 def __getattr__(name: str) -> Any:
@@ -154,3 +155,38 @@ class FormatReward(RewardFunction):
     def score(self, sample: Sample) -> float:
         return check_format(sample.text, self.protocol).score
 
+
+
+def observation_block(observation: str, protocol: TagProtocol) -> str:
+    """The ``<obs>...</obs>`` block of an observation without the text around it (chat-template tokens in chat mode,
+    Search-R1's blank lines), closed again when the token budget cut its end; ``""`` for an observation with no
+    protocol block (a corrective message after an invalid action)."""
+    for tag in protocol.observation_tags:
+        start = observation.find(f"<{tag}>")
+        if start >= 0:
+            end = observation.find(f"</{tag}>", start)
+            return observation[start : end + len(tag) + 3] if end >= 0 else observation[start:] + f"</{tag}>"
+    return ""
+
+
+class ProtocolFormatReward(FormatReward):
+    """:class:`FormatReward` over what the model wrote and the bare observation blocks.
+
+    With a trajectory, the scored text is the model's actions interleaved with only the ``<obs>...</obs>`` block of
+    each observation (:func:`observation_block`). In chat mode an observation carries the template's tokens (end of
+    the assistant turn, the tool role header), which :class:`FormatReward` would count as stray text on every tool
+    call; corrective messages after an invalid action are the environment's text, not the model's. Both are left
+    out, so the score measures the model's protocol. Without a trajectory it is :class:`FormatReward`.
+    """
+
+    def score(self, sample: Sample) -> float:
+        t = sample.trajectory
+        if t is None:
+            return super().score(sample)
+        parts = []
+        for k, action in enumerate(t.actions):
+            parts.append(action)
+            observation = t.observations[k] if k < len(t.observations) else None
+            if observation:
+                parts.append(observation_block(observation, self.protocol))
+        return check_format("".join(parts), self.protocol).score

@@ -26,7 +26,8 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Literal
 
-from .base import OBSERVATION_TAGS, RewardFunction, Sample
+from ..tag_protocol import ANY_TOOL_TAGS, TagProtocol
+from .base import RewardFunction, Sample
 from .text import find_blocks
 
 
@@ -64,7 +65,7 @@ class LengthPenalty(RewardFunction):
     Args:
         penalty: Maps a length to a reward.
         unit: ``"tokens"`` (agent tokens only) or ``"turns"``.
-        observation_tags: Observation tags, for counting turns in plain text.
+        protocol: The tag protocol, whose observation tags count turns in plain text.
         name: ``__name__`` (metric name in TRL).
     """
 
@@ -72,7 +73,7 @@ class LengthPenalty(RewardFunction):
         self,
         penalty: Callable[[float], float],
         unit: Literal["tokens", "turns"] = "tokens",
-        observation_tags: Sequence[str] = OBSERVATION_TAGS,
+        protocol: TagProtocol = ANY_TOOL_TAGS,
         name: str = "length_penalty",
     ) -> None:
         if unit not in ("tokens", "turns"):
@@ -80,7 +81,7 @@ class LengthPenalty(RewardFunction):
         super().__init__(name)
         self.penalty = penalty
         self.unit = unit
-        self.observation_tags = tuple(observation_tags)
+        self.protocol = protocol
         self._warned = False
 
     @classmethod
@@ -112,7 +113,7 @@ class LengthPenalty(RewardFunction):
                 return trajectory.num_turns
             if not isinstance(completion, str):
                 return sum(m.get("role", "assistant") == "assistant" for m in completion)
-            return 1 + sum(len(find_blocks(completion, tag)) for tag in self.observation_tags)
+            return 1 + sum(len(find_blocks(completion, tag)) for tag in self.protocol.observation_tags)
         if trajectory is not None:
             return trajectory.num_agent_tokens
         env_mask = sample.columns.get("env_mask")

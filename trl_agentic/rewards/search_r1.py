@@ -4,7 +4,8 @@ qa_em_format.py``, ``compute_score_em``), as one TRL reward function.
 With ``s = score`` (1.0), ``f = structure_format_score`` (0.2 in the v0.3 training scripts), ``b =
 final_format_score`` (0.1) and ``g = retrieval_score`` (0 in those scripts), "valid" meaning the completion
 follows the protocol exactly (:func:`~trl_agentic.rewards.format.check_format`) and "retrieved" meaning a
-normalized gold answer appears inside some ``<information>`` block of a valid completion:
+normalized gold answer appears inside some ``<information>`` block of a valid completion (golds that normalize to the
+empty string are ignored, as in :mod:`~trl_agentic.rewards.verifiers.qa`):
 
 ==================  ===========================  ========================
 answer              valid format                 invalid format
@@ -28,7 +29,7 @@ from .base import RewardFunction, Sample, golds_as_list
 from ..tag_protocol import SEARCH_R1_TAGS, TagProtocol
 from .format import check_format
 from .text import find_blocks, last_block
-from .verifiers.qa import exact_match, normalize_answer
+from .verifiers.qa import exact_match, normalize_answer, usable_golds
 
 
 class SearchR1Reward(RewardFunction):
@@ -64,7 +65,7 @@ class SearchR1Reward(RewardFunction):
 
     def _retrieved(self, text: str, golds: list[str]) -> bool:
         blocks = [normalize_answer(b) for tag in self.protocol.observation_tags for b in find_blocks(text, tag)]
-        return any(normalize_answer(gold) in block for gold in golds for block in blocks)
+        return any(gold in block for gold in usable_golds(golds) for block in blocks)
 
     def score(self, sample: Sample) -> float:
         text = sample.text

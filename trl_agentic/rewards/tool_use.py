@@ -34,12 +34,9 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..tag_protocol import TagProtocol
+from ..tag_protocol import ANY_TOOL_TAGS, TagProtocol
 from .base import RewardFunction, Sample
 from .text import strip_blocks
-
-ANY_TOOL_TAGS = TagProtocol(think="think", tools={"search": "information", "code": "interpreter"})
-"""The default protocol of :class:`ToolUseReward`: Search-R1's and ReTool's tool tags."""
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Environments of one turn run concurrently on an event loop in a background thread, so that the engine works where
 the caller already runs a loop (Jupyter, Colab) and ``asyncio.run`` would refuse.
 
-Every wait on that loop has a deadline (:func:`run_coroutine`). A loop that stopped answering (an ``async`` step that
+Every wait on that loop has a deadline (:func:`wait`). A loop that stopped answering (an ``async`` step that
 blocks it, e.g. ``time.sleep`` inside ``async def``) or whose thread died is abandoned, and the next call starts a
 fresh one: such an environment costs its batch's unfinished calls, never later batches. A ``KeyboardInterrupt`` in
 the waiting thread (a real Ctrl-C) cancels the work on the loop and is re-raised at once.
@@ -16,6 +16,7 @@ import concurrent.futures
 import logging
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Coroutine
 
 logger = logging.getLogger(__name__)
@@ -72,22 +73,36 @@ def _abandon(stale: _Loop) -> None:
     logger.warning("the environment event loop stopped answering; later calls use a fresh loop")
 
 
-def run_coroutine(coro: Coroutine[Any, Any, Any], timeout: float | None = None) -> Any:
-    """Run ``coro`` on the background loop and wait at most ``timeout`` seconds (``None``: no deadline, but a dead
-    loop is still noticed within a fraction of a second).
+@dataclass
+class Submitted:
+    """A coroutine running on the background loop, submitted at ``started`` (``time.monotonic``)."""
+
+    future: concurrent.futures.Future
+    handle: _Loop
+    started: float
+
+
+def submit(coro: Coroutine[Any, Any, Any]) -> Submitted:
+    """Start ``coro`` on the background loop; :func:`wait` collects it."""
+    handle = _get_loop()
+    return Submitted(asyncio.run_coroutine_threadsafe(coro, handle.loop), handle, time.monotonic())
+
+
+def wait(submitted: Submitted, timeout: float | None = None) -> Any:
+    """The result of a submitted coroutine, waiting until ``timeout`` seconds after its submission at most
+    (``None``: no deadline, but a dead loop is still noticed within a fraction of a second).
 
     Raises:
         LoopTimeout: the deadline passed or the loop died; the coroutine was cancelled, and the loop replaced if it no
             longer answers.
     """
-    handle = _get_loop()
-    future = asyncio.run_coroutine_threadsafe(coro, handle.loop)
-    deadline = None if timeout is None else time.monotonic() + timeout
+    future, handle = submitted.future, submitted.handle
+    deadline = None if timeout is None else submitted.started + timeout
     try:
         while True:
-            wait = _POLL_S if deadline is None else max(0.0, min(_POLL_S, deadline - time.monotonic()))
+            remaining = _POLL_S if deadline is None else max(0.0, min(_POLL_S, deadline - time.monotonic()))
             try:
-                return future.result(wait)
+                return future.result(remaining)
             except concurrent.futures.TimeoutError:
                 if not handle.thread.is_alive():
                     _abandon(handle)

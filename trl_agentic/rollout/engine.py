@@ -11,6 +11,15 @@ The loop runs while *any* process still has an active trajectory (``sync_any``),
 number of generation calls per step, which vLLM server mode, tensor-parallel colocate and DeepSpeed ZeRO-3 require.
 A rank with nothing left to generate sends a one-token dummy prompt and discards the result.
 
+Tools overlapped with generation (``overlap_chunks``): with one chunk a turn costs its generation *plus* its
+slowest tool. With ``k`` chunks the active trajectories are split into ``k`` groups generated one after the other,
+and each group's environment steps run (on the background loop) while the next groups generate, so that in steady
+state a round costs about the larger of the two. ``"auto"`` (the default) runs the first turn as one chunk, and
+splits into two when its tool calls took at least a quarter of its generation time (and 10 ms). Every process uses the same
+number of chunks and makes the same generation calls (a chunk is skipped only when it is empty on every process).
+Chunking changes the order in which sampling draws random numbers, and ``"auto"`` decides from measured time: set
+``overlap_chunks`` to a number for runs that must sample bit-identically (tools that take under 10 ms never split).
+
 End ids: a turn ends at the first of the model's end ids (every id of ``generation_config.eos_token_id`` and the
 tokenizer's EOS; in chat mode also the template's end-of-turn token); nothing after it is kept.
 
@@ -23,13 +32,14 @@ one that exceeds ``env_timeout`` with ``env_timeout``; an observation's content 
 from __future__ import annotations
 
 import logging
+import time
 import warnings
 from dataclasses import InitVar, dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 from ..environment import EnvironmentFactory
 from ..trajectory import StopReason, Trajectory
-from .env_calls import EnvFailure, call_all
+from .env_calls import EnvFailure, PendingCalls, call_all, start_all
 from .generation import Generator, HFGenerator, cut_at_stop, end_token_ids
 from .observations import ObservationEncoder, RolloutMode
 
@@ -50,6 +60,8 @@ class RolloutConfig:
         max_observation_tokens: Most tokens of one observation's content (the head is kept).
         env_timeout: Seconds allowed for one ``reset``/``step``/``close`` call.
         chat_template_kwargs: Passed to ``apply_chat_template``.
+        overlap_chunks: Generate a turn in this many chunks so that tool calls overlap generation (see the module
+            docstring); ``"auto"`` measures the first turn, ``1`` turns it off.
         mode: Deprecated alias of ``rollout_mode``.
         stop: Deprecated alias of ``stop_strings``.
     """
@@ -63,6 +75,7 @@ class RolloutConfig:
     max_observation_tokens: int = 1024
     env_timeout: float = 60.0
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    overlap_chunks: int | Literal["auto"] = "auto"
     mode: InitVar[RolloutMode | None] = None
     stop: InitVar[Sequence[str] | None] = None
 
@@ -81,6 +94,25 @@ class RolloutConfig:
             raise TypeError(f"stop_strings must be a list of non-empty strings, got {self.stop_strings!r}")
         if not isinstance(self.env_timeout, (int, float)) or not self.env_timeout > 0:
             raise ValueError(f"env_timeout must be a positive number of seconds, got {self.env_timeout!r}")
+        chunks = self.overlap_chunks
+        if chunks != "auto" and (isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1):
+            raise ValueError(f"overlap_chunks must be 'auto' or an integer >= 1, got {chunks!r}")
+
+
+AUTO_OVERLAP_RATIO = 0.25
+AUTO_OVERLAP_MIN_SECONDS = 0.01
+"""``overlap_chunks="auto"`` splits a rollout into two chunks when its first turn's tool calls took at least
+``AUTO_OVERLAP_RATIO`` of its generation time and at least ``AUTO_OVERLAP_MIN_SECONDS`` (below that there is
+nothing worth hiding)."""
+
+
+@dataclass
+class _Steps:
+    """One chunk's environment steps under way: the trajectories, why their turns ended, the calls."""
+
+    indices: list[int]
+    ends: dict[int, str | None]
+    calls: PendingCalls
 
 
 class RolloutEngine:
@@ -93,6 +125,8 @@ class RolloutEngine:
         config: Budgets and protocol.
         sync_any: Given whether this process still has active trajectories, return whether *any* process has
             (identity on one process).
+        sync_max: Given an integer of this process, return the largest over all processes (identity on one
+            process); the number of chunks is agreed with it.
         eos_token_ids: Every id that ends the model's generation (:func:`~trl_agentic.rollout.generation.end_token_ids`);
             by default read from the generator's ``generation_config`` and the tokenizer.
     """
@@ -105,7 +139,13 @@ class RolloutEngine:
         config: RolloutConfig | None = None,
         sync_any: Callable[[bool], bool] | None = None,
         eos_token_ids: Sequence[int] | None = None,
+        sync_max: Callable[[int], int] | None = None,
     ) -> None:
+        if not callable(environment):
+            raise TypeError(f"environment must be an Environment class or a zero-argument factory (e.g. "
+                            f"functools.partial(TagEnvironment, tools=...)), got {type(environment).__name__}")
+        if config is not None and not isinstance(config, RolloutConfig):
+            raise TypeError(f"config must be a RolloutConfig, got {type(config).__name__}")
         self.generator = generator
         self.config = config or RolloutConfig()
         if eos_token_ids is None:
@@ -119,6 +159,7 @@ class RolloutEngine:
         self.eos_token_ids = list(dict.fromkeys([*eos_token_ids, *([layout.end_of_turn_id] if layout else [])]))
         self.environment = environment
         self.sync_any = sync_any or (lambda local: local)
+        self.sync_max = sync_max or (lambda local: local)
         self.generation_calls = 0  # per process; the multi-process invariant is checked against it
 
     # -- public ----------------------------------------------------------------------------------------------
@@ -130,13 +171,38 @@ class RolloutEngine:
         envs = [self._make_environment() for _ in prompts]
         stop_strings = self._stop_strings(envs)
         trajectories, active = self._start(prompts, rows, envs)
-        turn = 0
-        while self.sync_any(bool(active)):
-            ends = self._generate_turn(trajectories, active, stop_strings)
-            active = self._step_environments(trajectories, envs, active, ends, turn)
-            turn += 1
+        wanted = self.config.overlap_chunks
+        chunks = self._split(active, 1 if wanted == "auto" else self.sync_max(wanted))
+        pending: list[_Steps | None] = [None] * len(chunks)
+        first_round = True
+        while self.sync_any(any(chunks) or any(p is not None for p in pending)):
+            timing = {"generation": 0.0, "tools": 0.0}
+            for j in range(len(chunks)):
+                if pending[j] is not None:
+                    chunks[j], pending[j] = self._finish_steps(trajectories, pending[j], timing), None
+                if len(chunks) > 1 and not self.sync_any(bool(chunks[j])):
+                    continue  # empty on every process
+                started = time.perf_counter()
+                ends = self._generate_turn(trajectories, chunks[j], stop_strings)
+                timing["generation"] += time.perf_counter() - started
+                pending[j] = self._begin_steps(trajectories, envs, chunks[j], ends)
+                if len(chunks) == 1:  # nothing to overlap with: wait now
+                    chunks[j], pending[j] = self._finish_steps(trajectories, pending[j], timing), None
+            if first_round and wanted == "auto":
+                chunks = self._split(chunks[0], self.sync_max(self._auto_chunks(timing, len(chunks[0]))))
+                pending = [None] * len(chunks)
+            first_round = False
         self._close(envs, trajectories)
         return trajectories
+
+    @staticmethod
+    def _split(indices: list[int], k: int) -> list[list[int]]:
+        return [indices[j::k] for j in range(k)]
+
+    @staticmethod
+    def _auto_chunks(timing: dict[str, float], active: int) -> int:
+        overlap_pays = timing["tools"] >= max(AUTO_OVERLAP_RATIO * timing["generation"], AUTO_OVERLAP_MIN_SECONDS)
+        return 2 if overlap_pays and active >= 2 else 1
 
     # -- turn loop -------------------------------------------------------------------------------------------
     def _start(self, prompts, rows, envs) -> tuple[list[Trajectory], list[int]]:
@@ -186,17 +252,25 @@ class RolloutEngine:
             ends[i] = reason
         return ends
 
-    def _step_environments(self, trajectories, envs, active, ends, turn) -> list[int]:
+    def _begin_steps(self, trajectories, envs, active, ends) -> _Steps:
+        """Start the environment steps of the trajectories whose turn did not exhaust the token budget."""
         stepping = []
         for i in active:
             if ends[i] == "max_tokens":
                 self._end(trajectories[i], "max_tokens")
             else:
                 stepping.append(i)
-        results = call_all([envs[i] for i in stepping], "step", [trajectories[i].actions[-1] for i in stepping],
-                           self.config.env_timeout)
+        calls = start_all([envs[i] for i in stepping], "step", [trajectories[i].actions[-1] for i in stepping],
+                          self.config.env_timeout)
+        return _Steps(stepping, ends, calls)
+
+    def _finish_steps(self, trajectories, steps: _Steps, timing: dict[str, float]) -> list[int]:
+        """Apply the step results: record rewards and infos, end finished trajectories, append observations; returns
+        the trajectories still active."""
+        results = steps.calls.results()
+        timing["tools"] += steps.calls.seconds
         still_active = []
-        for i, result in zip(stepping, results):
+        for i, result in zip(steps.indices, results):
             t = trajectories[i]
             if isinstance(result, EnvFailure):
                 self._fail(t, result)
@@ -205,9 +279,9 @@ class RolloutEngine:
             t.turn_infos.append(dict(result.info))
             if result.terminated or result.truncated:
                 self._end(t, "terminated" if result.terminated else "truncated")
-            elif self.config.rollout_mode == "text" and ends[i] == "eos":
+            elif self.config.rollout_mode == "text" and steps.ends[i] == "eos":
                 self._end(t, "eos")  # the model ended its text; the environment did not object
-            elif turn + 1 >= self.config.max_turns:
+            elif t.num_turns >= self.config.max_turns:
                 self._end(t, "max_turns")
             elif self._append_observation(t, result.observation):
                 still_active.append(i)
@@ -219,7 +293,7 @@ class RolloutEngine:
         if text is None and cfg.rollout_mode == "text":
             t.observations.append(None)
             if len(t.completion_ids) >= cfg.max_completion_length:
-                self._end(t, "max_tokens", observation_recorded=True)
+                self._end(t, "max_tokens")
                 return False
             return True
         start, end = t.turn_spans[-1]
@@ -251,8 +325,8 @@ class RolloutEngine:
                 trajectories[i].count("env_close_error")
 
     @staticmethod
-    def _end(t: Trajectory, reason: StopReason, observation_recorded: bool = False) -> None:
-        if not observation_recorded and len(t.observations) < len(t.actions):
+    def _end(t: Trajectory, reason: StopReason) -> None:
+        if len(t.observations) < len(t.actions):
             t.observations.append(None)
         t.stop_reason = reason
 

@@ -3,11 +3,13 @@ trajectory.
 
 What a call can cost, and what a timeout can and cannot stop:
 
-- A **sync** method runs on a daemon thread of its own (at most :data:`MAX_CONCURRENT_BLOCKING_CALLS` at once). On
-  timeout the trajectory ends with ``env_timeout`` and the thread is *abandoned*: Python cannot stop a thread, so a
-  step that never returns keeps running (and keeps what it holds), but it no longer counts against the bound, later
-  batches never wait behind it, and it does not keep the process from exiting. Abandoned calls still running are
-  logged.
+- A **sync** method runs on one of the engine's daemon worker threads (at most
+  :data:`MAX_CONCURRENT_BLOCKING_CALLS` at once). The threads live as long as the process, so a subprocess a tool
+  starts from one (tied to its thread by ``PR_SET_PDEATHSIG``, as the sandbox's are) lives on after the call. On
+  timeout the trajectory ends with ``env_timeout`` and the call is *abandoned*: Python cannot stop a thread, so a
+  step that never returns keeps running on its thread (and keeps what it holds), but it no longer counts against the
+  bound, a new thread takes its place for later calls, and daemon threads do not keep the process from exiting.
+  Abandoned calls still running are logged.
 - An **async** method is cancelled at its timeout, which stops it at its next ``await``. An async method that
   *blocks the loop* (``time.sleep`` or a busy loop inside ``async def``) cannot be preempted: the batch's deadline
   then abandons the whole event loop, the calls of the batch that had not finished end with ``env_timeout``, and the
@@ -22,12 +24,14 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import queue
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
 from ..environment import check_reset_result, check_step_result
-from .async_loop import LoopTimeout, run_coroutine
+from .async_loop import LoopTimeout, submit, wait
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +72,34 @@ class _Abandoned:
 abandoned_calls = _Abandoned()
 
 
+class _DaemonWorkers:
+    """Long-lived daemon threads that run blocking calls. A call that finds no idle thread starts one, so a thread
+    stuck in a call that never returns is never waited for; idle threads wait for the next call."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+
+    def run(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            spawn = self._idle == 0
+            if not spawn:
+                self._idle -= 1  # that idle thread takes this job
+        if spawn:
+            threading.Thread(target=self._serve, name="trl-agentic-env-worker", daemon=True).start()
+        self._jobs.put(job)
+
+    def _serve(self) -> None:
+        while True:
+            self._jobs.get()()
+            with self._lock:
+                self._idle += 1
+
+
+_workers = _DaemonWorkers()
+
+
 _slots: dict[int, asyncio.Semaphore] = {}
 
 
@@ -87,8 +119,8 @@ def _settle(future: asyncio.Future, outcome: tuple[bool, Any]) -> None:
 
 
 async def run_in_thread(fn: Callable[..., Any], *args: Any, timeout: float | None, **kwargs: Any) -> Any:
-    """Run a blocking call on a daemon thread of its own and await it, at most ``timeout`` seconds
-    (``asyncio.TimeoutError`` then; the thread is abandoned, see the module docstring). At most
+    """Run a blocking call on a daemon worker thread and await it, at most ``timeout`` seconds
+    (``asyncio.TimeoutError`` then; the call is abandoned, see the module docstring). At most
     :data:`MAX_CONCURRENT_BLOCKING_CALLS` such calls run at once per event loop."""
     slots = _loop_slots()
     loop = asyncio.get_running_loop()
@@ -111,7 +143,7 @@ async def run_in_thread(fn: Callable[..., Any], *args: Any, timeout: float | Non
             pass
 
     async with slots:
-        threading.Thread(target=target, name=f"trl-agentic-env-{getattr(fn, '__name__', 'call')}", daemon=True).start()
+        _workers.run(target)
         try:
             return await asyncio.wait_for(asyncio.shield(future), timeout)
         except (asyncio.TimeoutError, asyncio.CancelledError):
@@ -177,25 +209,49 @@ async def call_one(env: Any, method: Method, arg: Any, timeout: float) -> Any:
         return EnvFailure("env_error", f"{name} raised {type(exc).__name__}: {exc}")
 
 
-def call_all(envs: list[Any], method: Method, args: list[Any], timeout: float) -> list[Any]:
-    """Call ``method`` on every environment concurrently (``args[i]`` for ``envs[i]``) and return, in order, each
-    validated result or an :class:`EnvFailure`. The whole batch waits at most ``timeout`` plus a few seconds: a call
-    not finished by then (the loop was blocked) is an ``env_timeout``. Environments without ``close`` are skipped
-    for ``method="close"``."""
-    unfinished = EnvFailure("env_timeout", f"{method} did not finish: the event loop was blocked")
-    skipped = [method == "close" and not hasattr(env, "close") for env in envs]
-    results: list[Any] = [None if skip else unfinished for skip in skipped]
+class PendingCalls:
+    """Environment calls started by :func:`start_all`; :meth:`results` waits for them (at most the per-call timeout
+    plus a few seconds after their start) and gives each validated result or an :class:`EnvFailure`, in order.
+    ``seconds`` is the wall time from the start until the last call finished."""
 
-    async def one(i: int) -> None:
-        results[i] = await call_one(envs[i], method, args[i], timeout)
+    def __init__(self, envs: list[Any], method: Method, args: list[Any], timeout: float) -> None:
+        self.method, self.timeout = method, timeout
+        unfinished = EnvFailure("env_timeout", f"{method} did not finish: the event loop was blocked")
+        skipped = [method == "close" and not hasattr(env, "close") for env in envs]
+        self._results: list[Any] = [None if skip else unfinished for skip in skipped]
+        self.seconds = 0.0
+        self._submitted = None
+        if envs:
+            self._submitted = submit(self._batch(envs, args, skipped))
 
-    async def batch() -> None:
+    async def _batch(self, envs: list[Any], args: list[Any], skipped: list[bool]) -> None:
+        started = time.monotonic()
+
+        async def one(i: int) -> None:
+            self._results[i] = await call_one(envs[i], self.method, args[i], self.timeout)
+
         await asyncio.gather(*(one(i) for i, skip in enumerate(skipped) if not skip))
+        self.seconds = time.monotonic() - started
 
-    if not envs:
-        return []
-    try:
-        run_coroutine(batch(), timeout + _DEADLINE_GRACE_S)
-    except LoopTimeout as exc:
-        logger.warning("environment %s calls: %s", method, exc)
-    return results
+    def results(self) -> list[Any]:
+        if self._submitted is not None:
+            try:
+                wait(self._submitted, self.timeout + _DEADLINE_GRACE_S)
+            except LoopTimeout as exc:
+                logger.warning("environment %s calls: %s", self.method, exc)
+            self._submitted = None
+        return self._results
+
+
+def start_all(envs: list[Any], method: Method, args: list[Any], timeout: float) -> PendingCalls:
+    """Start ``method`` on every environment concurrently (``args[i]`` for ``envs[i]``) and return at once; the
+    calls run on the background loop while the caller goes on (e.g. generating for other trajectories)."""
+    return PendingCalls(envs, method, args, timeout)
+
+
+def call_all(envs: list[Any], method: Method, args: list[Any], timeout: float) -> list[Any]:
+    """Call ``method`` on every environment concurrently and return, in order, each validated result or an
+    :class:`EnvFailure`. The whole batch waits at most ``timeout`` plus a few seconds: a call not finished by then
+    (the loop was blocked) is an ``env_timeout``. Environments without ``close`` are skipped for
+    ``method="close"``."""
+    return start_all(envs, method, args, timeout).results()

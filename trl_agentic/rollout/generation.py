@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import copy
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Protocol, Sequence
+from typing import Any, Callable, ContextManager, Iterator, Protocol, Sequence
 
 import torch
 
@@ -83,6 +83,33 @@ def cut_at_stop(
     return end, reason
 
 
+@contextlib.contextmanager
+def gradient_checkpointing_off(model: Any) -> Iterator[None]:
+    """Switch gradient checkpointing off on every module that has it for the duration, and back on after."""
+    checkpointed = [m for m in model.modules() if getattr(m, "gradient_checkpointing", False)]
+    for module in checkpointed:
+        module.gradient_checkpointing = False
+    try:
+        yield
+    finally:
+        for module in checkpointed:
+            module.gradient_checkpointing = True
+
+
+@contextlib.contextmanager
+def generation_mode(model: Any) -> Iterator[Any]:
+    """The model in eval mode with gradient checkpointing off, restored afterwards. transformers' ``generate`` on a
+    checkpointed model in train mode (as ``SFTTrainer`` leaves it) drops the KV cache yet still feeds one token per
+    step, so the model generates without seeing its context."""
+    was_training = model.training
+    model.eval()
+    try:
+        with gradient_checkpointing_off(model):
+            yield model
+    finally:
+        model.train(was_training)
+
+
 class HFGenerator:
     """Batched sampling with transformers ``generate``.
 
@@ -92,7 +119,8 @@ class HFGenerator:
         generation_config: Sampling settings (``do_sample``, ``temperature``, ``top_p``, ...); ``max_new_tokens``
             is set per call. Defaults to the model's generation config with sampling on.
         unwrap: Optional zero-argument callable returning a context manager that yields the model to call
-            ``generate`` on (the trainer passes TRL's ``unwrap_model_for_generation``).
+            ``generate`` on (the trainer passes TRL's ``unwrap_model_for_generation``); by default
+            :func:`generation_mode`.
         return_logprobs: Also return the log-prob of each sampled token under the sampling distribution (keeps
             every step's scores in memory: fine for evaluation, off in the trainer, which recomputes them).
     """
@@ -111,7 +139,7 @@ class HFGenerator:
             generation_config = copy.deepcopy(model.generation_config)
             generation_config.do_sample = True
         self.generation_config = generation_config
-        self.unwrap = unwrap or (lambda: contextlib.nullcontext(self.model))
+        self.unwrap = unwrap or (lambda: generation_mode(self.model))
         self.return_logprobs = return_logprobs
 
     def generate(

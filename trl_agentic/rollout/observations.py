@@ -236,9 +236,10 @@ class ObservationEncoder:
         return list(ids)
 
     def _end_of_turn_id(self, dummy: list[dict[str, str]]) -> int:
-        """The token that closes an assistant message: the last special token of the rendered assistant turn."""
+        """The token that closes an assistant message: the last control token (a special token, or an added token
+        the template writes) of the rendered assistant turn."""
         base = self._render_ids(dummy, add_generation_prompt=False)
-        candidates = set(self.tokenizer.all_special_ids) | self.end_token_ids
+        candidates = self._control_ids | self.end_token_ids
         for token in reversed(base):
             if token in candidates:
                 return token

@@ -17,13 +17,14 @@ from .base import (
     ToolSession,
     acall_tool,
     call_tool,
-    close_session,
-    open_session,
     truncate_middle,
 )
 from .calculator import Calculator, CalculatorError, safe_eval
-from .e2b_sandbox import E2BSandbox, E2BSession
-from .python_sandbox import (
+from .code import (
+    CodeSandbox,
+    CodeSession,
+    E2BSandbox,
+    E2BSession,
     ExecutionResult,
     PythonSandbox,
     PythonSession,
@@ -31,6 +32,7 @@ from .python_sandbox import (
     SandboxIsolation,
     detect_sandbox_backend,
     extract_code,
+    run_unit_tests,
 )
 from .retrieval import (
     BM25Retriever,
@@ -54,8 +56,6 @@ __all__ = [
     "BaseTool",
     "call_tool",
     "acall_tool",
-    "open_session",
-    "close_session",
     "truncate_middle",
     "Calculator",
     "CalculatorError",
@@ -69,6 +69,9 @@ __all__ = [
     "extract_code",
     "E2BSandbox",
     "E2BSession",
+    "CodeSandbox",
+    "CodeSession",
+    "run_unit_tests",
     "BM25Retriever",
     "DenseRetriever",
     "TransformerEncoder",

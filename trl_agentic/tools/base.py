@@ -19,10 +19,11 @@ per trajectory and ``close()`` on the session when the trajectory ends. A sessio
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
+
+from ..rollout.env_calls import run_in_thread
 
 __all__ = [
     "Tool",
@@ -30,8 +31,6 @@ __all__ = [
     "StatefulTool",
     "ToolOutput",
     "BaseTool",
-    "open_session",
-    "close_session",
     "call_tool",
     "acall_tool",
     "truncate_middle",
@@ -103,8 +102,9 @@ class StatefulTool(Protocol):
 class BaseTool:
     """Convenience base: implement :meth:`invoke`; ``__call__``, ``acall`` and ``ainvoke`` follow.
 
-    ``acall``/``ainvoke`` run :meth:`invoke` in a worker thread (``asyncio.to_thread``), so a blocking tool does not
-    hold up the other trajectories of a turn.
+    ``acall``/``ainvoke`` run :meth:`invoke` on a daemon thread of its own (``run_in_thread``), so a blocking tool does not
+    hold up the other trajectories of a turn, and one that hangs past its caller's timeout is abandoned without holding
+    a shared thread pool.
     """
 
     name: str = "tool"
@@ -116,28 +116,10 @@ class BaseTool:
         return self.invoke(text).observation
 
     async def ainvoke(self, text: str) -> ToolOutput:
-        return await asyncio.to_thread(self.invoke, text)
+        return await run_in_thread(self.invoke, text, timeout=None)
 
     async def acall(self, text: str) -> str:
         return (await self.ainvoke(text)).observation
-
-
-def open_session(tool: Any) -> Any:
-    """``tool.session()`` when the tool has one (a fresh per-trajectory state), else the tool itself."""
-    session = getattr(tool, "session", None)
-    if callable(session):
-        return session()
-    return tool
-
-
-def close_session(session: Any) -> None:
-    """Call ``session.close()`` when it exists; never raises (a failing close must not cost the run)."""
-    close = getattr(session, "close", None)
-    if callable(close):
-        try:
-            close()
-        except Exception:  # noqa: BLE001 - closing is best effort
-            pass
 
 
 def _error_output(tool: Any, exc: BaseException) -> ToolOutput:
@@ -180,7 +162,7 @@ async def acall_tool(tool: Any, text: str) -> ToolOutput:
         if inspect.iscoroutinefunction(tool) or inspect.iscoroutinefunction(getattr(tool, "__call__", None)):
             out = await tool(text)
             return ToolOutput(observation="" if out is None else str(out))
-        return await asyncio.to_thread(call_tool, tool, text)
+        return await run_in_thread(call_tool, tool, text, timeout=None)
     except Exception as exc:  # noqa: BLE001
         return _error_output(tool, exc)
 
@@ -207,5 +189,3 @@ def truncate_middle(text: str, max_chars: int | None, *, omitted_extra: int = 0)
     marker = f"\n... [{omitted} characters truncated] ...\n"
     return text[:head] + marker + text[len(text) - tail :], True
 
-
-ToolFn = Callable[[str], str]

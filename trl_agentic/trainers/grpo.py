@@ -69,6 +69,12 @@ class AgenticGRPOConfig(GRPOConfig):
         default=1024, metadata={"help": "Most tokens of one observation's content (the head is kept)."}
     )
     env_timeout: float = field(default=60.0, metadata={"help": "Seconds per environment reset/step/close call."})
+    overlap_chunks: str = field(
+        default="auto",
+        metadata={"help": "Generate each turn in this many chunks so that one chunk's tool calls run while the next "
+                  "generates: 'auto' (two chunks when the first turn's tools took >= 25% of its generation time), "
+                  "1 (off), or a number."},
+    )
     kl_estimator: str = field(
         default="k3",
         metadata={"help": "KL estimator on agent tokens: 'k3' (TRL's; gradient of KL(ref||pi)), 'k2' (gradient of "
@@ -138,7 +144,15 @@ class AgenticGRPOConfig(GRPOConfig):
             max_observation_tokens=self.max_observation_tokens,
             env_timeout=self.env_timeout,
             chat_template_kwargs=dict(self.chat_template_kwargs or {}),
+            overlap_chunks="auto" if str(self.overlap_chunks) == "auto" else _as_int(self.overlap_chunks, "overlap_chunks"),
         )
+
+
+def _as_int(value: Any, name: str) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be 'auto' or an integer, got {value!r}") from None
 
 
 class AgenticGRPOTrainer(GRPOTrainerBoundary):
@@ -162,6 +176,8 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
     Args:
         environment: A class or zero-argument factory returning a fresh :class:`~trl_agentic.Environment` per
             trajectory. ``None`` keeps plain ``GRPOTrainer`` behaviour.
+        task: Optional :class:`~trl_agentic.tasks.Task`: the model card then states its tool protocol, its prompt and
+            how to run the trained agent (:mod:`trl_agentic.model_card`).
         *args, **kwargs: As ``GRPOTrainer``. ``args`` should be an :class:`AgenticGRPOConfig`.
 
     Reward functions receive, besides TRL's keyword arguments, ``trajectory``: the
@@ -170,9 +186,11 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
     for every reward function (advantage 0, outside its group's baseline).
     """
 
-    def __init__(self, *args: Any, environment: EnvironmentFactory | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, environment: EnvironmentFactory | None = None, task: Any = None,
+                 **kwargs: Any) -> None:
         check_trl_version()
         self.environment = environment
+        self.task = task
         if environment is not None:
             if kwargs.get("rollout_func") is not None:
                 raise ValueError("pass either environment= or rollout_func=, not both")
@@ -202,6 +220,21 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
                 "string lack; use mask_truncated_trajectories=True instead"
             )
 
+    def create_model_card(self, model_name: str | None = None, dataset_name: str | None = None,
+                          tags: str | list[str] | None = None, **kwargs: Any) -> None:
+        """TRL's card, or, with ``task=``, one that says how to run the agent (written by TRL at each save and by
+        ``push_to_hub``), on the main process, to ``<output_dir>/README.md``."""
+        if self.task is None:
+            return super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags, **kwargs)
+        if not self.is_world_process_zero():
+            return None
+        from ..model_card import model_card
+
+        tags = [tags] if isinstance(tags, str) else list(tags or [])
+        os.makedirs(self.args.output_dir, exist_ok=True)
+        model_card(self, self.task, model_name, dataset_name, tags).save(os.path.join(self.args.output_dir, "README.md"))
+        return None
+
     # -- rollouts --------------------------------------------------------------------------------------------
     def _generator(self) -> Generator:
         if self.use_vllm:
@@ -215,11 +248,18 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
         flag = torch.tensor([int(local_active)], device=self.accelerator.device)
         return bool(self.accelerator.gather(flag).sum().item())
 
+    def _sync_max(self, local: int) -> int:
+        if self.accelerator.num_processes == 1:
+            return local
+        value = torch.tensor([local], device=self.accelerator.device)
+        return int(self.accelerator.gather(value).max().item())
+
     def _agentic_rollout(self, prompts: list[Any], trainer: Any = None) -> dict[str, Any]:
         """TRL's ``rollout_func``: run the episodes and hand TRL ids, logprobs, the env mask and the trajectories
         (which reach the reward functions as ``trajectory``)."""
         engine = RolloutEngine(self._generator(), self.processing_class, self.environment,
-                               self.args.rollout_config(), self._sync_any, eos_token_ids=self.eos_token_ids)
+                               self.args.rollout_config(), self._sync_any, eos_token_ids=self.eos_token_ids,
+                               sync_max=self._sync_max)
         trajectories = engine.run(prompts, [dict(row) for row in self.rollout_rows()])
         self._log_rollout_metrics(trajectories)
         return self._to_trl_rollout(trajectories)

@@ -1,26 +1,31 @@
-"""Code outcome reward: the fraction of a task's unit tests that the model's program passes, run in the
-:class:`~trl_agentic.tools.python_sandbox.PythonSandbox` (never in the training process).
+"""Code outcome reward: the fraction of a task's unit tests that the model's program passes, run in
+:class:`~trl_agentic.tools.PythonSandbox` workers (never in the training process) and out of the program's reach.
 
 Program extraction (:func:`extract_program`), from the model's own text (observations never count), trying
 ``sources`` in order: ``"answer"``, the last ``<answer>`` block; ``"fence"``, the last fenced code block
 (```` ```python ... ``` ````); ``"code"``, the last ``<code>`` block. Fences inside the chosen block are removed.
 
-Scoring: the program runs once in a fresh interpreter session, then each test runs as its own block in the same
-session, so one failing assertion does not hide the others. With ``n`` tests of which ``p`` pass (a test passes
-when its block raises nothing and does not time out), the reward is ``p / n``, or ``1[p = n]`` with
-``all_or_nothing``. A program that is missing or fails on its own scores 0; a row without tests gives ``None``.
-Tests are a list of code strings (MBPP's ``test_list``: ``["assert f(1) == 2", ...]``) or one string (a whole test
-program, e.g. HumanEval's ``check`` function followed by ``check(entry_point)``).
+Scoring (:func:`~trl_agentic.tools.run_unit_tests`): the program runs once in a fresh
+interpreter; each test runs as its own block in a *second* interpreter that calls the program's functions through
+the parent and gets only data back, so one failing assertion does not hide the others and the program can neither
+patch the harness nor forge a verdict nor return an object that equals everything. With ``n`` tests of which
+``p`` pass (a test passes when its block raises nothing and does not time out), the reward is ``p / n``, or
+``1[p = n]`` with ``all_or_nothing``. A program that is missing or fails on its own scores 0; a row without tests
+gives ``None``. Tests are a list of code strings (MBPP's ``test_list``: ``["assert f(1) == 2", ...]``) or one
+string (a whole test program, e.g. HumanEval's ``check`` function followed by ``check(entry_point)``). What a
+test can and cannot do with the program's objects is listed in ``docs/tools.md``.
 """
 
 from __future__ import annotations
 
+import queue
 import re
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from ...tools import PythonSandbox, extract_code, run_unit_tests
 from ..base import OBSERVATION_TAGS, RewardFunction, Sample, make_samples
 from ..text import last_block
 
@@ -35,9 +40,11 @@ def _last_fence(text: str) -> str | None:
 
 def extract_program(text: str, sources: Sequence[str] = PROGRAM_SOURCES) -> str | None:
     """The model's program in ``text`` (rule in the module docstring); ``None`` when no source finds one."""
-    from ...tools.python_sandbox import extract_code
-
-    finders = {"answer": lambda t: last_block(t, "answer"), "fence": _last_fence, "code": lambda t: last_block(t, "code")}
+    finders = {
+        "answer": lambda t: last_block(t, "answer"),
+        "fence": _last_fence,
+        "code": lambda t: last_block(t, "code"),
+    }
     unknown = set(sources) - set(finders)
     if unknown:
         raise ValueError(f"unknown program sources {sorted(unknown)}; choose from {list(finders)}")
@@ -56,8 +63,10 @@ class CodeTestsReward(RewardFunction):
         tests_column: Dataset column(s) with the tests, first present used.
         sources: Program extraction order, see :func:`extract_program`.
         all_or_nothing: Reward 1 only when every test passes.
-        sandbox: A :class:`~trl_agentic.tools.python_sandbox.PythonSandbox` to use; by default one is created on
-            first use with ``sandbox_kwargs`` and closed by :meth:`close`.
+        sandbox: A :class:`~trl_agentic.tools.PythonSandbox` to use (each completion takes a worker for its
+            program; up to ``max_workers`` tests workers are kept and reused across completions);
+            by default one is created on first use with ``sandbox_kwargs`` and closed by :meth:`close`. A remote
+            sandbox (E2B) cannot keep the tests apart from the program, so it is refused.
         sandbox_kwargs: Arguments of the sandbox created by default (e.g. ``{"timeout": 5}``).
         max_workers: Completions tested concurrently (one interpreter each).
         name: ``__name__`` (metric name in TRL).
@@ -74,6 +83,11 @@ class CodeTestsReward(RewardFunction):
         name: str = "code_pass_rate",
     ) -> None:
         super().__init__(name)
+        if sandbox is not None and not isinstance(sandbox, PythonSandbox):
+            raise TypeError(
+                f"CodeTestsReward needs a PythonSandbox (the tests run in a second local interpreter, apart from the "
+                f"program), not {type(sandbox).__name__}; pass sandbox=PythonSandbox(...) or sandbox_kwargs"
+            )
         self.tests_column = tests_column
         self.sources = tuple(sources)
         extract_program("", self.sources)  # validate the sources early
@@ -83,12 +97,11 @@ class CodeTestsReward(RewardFunction):
         self._sandbox = sandbox
         self._owns_sandbox = sandbox is None
         self._lock = threading.Lock()
+        self._tests_sessions: queue.SimpleQueue = queue.SimpleQueue()
 
     def _get_sandbox(self) -> Any:
         with self._lock:
             if self._sandbox is None:
-                from ...tools.python_sandbox import PythonSandbox
-
                 self._sandbox = PythonSandbox(**self.sandbox_kwargs)
             return self._sandbox
 
@@ -106,13 +119,22 @@ class CodeTestsReward(RewardFunction):
         program = extract_program(sample.model_text(OBSERVATION_TAGS), self.sources)
         if program is None:
             return 0.0
-        with self._get_sandbox().session() as session:
-            passed = sum(session.run(test).ok for test in tests) if session.run(program).ok else 0
-        rate = passed / len(tests)
+        sandbox = self._get_sandbox()
+        try:  # a tests worker runs no program code, so one serves many completions
+            tests_session = self._tests_sessions.get_nowait()
+        except queue.Empty:
+            tests_session = sandbox.session()
+        try:
+            rate = sum(run_unit_tests(sandbox, program, tests, tests_session)) / len(tests)
+        finally:
+            self._tests_sessions.put(tests_session)
         return float(rate == 1.0) if self.all_or_nothing else rate
 
     def close(self) -> None:
-        """Close the sandbox this reward created (a sandbox passed in is left to its owner)."""
+        """Close the tests sessions, and the sandbox this reward created (a sandbox passed in is left to its
+        owner)."""
+        while not self._tests_sessions.empty():
+            self._tests_sessions.get_nowait().close()
         with self._lock:
             if self._owns_sandbox and self._sandbox is not None:
                 self._sandbox.close()
@@ -121,6 +143,7 @@ class CodeTestsReward(RewardFunction):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_lock"] = None
+        state["_tests_sessions"] = None
         if self._owns_sandbox:
             state["_sandbox"] = None  # worker processes do not pickle; a copy starts its own sandbox
         return state
@@ -128,3 +151,4 @@ class CodeTestsReward(RewardFunction):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        self._tests_sessions = queue.SimpleQueue()

@@ -21,13 +21,16 @@ math-verify is an optional dependency (``pip install trl-agentic[math]``), impor
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from collections.abc import Sequence
 from typing import Any
 
-from ..base import OBSERVATION_TAGS, RewardFunction, Sample, golds_as_list
+from ...tag_protocol import ANY_TOOL_TAGS, TagProtocol
+from ..base import RewardFunction, Sample, golds_as_list
 from ..text import last_block, last_boxed, last_number
+from .deadline import DeadlineExceeded, DeadlinePool, WorkerFailed
 
 ANSWER_SOURCES: tuple[str, ...] = ("answer", "boxed", "number")
 """The default extraction order: last ``<answer>`` block, else last ``\\boxed{}``, else last number."""
@@ -94,33 +97,43 @@ def _equal(prediction: str, gold: str, timeout: int | None) -> bool:
         return False
 
 
+def check_equal(prediction: str, gold: str, timeout: int) -> bool:
+    """:func:`math_equal`'s check as it runs in a verifier process: any error gives False."""
+    try:
+        return _equal(prediction, gold, timeout)
+    except Exception:  # noqa: BLE001 - math-verify/sympy may raise anything; a failure scores 0
+        return False
+
+
+_POOL: DeadlinePool | None = None
+_POOL_LOCK = threading.Lock()
+_GRACE_SECONDS = 1.0
+
+
+def _verifiers() -> DeadlinePool:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = DeadlinePool(f"{__name__}:check_equal", max_workers=min(4, os.cpu_count() or 1))
+        return _POOL
+
+
 def math_equal(prediction: str | None, gold: str | float, timeout_seconds: int = 5) -> bool:
     """Whether ``prediction`` is mathematically equivalent to ``gold`` (a final answer, or a GSM8K ``####``
     solution). Never raises: any error, an unparsable side, or a check exceeding ``timeout_seconds`` gives False.
 
-    math-verify enforces its timeout with ``signal.alarm``, which only works in the main thread; elsewhere (e.g. an
-    async reward loop on a worker thread) the check runs in a daemon thread that is abandoned after
-    ``timeout_seconds`` (it cannot be killed, so it may finish in the background)."""
+    The check runs in a verifier process (one of up to four, reused across calls, shared by all rewards of this
+    process), so that the timeout holds on any thread and whatever sympy does: math-verify's own timeouts
+    (``signal.alarm``) stop most slow checks inside it, and a check still running ``timeout_seconds`` + 1 s after
+    the call began is killed with its process (the next call starts a fresh one, about half a second). Measured
+    cost of the round trip: ``benchmarks/rewards/bench_math_verify.py``."""
     if prediction is None or not prediction.strip():
         return False
-    gold = str(gold)
-    if threading.current_thread() is threading.main_thread():
-        try:
-            return _equal(prediction, gold, timeout_seconds)
-        except Exception:  # noqa: BLE001 - math-verify/sympy may raise anything; a failure scores 0
-            return False
-    result: list[bool] = []
-
-    def run() -> None:
-        try:
-            result.append(_equal(prediction, gold, None))
-        except Exception:  # noqa: BLE001 - as above
-            result.append(False)
-
-    worker = threading.Thread(target=run, daemon=True, name="math-verify")
-    worker.start()
-    worker.join(timeout_seconds)
-    return bool(result and result[0])
+    _math_verify()  # a missing extra is an ImportError here, not a False for every answer
+    try:
+        return bool(_verifiers().call(prediction, str(gold), timeout_seconds, timeout=timeout_seconds + _GRACE_SECONDS))
+    except (DeadlineExceeded, WorkerFailed, RuntimeError):
+        return False
 
 
 class MathAnswerReward(RewardFunction):
@@ -131,12 +144,11 @@ class MathAnswerReward(RewardFunction):
         answer_column: Dataset column(s) holding the gold answer (the first present is used); a string, a
             GSM8K ``####`` solution, or a list of acceptable answers.
         sources: Extraction order, see :func:`extract_answer`; ``("answer",)`` is the strict mode.
-        answer_tag: Tag of the answer block.
         correct_reward: Reward for a correct answer.
         wrong_reward: Reward for a wrong or missing answer.
         timeout_seconds: Per-comparison time limit.
-        observation_tags: Tags whose blocks are observations, removed from the text before extraction when there
-            is no trajectory.
+        protocol: The tag protocol: its answer tag holds the answer, and its observation tags are removed from the
+            text before extraction when there is no trajectory.
         name: The function's ``__name__`` (metric name in TRL).
     """
 
@@ -144,25 +156,23 @@ class MathAnswerReward(RewardFunction):
         self,
         answer_column: str | Sequence[str] = "answer",
         sources: Sequence[str] = ANSWER_SOURCES,
-        answer_tag: str = "answer",
         correct_reward: float = 1.0,
         wrong_reward: float = 0.0,
         timeout_seconds: int = 5,
-        observation_tags: Sequence[str] = OBSERVATION_TAGS,
+        protocol: TagProtocol = ANY_TOOL_TAGS,
         name: str = "math_answer",
     ) -> None:
         super().__init__(name)
         self.answer_column = answer_column
         self.sources = tuple(sources)
         extract_answer("", self.sources)  # validate the sources early
-        self.answer_tag = answer_tag
+        self.protocol = protocol
         self.correct_reward = correct_reward
         self.wrong_reward = wrong_reward
         self.timeout_seconds = timeout_seconds
-        self.observation_tags = tuple(observation_tags)
 
     def score(self, sample: Sample) -> float:
-        answer = extract_answer(sample.model_text(self.observation_tags), self.sources, self.answer_tag)
+        answer = extract_answer(sample.model_text(self.protocol.observation_tags), self.sources, self.protocol.answer)
         golds = golds_as_list(sample.column(self.answer_column))
         correct = answer is not None and any(math_equal(answer, gold, self.timeout_seconds) for gold in golds)
         return self.correct_reward if correct else self.wrong_reward

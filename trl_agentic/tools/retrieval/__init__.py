@@ -7,10 +7,11 @@ by the classes that need them (``pip install trl-agentic[retrieval]``).
 
 from .bm25 import BM25Retriever
 from .client import RetrievalClient, RetrievalServerError
-from .corpus import Retriever, load_corpus, load_retriever, make_document, split_title, write_corpus
+from .corpus import Retriever, load_corpus, make_document, split_title, write_corpus
 from .dense import DenseRetriever, TransformerEncoder
+from .loader import load_retriever
 from .search_tool import SearchTool, format_search_results
-from .server import RetrievalServer, serve
+from .serving import RetrievalServer, serve
 
 __all__ = [
     "BM25Retriever",

@@ -60,6 +60,7 @@ class BM25Retriever:
         stopwords: Stop-word list name for ``bm25s.tokenize`` (``"en"``) or None.
         stemmer: A PyStemmer language (``"english"``) or None (default: no stemming, no extra dependency).
         lower: Lowercase before tokenizing.
+        show_progress: Progress bars (tqdm, on stderr) while reading, tokenizing, indexing and loading.
     """
 
     def __init__(
@@ -72,9 +73,11 @@ class BM25Retriever:
         stopwords: str | None = "en",
         stemmer: str | None = None,
         lower: bool = True,
+        show_progress: bool = True,
     ):
         self.k1, self.b, self.method = float(k1), float(b), method
         self.stopwords, self.stemmer_name, self.lower = stopwords, stemmer, lower
+        self.show_progress = show_progress
         self._stemmer = _make_stemmer(stemmer)
         self.documents: list[dict[str, Any]] = []
         self._model: Any = None
@@ -82,11 +85,11 @@ class BM25Retriever:
             self.index(corpus)
 
     @classmethod
-    def from_jsonl(cls, path: str | os.PathLike, **kwargs: Any) -> "BM25Retriever":
-        """Index a JSONL corpus file."""
-        return cls(load_corpus(path), **kwargs)
+    def from_jsonl(cls, path: str | os.PathLike, show_progress: bool = True, **kwargs: Any) -> "BM25Retriever":
+        """Index a JSONL corpus file (keyword arguments as for the constructor)."""
+        return cls(load_corpus(path, show_progress), show_progress=show_progress, **kwargs)
 
-    def _tokenize(self, texts: Sequence[str]) -> list[list[str]]:
+    def _tokenize(self, texts: Sequence[str], show_progress: bool = False) -> list[list[str]]:
         bm25s = _bm25s()
         return bm25s.tokenize(
             list(texts),
@@ -94,16 +97,21 @@ class BM25Retriever:
             stopwords=self.stopwords or [],
             stemmer=self._stemmer,
             return_ids=False,
-            show_progress=False,
+            show_progress=show_progress,
         )
 
     def index(self, corpus: Iterable[Any]) -> "BM25Retriever":
         """(Re)build the index over ``corpus``."""
         bm25s = _bm25s()
         self.documents = index_documents(corpus)
-        tokens = self._tokenize([doc["contents"] for doc in self.documents])
+        tokens = self._tokenize([doc["contents"] for doc in self.documents], show_progress=self.show_progress)
+        if not any(tokens):
+            raise ValueError(
+                f"cannot index a corpus without a single indexable word ({len(self.documents)} passages, all empty "
+                f"or stop words only with stopwords={self.stopwords!r}); check the 'contents' of the corpus"
+            )
         model = bm25s.BM25(k1=self.k1, b=self.b, method=self.method)
-        model.index(tokens, show_progress=False)
+        model.index(tokens, show_progress=self.show_progress)
         self._model = model
         return self
 
@@ -139,7 +147,7 @@ class BM25Retriever:
         write_index_files(path, self.documents, meta)
 
     @classmethod
-    def load(cls, directory: str | os.PathLike, mmap: bool = False) -> "BM25Retriever":
+    def load(cls, directory: str | os.PathLike, mmap: bool = False, show_progress: bool = True) -> "BM25Retriever":
         """Load an index written by :meth:`save` (``mmap=True`` maps the matrices instead of reading them)."""
         bm25s = _bm25s()
         path = Path(directory)
@@ -151,7 +159,8 @@ class BM25Retriever:
             stopwords=meta.get("stopwords"),
             stemmer=meta.get("stemmer"),
             lower=meta.get("lower", True),
+            show_progress=show_progress,
         )
-        self._model = bm25s.BM25.load(str(path), mmap=mmap, load_corpus=False, show_progress=False)
-        self.documents = load_corpus(path / INDEX_DOCS_FILE)
+        self._model = bm25s.BM25.load(str(path), mmap=mmap, load_corpus=False, show_progress=show_progress)
+        self.documents = load_corpus(path / INDEX_DOCS_FILE, show_progress=show_progress)
         return self

@@ -1,16 +1,20 @@
 """HTTP client for a Search-R1 style retrieval server (ours, or Search-R1's own ``retrieval_server.py``).
 
-Standard library only (``urllib``). Timeouts per request, retries with exponential backoff on connection errors,
-timeouts, HTTP 429 and 5xx; a 4xx answer is not retried. When the server cannot be reached the client raises
-:class:`RetrievalServerError`, whose message names the URL and how to start the server.
-:class:`~.search_tool.SearchTool` turns that into an error observation, so the training loop never sees it.
+Standard library only (``urllib``). Each call makes at most ``retries + 1`` attempts within a total ``deadline``:
+connection errors (refused, reset, closed without an answer), timeouts, truncated or garbled responses, HTTP 429 and
+5xx are retried with exponential backoff; a 4xx answer, a response over ``max_response_bytes`` and an answer that
+is not JSON are not. Retries are counted per call, so a call never costs more than ``retries + 1`` requests.
+When the call fails the client raises :class:`RetrievalServerError`, whose message names the URL, the attempts, the
+last error and how to start the server. :class:`~.search_tool.SearchTool` turns that into an error observation, so
+the training loop never sees it.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
+import math
 import random
-import socket
 import time
 import urllib.error
 import urllib.parse
@@ -20,6 +24,7 @@ from typing import Any, Sequence
 __all__ = ["RetrievalClient", "RetrievalServerError"]
 
 _START_HINT = "start it with: python -m trl_agentic.tools.retrieval.server --index INDEX_DIR --port {port}"
+_READ_SIZE = 1 << 16
 
 
 class RetrievalServerError(ConnectionError):
@@ -38,6 +43,16 @@ class RetrievalServerError(ConnectionError):
         self.attempts = attempts
 
 
+class _Failure(Exception):
+    """One failed attempt: ``retry`` says whether another attempt may help, ``unreachable`` that no connection was
+    made (refused, no route, unknown host)."""
+
+    def __init__(self, message: str, retry: bool, status: int | None = None, unreachable: bool = False):
+        message = " ".join(message.split())  # one line, whatever the server sent
+        super().__init__(message)
+        self.message, self.retry, self.status, self.unreachable = message, retry, status, unreachable
+
+
 def _normalise_url(url: str) -> str:
     if "://" not in url:
         url = "http://" + url
@@ -51,10 +66,16 @@ class RetrievalClient:
 
     Args:
         url: Endpoint URL; ``http://host:port`` alone means ``http://host:port/retrieve``.
-        timeout: Seconds per request (connect + read).
-        retries: Extra attempts after the first one fails with a retryable error.
+        timeout: Seconds per blocking socket operation of one attempt (connect, each read).
+        retries: Extra attempts after the first one fails with a retryable error, per call.
         backoff: First wait between attempts, seconds; doubled each time up to ``max_backoff`` (plus up to
             ``jitter`` of it at random, to spread simultaneous clients).
+        deadline: Seconds for a whole call, attempts and waits included (None: no limit). No attempt starts after
+            it; a response still arriving is abandoned (it is checked between reads, so a call can overrun it by at
+            most one ``timeout``; a server trickling its *headers* byte by byte is bounded by ``timeout`` per byte
+            only).
+        max_response_bytes: Largest response body read; a larger one (declared or received) fails at once, with an
+            error naming this limit.
         use_env_proxy: Honour ``http_proxy``/``https_proxy`` from the environment (off by default: a proxy would
             intercept requests to 127.0.0.1).
     """
@@ -68,6 +89,8 @@ class RetrievalClient:
         backoff: float = 0.5,
         max_backoff: float = 8.0,
         jitter: float = 0.1,
+        deadline: float | None = 60.0,
+        max_response_bytes: int = 64 << 20,
         use_env_proxy: bool = False,
     ):
         self.url = _normalise_url(url)
@@ -76,6 +99,8 @@ class RetrievalClient:
         self.backoff = float(backoff)
         self.max_backoff = float(max_backoff)
         self.jitter = float(jitter)
+        self.deadline = None if deadline is None else float(deadline)
+        self.max_response_bytes = int(max_response_bytes)
         handlers = [] if use_env_proxy else [urllib.request.ProxyHandler({})]
         self._opener = urllib.request.build_opener(*handlers)
 
@@ -89,49 +114,100 @@ class RetrievalClient:
         return self._send(request)
 
     def _send(self, request: urllib.request.Request) -> Any:
-        last_error: str = ""
-        status: int | None = None
-        attempts = 0
+        """Up to ``retries + 1`` attempts within the deadline; the parsed JSON answer or a RetrievalServerError."""
+        url = request.full_url
+        start = time.monotonic()
+        deadline = start + self.deadline if self.deadline is not None else math.inf
+        attempts, status, last_error, out_of_time, unreachable = 0, None, "", False, False
         for attempt in range(self.retries + 1):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                out_of_time = True
+                break
             attempts += 1
             try:
-                with self._opener.open(request, timeout=self.timeout) as response:
-                    body = response.read()
+                body = self._attempt(request, min(self.timeout, remaining), deadline)
+            except _Failure as failure:
+                status, last_error, unreachable = failure.status, failure.message, failure.unreachable
+                if not failure.retry:
+                    raise RetrievalServerError(
+                        f"retrieval server at {url} {failure.message}", url, status=status, attempts=attempts
+                    ) from None
+            else:
                 try:
                     return json.loads(body.decode("utf-8"))
                 except (UnicodeDecodeError, json.JSONDecodeError) as exc:
                     raise RetrievalServerError(
-                        f"retrieval server at {request.full_url} returned invalid JSON: {exc}",
-                        request.full_url,
-                        attempts=attempts,
+                        f"retrieval server at {url} returned invalid JSON: {exc}", url, attempts=attempts
                     ) from None
-            except urllib.error.HTTPError as exc:
-                status = exc.code
-                detail = _error_detail(exc)
-                last_error = f"HTTP {exc.code}{': ' + detail if detail else ''}"
-                if exc.code != 429 and exc.code < 500:
-                    raise RetrievalServerError(
-                        f"retrieval server at {request.full_url} rejected the request: {last_error}",
-                        request.full_url,
-                        status=status,
-                        attempts=attempts,
-                    ) from None
-            except urllib.error.URLError as exc:
-                last_error = f"{type(exc.reason).__name__}: {exc.reason}"
-            except (TimeoutError, socket.timeout) as exc:
-                last_error = f"timed out after {self.timeout:g} s ({exc})"
-            except (ConnectionError, OSError) as exc:
-                last_error = f"{type(exc).__name__}: {exc}"
             if attempt < self.retries:
-                delay = min(self.max_backoff, self.backoff * (2**attempt))
-                time.sleep(delay * (1 + self.jitter * random.random()))
+                delay = min(self.max_backoff, self.backoff * (2**attempt)) * (1 + self.jitter * random.random())
+                if time.monotonic() + delay >= deadline:
+                    out_of_time = True
+                    break
+                time.sleep(delay)
+        out_of_time = out_of_time or time.monotonic() >= deadline
+        limit = f", deadline of {self.deadline:g} s reached" if out_of_time else ""
+        outcome = "is unreachable" if unreachable else "failed"
+        hint = f"; is it running? {self._hint()}" if unreachable else ""
         raise RetrievalServerError(
-            f"retrieval server at {request.full_url} is unreachable after {attempts} attempt(s) "
-            f"({last_error}); is it running? {self._hint()}",
-            request.full_url,
+            f"retrieval server at {url} {outcome} after {attempts} attempt(s) in {time.monotonic() - start:.1f} s"
+            f"{limit} (last error: {last_error}){hint}",
+            url,
             status=status,
             attempts=attempts,
         )
+
+    def _attempt(self, request: urllib.request.Request, timeout: float, deadline: float) -> bytes:
+        """One request; the response body, or a :class:`_Failure` saying whether to retry."""
+        try:
+            with self._opener.open(request, timeout=timeout) as response:
+                return self._read_body(response, deadline)
+        except urllib.error.HTTPError as exc:
+            detail = _error_detail(exc)
+            message = f"HTTP {exc.code}{': ' + detail if detail else ''}"
+            if exc.code == 429 or exc.code >= 500:
+                raise _Failure(message, retry=True, status=exc.code) from None
+            raise _Failure(f"rejected the request: {message}", retry=False, status=exc.code) from None
+        except urllib.error.URLError as exc:  # raised while connecting or sending the request
+            reason = exc.reason
+            unreachable = not isinstance(reason, (ConnectionResetError, BrokenPipeError))
+            if isinstance(reason, TimeoutError):
+                reason = f"timed out after {timeout:.3g} s connecting or sending"
+            else:
+                reason = f"{type(reason).__name__}: {reason}"
+            raise _Failure(reason, retry=True, unreachable=unreachable) from None
+        except TimeoutError:
+            raise _Failure(f"timed out after {timeout:.3g} s waiting for the answer", retry=True) from None
+        except http.client.IncompleteRead as exc:
+            raise _Failure(f"truncated response ({exc!r})", retry=True) from None
+        except http.client.RemoteDisconnected as exc:
+            raise _Failure(f"connection closed without an answer ({exc})", retry=True) from None
+        except http.client.HTTPException as exc:
+            raise _Failure(f"not an HTTP response ({type(exc).__name__}: {exc})", retry=True) from None
+        except OSError as exc:
+            raise _Failure(f"{type(exc).__name__}: {exc}", retry=True) from None
+
+    def _read_body(self, response: http.client.HTTPResponse, deadline: float) -> bytes:
+        """The body, read in pieces: within ``max_response_bytes`` and the deadline, and complete."""
+        limit = self.max_response_bytes
+        too_large = (
+            f"sent a response larger than the client's limit of {limit} bytes (max_response_bytes): "
+            "{size}; ask for fewer queries or a smaller topk per request, or raise max_response_bytes"
+        )
+        if response.length is not None and response.length > limit:
+            raise _Failure(too_large.format(size=f"{response.length} bytes declared"), retry=False)
+        chunks, size = [], 0
+        while chunk := response.read1(_READ_SIZE):
+            size += len(chunk)
+            if size > limit:
+                raise _Failure(too_large.format(size=f"more than {limit} bytes received"), retry=False)
+            if time.monotonic() > deadline:
+                raise _Failure(f"was still sending its answer at the deadline ({size} bytes received)", retry=True)
+            chunks.append(chunk)
+        if response.length:  # the connection closed before Content-Length bytes came
+            raise _Failure(f"truncated response ({size} bytes read, {response.length} more expected)", retry=True)
+        return b"".join(chunks)
 
     def retrieve(self, queries: Sequence[str], topk: int | None = 3, return_scores: bool = True) -> list[list[Any]]:
         """The raw ``result`` list of ``POST /retrieve`` (hits with scores, or bare documents)."""

@@ -1,4 +1,4 @@
-"""Corpus files in Search-R1's format, the retriever protocol, and loading a saved index by its type.
+"""Corpus files in Search-R1's format, the retriever protocol, and the index files the retrievers share.
 
 A corpus is a JSONL file, one passage per line: ``{"id": "0", "contents": "\\"Title\\"\\ntext ..."}`` (wiki-18 as
 distributed with Search-R1: the first line of ``contents`` is the title in double quotes). Other fields are kept
@@ -22,7 +22,6 @@ __all__ = [
     "write_corpus",
     "split_title",
     "make_document",
-    "load_retriever",
     "INDEX_META_FILE",
 ]
 
@@ -60,18 +59,28 @@ def make_document(doc: Any, index: int | None = None) -> dict[str, Any]:
     return out
 
 
-def load_corpus(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Read a JSONL corpus (blank lines skipped); rows are normalised with :func:`make_document`."""
+def load_corpus(path: str | os.PathLike, show_progress: bool = False) -> list[dict[str, Any]]:
+    """Read a JSONL corpus (UTF-8, blank lines skipped); rows are normalised with :func:`make_document`.
+    ``show_progress`` shows a progress bar (bytes read) on stderr."""
+    from tqdm.auto import tqdm
+
     docs = []
-    with open(path, encoding="utf-8") as fh:
-        for line_no, line in enumerate(fh):
-            line = line.strip()
-            if not line:
+    bar = tqdm(
+        total=os.path.getsize(path),
+        unit="B",
+        unit_scale=True,
+        desc=f"reading {Path(path).name}",
+        disable=not show_progress,
+    )
+    with open(path, "rb") as fh, bar:
+        for line_no, line in enumerate(fh, start=1):
+            bar.update(len(line))
+            if not line.strip():
                 continue
             try:
                 row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{line_no + 1}: invalid JSON: {exc}") from None
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                raise ValueError(f"{path}:{line_no}: invalid JSON: {exc}") from None
             docs.append(make_document(row, len(docs)))
     return docs
 
@@ -149,24 +158,3 @@ def read_index_meta(directory: str | os.PathLike, kind: str, owner: str, label: 
     if meta.get("type") != kind:
         raise ValueError(f"{directory} holds a {meta.get('type')!r} index, not a {label} one")
     return meta
-
-
-def load_retriever(index_dir: str | os.PathLike, **kwargs: Any) -> Any:
-    """Load a saved index, BM25 or dense, from the type written in its ``trl_agentic_index.json``.
-    Keyword arguments go to the loader (e.g. ``encoder=`` for a dense index)."""
-    meta_path = Path(index_dir) / INDEX_META_FILE
-    if not meta_path.exists():
-        raise FileNotFoundError(
-            f"{index_dir} is not a trl_agentic index (no {INDEX_META_FILE}); build one with "
-            "BM25Retriever(...).save(dir) or DenseRetriever(...).save(dir)"
-        )
-    kind = json.loads(meta_path.read_text(encoding="utf-8")).get("type")
-    if kind == "bm25":
-        from .bm25 import BM25Retriever
-
-        return BM25Retriever.load(index_dir, **kwargs)
-    if kind == "dense":
-        from .dense import DenseRetriever
-
-        return DenseRetriever.load(index_dir, **kwargs)
-    raise ValueError(f"unknown index type {kind!r} in {meta_path}")

@@ -130,6 +130,7 @@ class DenseRetriever:
         normalize: L2-normalise embeddings (also those returned by a callable encoder).
         batch_size: Passages encoded per call to the encoder while indexing.
         encoder_kwargs: Passed to :class:`TransformerEncoder` when ``encoder`` is a path.
+        show_progress: Progress bars (tqdm, on stderr) while encoding the passages and loading the documents.
     """
 
     def __init__(
@@ -142,8 +143,10 @@ class DenseRetriever:
         normalize: bool = True,
         batch_size: int = 256,
         encoder_kwargs: dict[str, Any] | None = None,
+        show_progress: bool = True,
     ):
         self.encoder_kwargs = dict(encoder_kwargs or {})
+        self.show_progress = show_progress
         if callable(encoder):
             self.encoder = encoder
             self.encoder_path: str | None = None
@@ -169,15 +172,19 @@ class DenseRetriever:
 
     def index(self, corpus: Iterable[Any]) -> "DenseRetriever":
         """(Re)build the index: encode every passage (with ``passage_prefix``) and add it to a flat IP index."""
+        from tqdm.auto import tqdm
+
         faiss = _faiss()
         self.documents = index_documents(corpus)
         index = None
-        for start in range(0, len(self.documents), self.batch_size):
-            batch = self.documents[start : start + self.batch_size]
-            emb = self._encode([self.passage_prefix + doc["contents"] for doc in batch])
-            if index is None:
-                index = faiss.IndexFlatIP(emb.shape[1])
-            index.add(emb)
+        with tqdm(total=len(self.documents), unit="passage", desc="encoding", disable=not self.show_progress) as bar:
+            for start in range(0, len(self.documents), self.batch_size):
+                batch = self.documents[start : start + self.batch_size]
+                emb = self._encode([self.passage_prefix + doc["contents"] for doc in batch])
+                if index is None:
+                    index = faiss.IndexFlatIP(emb.shape[1])
+                index.add(emb)
+                bar.update(len(batch))
         self._index = index
         return self
 
@@ -216,7 +223,10 @@ class DenseRetriever:
 
     @classmethod
     def load(
-        cls, directory: str | os.PathLike, encoder: str | os.PathLike | Callable[[list[str]], Any] | None = None
+        cls,
+        directory: str | os.PathLike,
+        encoder: str | os.PathLike | Callable[[list[str]], Any] | None = None,
+        show_progress: bool = True,
     ) -> "DenseRetriever":
         """Load an index written by :meth:`save`. ``encoder`` overrides the saved encoder path (required when the
         index was built with a callable encoder)."""
@@ -232,9 +242,10 @@ class DenseRetriever:
             passage_prefix=meta.get("passage_prefix", "passage: "),
             normalize=meta.get("normalize", True),
             encoder_kwargs=meta.get("encoder_kwargs") or {},
+            show_progress=show_progress,
         )
         self._index = faiss.read_index(str(path / _INDEX_FILE))
-        self.documents = load_corpus(path / INDEX_DOCS_FILE)
+        self.documents = load_corpus(path / INDEX_DOCS_FILE, show_progress=show_progress)
         if self._index.ntotal != len(self.documents):
             raise ValueError(f"index has {self._index.ntotal} vectors but {len(self.documents)} documents")
         return self

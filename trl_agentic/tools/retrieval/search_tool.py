@@ -12,11 +12,11 @@ around the title; ``strip_title_quotes=True`` removes them. The tag environment 
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from typing import Any, Sequence
 
 from ..base import BaseTool, ToolOutput, truncate_middle
+from ...rollout.env_calls import run_in_thread
 from .corpus import split_title
 
 __all__ = ["SearchTool", "format_search_results"]
@@ -120,4 +120,4 @@ class SearchTool(BaseTool):
 
     async def asearch_batch(self, queries: Sequence[str]) -> list[ToolOutput]:
         """:meth:`search_batch` in a worker thread."""
-        return await asyncio.to_thread(self.search_batch, list(queries))
+        return await run_in_thread(self.search_batch, list(queries), timeout=None)

@@ -20,7 +20,7 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 
 SCRIPT = r"""
 import json, os, socket, sys, time
-from trl_agentic.tools.python_sandbox import PythonSandbox, detect_sandbox_backend
+from trl_agentic.tools import PythonSandbox, detect_sandbox_backend
 report = {"uid": os.getuid(), "detected": detect_sandbox_backend()[0]}
 for backend in ["bwrap", "subprocess"]:
     if backend == "bwrap" and report["detected"] != "bwrap":

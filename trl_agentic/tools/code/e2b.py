@@ -21,7 +21,8 @@ import re
 import time
 from typing import Any, Callable
 
-from .python_sandbox import ExecutionResult, SandboxError, _CodeSandbox, _CodeSession
+from .base import CodeSandbox, CodeSession, SandboxError
+from .result import ExecutionResult
 
 __all__ = ["E2BSandbox", "E2BSession"]
 
@@ -43,7 +44,7 @@ def _is_timeout(exc: BaseException) -> bool:
     return "Timeout" in name or isinstance(exc, TimeoutError)
 
 
-class E2BSession(_CodeSession):
+class E2BSession(CodeSession):
     """One remote sandbox (one Jupyter kernel) for one trajectory. Same interface as ``PythonSession``."""
 
     def __init__(self, owner: "E2BSandbox"):
@@ -84,7 +85,7 @@ class E2BSession(_CodeSession):
         try:
             execution = self._sandbox.run_code(code, timeout=owner.timeout)
         except Exception as exc:  # noqa: BLE001
-            self._kill_remote()
+            self._release()
             if _is_timeout(exc):
                 return ExecutionResult(
                     error=f"TimeoutError: execution exceeded {owner.timeout:g} s; {_STATE_LOST}",
@@ -121,7 +122,8 @@ class E2BSession(_CodeSession):
                 error_text += "\n" + last
         return ExecutionResult(stdout=stdout, stderr=stderr, error=error_text, duration_s=duration)
 
-    def _kill_remote(self) -> None:
+    def _release(self) -> None:
+        """Kill the remote sandbox."""
         sandbox, self._sandbox = self._sandbox, None
         if sandbox is not None:
             try:
@@ -129,17 +131,9 @@ class E2BSession(_CodeSession):
             except Exception:  # noqa: BLE001 - best effort
                 pass
 
-    def restart(self) -> None:
-        with self._lock:
-            self._kill_remote()
-
-    def close(self) -> None:
-        """Kill the remote sandbox. Further calls return an error text."""
-        self.closed = True
-        self._kill_remote()
 
 
-class E2BSandbox(_CodeSandbox):
+class E2BSandbox(CodeSandbox):
     """Code interpreter backed by E2B; drop-in for :class:`~trl_agentic.tools.PythonSandbox`.
 
     Args:

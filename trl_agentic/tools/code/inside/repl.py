@@ -1,29 +1,25 @@
-"""The REPL loop that runs inside a sandbox process (standard library only).
+"""The REPL that runs inside a sandbox worker (standard library only; started by ``boot.py``, after ``harden.py``).
 
-This file is not imported by the package at run time: :mod:`trl_agentic.tools.python_sandbox` reads its source
-and starts ``python -I -c <source> <config-json>`` (inside bubblewrap or a resource-limited subprocess). It
-
-1. hardens itself (drops capabilities and switches to an unprivileged uid when started as root, sets resource
-   limits, asks to be killed when its parent dies), then
-2. reads length-prefixed JSON requests ``{"code": ...}`` from a private pipe, executes each block with ``exec`` in
-   one persistent globals dict (so variables survive between blocks, like a notebook; the value of a final bare
-   expression is printed), and
-3. answers ``{"error": traceback-or-null, "dropped": {...}}`` on another pipe.
+:func:`serve` reads length-prefixed JSON requests ``{"code": ...}`` from a private pipe, executes each block with
+``exec`` in one persistent globals dict (so variables survive between blocks, like a notebook; the value of a final
+bare expression is printed), and answers ``{"error": traceback-or-null, "dropped": {...}}`` on another pipe.
 
 Program output goes to file descriptors 1 and 2, which the parent reads. Python-level ``sys.stdout``/``sys.stderr``
 keep the first and last ``output_limit`` bytes of each block and drop the middle (with a marker), so a print loop
-cannot flood the parent.
+cannot flood the parent. A program that closes or redirects its standard output gets it back at the next block
+(:class:`_Stdio` keeps private copies of both descriptors); one that also closed those copies gets an error reply
+that asks for a restart, and the worker exits.
 """
 
 import ast
 import builtins
 import collections
+import fcntl
 import io
 import json
 import linecache
 import os
-import resource
-import signal
+import stat
 import struct
 import sys
 import traceback
@@ -136,96 +132,6 @@ def _send(fd, obj):
         view = view[n:]
 
 
-def _drop_capabilities():
-    """Empty the capability bounding and inheritable sets (needs CAP_SETPCAP; a no-op without it)."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        for cap in range(64):
-            if libc.prctl(24, cap, 0, 0, 0) != 0 and ctypes.get_errno() == 22:  # PR_CAPBSET_DROP; EINVAL: no more
-                break
-
-        class Header(ctypes.Structure):
-            _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-        class Data(ctypes.Structure):
-            _fields_ = [
-                ("effective", ctypes.c_uint32),
-                ("permitted", ctypes.c_uint32),
-                ("inheritable", ctypes.c_uint32),
-            ]
-
-        header = Header(0x20080522, 0)
-        data = (Data * 2)()
-        if libc.capget(ctypes.byref(header), data) == 0:
-            data[0].inheritable = data[1].inheritable = 0
-            libc.capset(ctypes.byref(header), data)
-    except Exception:
-        pass
-
-
-def _set_pdeathsig():
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-        if os.getppid() == 1 and not _IN_PID_NS:
-            os._exit(1)
-    except Exception:
-        pass
-
-
-_IN_PID_NS = False
-
-
-def _set_limit(name, soft, hard=None):
-    which = getattr(resource, name, None)
-    if which is None or soft is None:
-        return
-    hard = soft if hard is None else hard
-    try:
-        cur_soft, cur_hard = resource.getrlimit(which)
-        if cur_hard != resource.RLIM_INFINITY:
-            hard = min(hard, cur_hard)
-            soft = min(soft, hard)
-        resource.setrlimit(which, (int(soft), int(hard)))
-    except (ValueError, OSError):
-        pass
-
-
-def _harden(cfg):
-    global _IN_PID_NS
-    _IN_PID_NS = bool(cfg.get("pid_namespace"))
-    if os.geteuid() == 0 and cfg.get("drop_to_uid") is not None:
-        _drop_capabilities()
-    limits = cfg.get("limits", {})
-    _set_limit("RLIMIT_CORE", 0)
-    _set_limit("RLIMIT_AS", limits.get("as_bytes"))
-    _set_limit("RLIMIT_FSIZE", limits.get("fsize_bytes"))
-    _set_limit("RLIMIT_NOFILE", limits.get("nofile"))
-    _set_limit("RLIMIT_NPROC", limits.get("nproc"))
-    cpu = limits.get("cpu_seconds")
-    if cpu is not None:
-        _set_limit("RLIMIT_CPU", cpu, limits.get("session_cpu_seconds") or cpu)
-    uid = cfg.get("drop_to_uid")
-    if uid is not None and os.geteuid() == 0:
-        gid = cfg.get("drop_to_gid", uid)
-        os.setgroups([])
-        os.setgid(gid)
-        os.setuid(uid)
-        if os.getuid() != uid or os.geteuid() != uid:
-            os._exit(3)
-        try:
-            os.setuid(0)
-        except PermissionError:
-            pass
-        else:  # regaining root must be impossible
-            os._exit(3)
-    _set_pdeathsig()
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past RLIMIT_FSIZE fail with EFBIG instead of killing
-
-
 def _format_error(exc):
     try:
         tb = exc.__traceback__
@@ -292,48 +198,105 @@ def _become_init_parent(keep_fds):
             os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
 
 
-def main():
-    cfg = json.loads(sys.argv[1])
+class _Stdio:
+    """The worker's standard output and error: private close-on-exec copies of descriptors 1 and 2 taken at start,
+    restored before each block when the program closed or replaced them, and fresh Python-level streams when it
+    closed those."""
+
+    def __init__(self, head, tail):
+        self.saved = {fd: fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 16) for fd in (1, 2)}
+        self.identity = {fd: self._identity(fd) for fd in (1, 2)}
+        self.raws = {fd: _HeadTailRaw(fd, head, tail) for fd in (1, 2)}
+        self.streams = {fd: _make_stream(raw) for fd, raw in self.raws.items()}
+
+    @staticmethod
+    def _identity(fd):
+        try:
+            info = os.fstat(fd)
+        except OSError:
+            return None
+        return (info.st_dev, info.st_ino) if stat.S_ISFIFO(info.st_mode) else None
+
+    def restore(self):
+        """Put the parent's pipes back on descriptors 1 and 2 and install the streams; False when impossible."""
+        for fd, saved in self.saved.items():
+            expected = self.identity[fd]
+            if self._identity(saved) != expected:
+                return False
+            if self._identity(fd) != expected:
+                os.dup2(saved, fd)
+            if self.streams[fd].closed or self.raws[fd].closed:
+                self.raws[fd] = _HeadTailRaw(fd, self.raws[fd].head, self.raws[fd].tail)
+                self.streams[fd] = _make_stream(self.raws[fd])
+        sys.stdout, sys.stderr = self.streams[1], self.streams[2]
+        return True
+
+    def finish(self):
+        """Flush the block's output; the bytes dropped per stream."""
+        dropped = {}
+        for name, fd in (("stdout", 1), ("stderr", 2)):
+            try:
+                self.streams[fd].flush()
+            except BaseException:  # noqa: BLE001
+                pass
+            dropped[name] = self.raws[fd].finish()
+        return dropped
+
+
+_STDIO_LOST = (
+    "SandboxError: the program closed the interpreter's standard output or error (and the copies kept to restore "
+    "them); the interpreter was restarted and its state (variables, imports) was lost."
+)
+
+
+def serve(cfg, seccomp, load_calls):
+    """Answer requests until the request pipe closes. ``seccomp``: whether the filter is installed (told to the
+    parent); ``load_calls()``: the ``calls.py`` module, for ``{"call": question}`` requests (the program worker of
+    a unit-test run) and ``{"code": test, "test": true}`` requests (its tests worker)."""
     in_fd, out_fd = cfg["in_fd"], cfg["out_fd"]
-    _harden(cfg)
     if os.getpid() == 1:
         _become_init_parent((in_fd, out_fd))
-    head = int(cfg.get("output_head_bytes", 65536))
-    tail = int(cfg.get("output_tail_bytes", 65536))
-    raw_out, raw_err = _HeadTailRaw(1, head, tail), _HeadTailRaw(2, head, tail)
-    out, err = _make_stream(raw_out), _make_stream(raw_err)
+    stdio = _Stdio(int(cfg.get("output_head_bytes", 65536)), int(cfg.get("output_tail_bytes", 65536)))
     namespace = {"__name__": "__main__", "__builtins__": builtins}
-    limits = cfg.get("limits", {})
-    block_cpu = limits.get("cpu_seconds")
-    session_cpu = limits.get("session_cpu_seconds")
     for module in cfg.get("preimport", ()):
         try:
             namespace[module.split(".")[0]] = __import__(module)
         except Exception:  # noqa: BLE001
             pass
-    _send(out_fd, {"ready": True, "pid": os.getpid(), "uid": os.getuid()})
+
+    def rpc(question):
+        _send(out_fd, {"rpc": question})
+        reply = _recv(in_fd)
+        return reply.get("rpc_reply") if isinstance(reply, dict) else None
+
+    _send(out_fd, {"ready": True, "pid": os.getpid(), "uid": os.getuid(), "seccomp": bool(seccomp)})
     cell = 0
+    calls = None
     while True:
         request = _recv(in_fd)
         if request is None:
             os._exit(0)
+        if not stdio.restore():
+            _send(out_fd, {"error": _STDIO_LOST, "dropped": {}, "restart": True})
+            os._exit(0)
         cell += 1
-        if block_cpu is not None:
-            usage = resource.getrusage(resource.RUSAGE_SELF)
-            used = int(usage.ru_utime + usage.ru_stime) + 1
-            _set_limit("RLIMIT_CPU", used + block_cpu, session_cpu or (used + block_cpu))
-        sys.stdout, sys.stderr = out, err
         sys.stdin = open(os.devnull)  # noqa: SIM115
-        error = _run_block(request.get("code", ""), cell, namespace)
-        dropped = {}
-        for name, stream, raw in (("stdout", out, raw_out), ("stderr", err, raw_err)):
-            try:
-                stream.flush()
-            except BaseException:  # noqa: BLE001
-                pass
-            dropped[name] = raw.finish()
-        _send(out_fd, {"error": error, "dropped": dropped})
+        reply = {"error": None}
+        if ("call" in request or request.get("test")) and calls is None:
+            calls = load_calls()
+        if "call" in request:
+            reply.update(calls.answer(request["call"], namespace))
+        elif request.get("test"):
+            reply["error"] = _run_test(request.get("code", ""), cell, calls, rpc)
+        else:
+            reply["error"] = _run_block(request.get("code", ""), cell, namespace)
+        reply["dropped"] = stdio.finish()
+        _send(out_fd, reply)
 
 
-if __name__ == "__main__":
-    main()
+def _run_test(code, cell, calls, rpc):
+    try:
+        namespace = calls.test_namespace(code, rpc)
+    except BaseException as exc:  # noqa: BLE001 - the program worker failed to answer: the test fails
+        return _format_error(exc)
+    return _run_block(code, cell, namespace)

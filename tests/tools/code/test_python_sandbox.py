@@ -11,10 +11,12 @@ import warnings
 import pytest
 
 from trl_agentic.tools import ExecutionResult, PythonSandbox, SandboxError, ToolOutput, acall_tool, call_tool
-from trl_agentic.tools import python_sandbox as ps
-from trl_agentic.tools.python_sandbox import extract_code
+from trl_agentic.tools import extract_code
+from trl_agentic.tools.code import backends, isolation
 
-from sandbox_backends import BACKENDS
+from helpers import sandbox_backends
+
+BACKENDS = sandbox_backends()
 
 
 def test_state_persists_across_blocks(sandbox):
@@ -50,7 +52,7 @@ def test_traceback_shows_user_code_only(sandbox):
         text = session("f(0)")
         assert "ZeroDivisionError: division by zero" in text
         assert "<cell-" in text and "return 1 / a" in text
-        assert "_sandbox_worker" not in text and "<string>" not in text
+        assert "repl.py" not in text and "<string>" not in text
         result = session.last_result
         assert not result.ok and result.error is not None and not result.timed_out
         # the session survives an exception
@@ -240,8 +242,8 @@ def test_non_utf8_output_is_replaced(sandbox):
 
 
 def test_fallback_warns_once_and_names_what_is_not_isolated(monkeypatch):
-    monkeypatch.setattr(ps, "detect_sandbox_backend", lambda python=None: ("subprocess", "bwrap is not installed"))
-    monkeypatch.setattr(ps, "_WARNED_FALLBACK", False)
+    monkeypatch.setattr(backends, "detect_sandbox_backend", lambda python=None: ("subprocess", "no bwrap"))
+    monkeypatch.setattr(isolation, "_WARNED_FALLBACK", False)
     with pytest.warns(RuntimeWarning, match="subprocess fallback") as record:
         sb = PythonSandbox(pool_size=0)
     message = str(record[0].message)
@@ -254,7 +256,7 @@ def test_fallback_warns_once_and_names_what_is_not_isolated(monkeypatch):
 
 
 def test_requesting_bwrap_when_it_does_not_work_raises(monkeypatch):
-    monkeypatch.setattr(ps, "detect_sandbox_backend", lambda python=None: ("subprocess", "bwrap is not installed"))
+    monkeypatch.setattr(backends, "detect_sandbox_backend", lambda python=None: ("subprocess", "no bwrap"))
     with pytest.raises(SandboxError, match="bwrap"):
         PythonSandbox(backend="bwrap", pool_size=0)
     with pytest.raises(ValueError):

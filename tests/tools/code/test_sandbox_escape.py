@@ -16,7 +16,9 @@ import pytest
 
 from trl_agentic.tools import PythonSandbox
 
-from sandbox_backends import BACKENDS
+from helpers import sandbox_backends
+
+BACKENDS = sandbox_backends()
 
 SECRET_NAME = "TRL_AGENTIC_FAKE_SECRET"
 SECRET_VALUE = "sk-fake-0123456789abcdef"
@@ -26,15 +28,8 @@ SECRET_VALUE = "sk-fake-0123456789abcdef"
 def strict(request):
     os.environ[SECRET_NAME] = SECRET_VALUE  # set before any worker starts
     sb = PythonSandbox(
-        backend=request.param,
-        timeout=2.0,
-        memory_mb=256,
-        max_processes=16,
-        max_file_size_mb=8,
-        tmpfs_size_mb=16,
-        max_output_chars=1000,
-        max_read_bytes=8 << 20,
-        pool_size=1,
+        backend=request.param, timeout=2.0, memory_mb=256, max_processes=16, max_file_size_mb=8, tmpfs_size_mb=16,
+        max_output_chars=1000, max_read_bytes=8 << 20, pool_size=1,
     )
     yield sb
     sb.close()

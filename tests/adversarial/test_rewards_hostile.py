@@ -1,0 +1,99 @@
+"""Rewards that misbehave cost the completion they misbehave on: non-numbers, NaN and inf become unscorable
+(None); a function that raises on a batch is retried one completion at a time."""
+
+import math
+
+import pytest
+
+from trl_agentic.rewards import Component, CompositeReward
+from trl_agentic.rewards.guard import AsyncGuardedReward, GuardedReward, guard_reward
+
+BAD = ["1.0", float("nan"), float("inf"), -float("inf"), object(), [1.0], None]
+
+
+def test_bad_values_become_none_and_are_counted():
+    metrics = {}
+
+    def reward(prompts, completions, **kwargs):
+        return [0.5] + BAD
+
+    guarded = guard_reward(reward)
+    assert isinstance(guarded, GuardedReward) and guarded.__name__ == "reward"
+    out = guarded(prompts=[""] * 8, completions=[""] * 8, log_metric=metrics.__setitem__)
+    assert out == [0.5] + [None] * 7
+    assert math.isclose(metrics["agentic/reward_invalid/reward"], 6 / 8)  # None is a legitimate "not applicable"
+
+
+def test_a_function_that_raises_loses_only_the_rows_it_raises_on():
+    def picky(prompts, completions, **kwargs):
+        if any(c == "boom" for c in completions):
+            raise ValueError("cannot parse")
+        return [float(len(c)) for c in completions]
+
+    out = GuardedReward(picky)(prompts=["p"] * 3, completions=["ab", "boom", "abc"], trajectory=[1, 2, 3])
+    assert out == [2.0, None, 3.0]
+
+
+def test_wrong_length_is_a_clear_error():
+    with pytest.raises(ValueError, match="one number"):
+        GuardedReward(lambda prompts, completions, **k: [1.0])(prompts=["p"] * 2, completions=["a", "b"])
+
+
+def test_async_rewards_stay_async():
+    import asyncio
+
+    async def reward(prompts, completions, **kwargs):
+        return [float("nan"), 1.0]
+
+    guarded = guard_reward(reward)
+    assert isinstance(guarded, AsyncGuardedReward)
+    assert asyncio.run(guarded(prompts=["p", "q"], completions=["a", "b"])) == [None, 1.0]
+
+
+def test_composite_reward_does_not_propagate_nan_or_inf():
+    """Before: a component's NaN made the total NaN (and a string crashed the batch)."""
+    logged = {}
+    composite = CompositeReward([
+        Component("outcome", lambda prompts, completions, **k: [1.0, float("nan"), "x"], outcome=True),
+        Component("shaping", lambda prompts, completions, **k: [0.1, 0.2, float("inf")], weight=0.5),
+    ])
+    totals = composite(prompts=[""] * 3, completions=[""] * 3, log_metric=logged.__setitem__)
+    assert totals == [1.05, 0.1, None]
+    assert logged["reward/outcome/invalid"] == pytest.approx(2 / 3) and logged["reward/shaping/invalid"] == pytest.approx(1 / 3)
+
+
+def test_trainer_turns_bad_rewards_into_unscorable_rows(tiny_model_dir, tokenizer, tmp_path):
+    from helpers import EchoEnvironment, agentic_args, lookup_dataset
+    from trl_agentic import AgenticGRPOTrainer
+
+    def nan_for_some(completions, trajectory, **kwargs):
+        return [float("nan") if i % 2 else float(t.num_agent_tokens) for i, t in enumerate(trajectory)]
+
+    trainer = AgenticGRPOTrainer(model=tiny_model_dir, reward_funcs=nan_for_some, args=agentic_args(tmp_path),
+                                 train_dataset=lookup_dataset(8), processing_class=tokenizer,
+                                 environment=lambda: EchoEnvironment(turns=1))
+    trainer.model.train()
+    scored = trainer.score_round([trainer.train_dataset[i] for i in range(4)])
+    assert scored.rewards_per_func[1::2].isnan().all() and not scored.rewards_per_func[0::2].isnan().any()
+    assert scored.batch.advantages[1::2].eq(0).all()
+
+
+def test_garbage_configuration_gives_one_line_errors(tokenizer, tmp_path):
+    from helpers import EchoEnvironment, ScriptedGenerator
+    from trl_agentic import RolloutConfig, RolloutEngine
+
+    with pytest.raises(ValueError, match="max_turns must be an integer >= 1, got '3'"):
+        RolloutConfig(max_turns="3")
+    with pytest.raises(TypeError, match="stop_strings must be a list of non-empty strings"):
+        RolloutConfig(stop_strings="</search>")
+    with pytest.raises(ValueError, match="env_timeout"):
+        RolloutConfig(env_timeout=-1)
+    gen = ScriptedGenerator(tokenizer, lambda ids: "act")
+    with pytest.raises(TypeError, match="environment must be an Environment class or a zero-argument factory"):
+        RolloutEngine(gen, tokenizer, "search", RolloutConfig())
+    with pytest.raises(TypeError, match="config must be a RolloutConfig"):
+        RolloutEngine(gen, tokenizer, EchoEnvironment, {"max_turns": 2})
+    from helpers import agentic_args
+
+    with pytest.raises(ValueError, match="rollout_mode must be 'text' or 'chat'"):
+        agentic_args(tmp_path, rollout_mode="json")

@@ -1,0 +1,209 @@
+"""``python -m trl_agentic.evaluate``: evaluate a model (optionally a LoRA adapter) on a task's dataset.
+
+    python -m trl_agentic.evaluate --model outputs/gsm8k-tools-grpo --task gsm8k_tools \\
+        --dataset openai/gsm8k --dataset_config main --split test --samples 4 --k 1 4 --output_dir eval/gsm8k
+
+It rolls out ``--samples`` trajectories per row with the training engine (:func:`trl_agentic.evaluate.evaluate`),
+greedy (``--greedy``) or sampled, in batches with a progress bar, with transformers or vLLM (``--use_vllm``), and
+writes ``report.json`` (accuracy, pass@k, mean reward, turns, tool calls, truncation rate), ``trajectories.jsonl``
+(each with its reward and success, readable with ``datasets.load_dataset("json", ...)``) and ``trajectories.html``
+(:func:`trl_agentic.render.render_html`). It prints the summary line. The task's own options (``--tool``,
+``--corpus``, ``--retriever_url``...) are flags too; ``--config eval.yaml`` works as in the recipes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .rollout.generation import Generation
+from .tasks import TASK_ARGUMENTS, TaskConfigError, build_task, load_rows, take
+
+
+@dataclass
+class EvaluateArguments:
+    """Model, data, sampling and budgets of an evaluation."""
+
+    model: str | None = field(default=None, metadata={
+        "help": "Hub id or local directory of the model (a LoRA adapter directory also works: its base is loaded)."})
+    adapter: str | None = field(default=None, metadata={"help": "LoRA adapter to apply to --model."})
+    task: str = field(default="gsm8k_tools", metadata={"help": "Task to evaluate on.",
+                                                        "choices": sorted(TASK_ARGUMENTS)})
+    dataset: str | None = field(default=None, metadata={
+        "help": "Hub id, or a local .jsonl/.parquet file or folder holding <split>.jsonl."})
+    dataset_config: str | None = field(default=None, metadata={"help": "Hub dataset configuration (GSM8K: main)."})
+    split: str = field(default="test", metadata={"help": "Split to evaluate (a single file is read whole)."})
+    max_rows: int | None = field(default=None, metadata={"help": "Evaluate the first N rows."})
+    samples: int = field(default=1, metadata={"help": "Trajectories per row (n of pass@k)."})
+    k: list[int] = field(default_factory=lambda: [1], metadata={"help": "The k of pass@k (each <= --samples)."})
+    greedy: bool = field(default=False, metadata={"help": "Greedy decoding instead of sampling."})
+    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature."})
+    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling."})
+    success_threshold: float = field(default=1.0, metadata={"help": "A sample succeeds when the task's success "
+                                                                     "reward is at least this."})
+    batch_size: int = field(default=32, metadata={"help": "Trajectories per generation batch."})
+    rollout_mode: str = field(default="text", metadata={"help": "text or chat (as in training).",
+                                                         "choices": ["text", "chat"]})
+    max_turns: int = field(default=4, metadata={"help": "Most model turns per trajectory."})
+    max_tokens_per_turn: int = field(default=256, metadata={"help": "Most tokens sampled in one turn."})
+    max_completion_length: int = field(default=1024, metadata={"help": "Budget of a whole trajectory."})
+    max_observation_tokens: int = field(default=1024, metadata={"help": "Observations are cut to this many tokens."})
+    dtype: str = field(default="auto", metadata={"help": "Weights dtype: auto (bfloat16 on a GPU that has it, else "
+                                                         "float32), bfloat16, float16, float32."})
+    use_vllm: bool = field(default=False, metadata={"help": "Generate with vLLM (CUDA; pip install vllm)."})
+    vllm_gpu_memory_utilization: float = field(default=0.9, metadata={"help": "Share of GPU memory vLLM may use."})
+    output_dir: str = field(default="eval", metadata={"help": "Where report.json and the trajectories go."})
+    seed: int = field(default=0, metadata={"help": "Sampling seed."})
+
+
+class VLLMGenerator:
+    """The rollout engine's generation seam over an offline ``vllm.LLM``: one ``generate`` call per turn, stopping
+    at the stop strings (kept in the output, as the engine expects) and at every end id; sampled ids only."""
+
+    def __init__(self, llm: Any, greedy: bool, temperature: float, top_p: float, seed: int) -> None:
+        self.llm = llm
+        self.sampling = dict(temperature=0.0 if greedy else temperature, top_p=1.0 if greedy else top_p, seed=seed)
+
+    def generate(self, prompts: list[list[int]], max_new_tokens: int, stop_strings: Sequence[str],
+                 stop_token_ids: Sequence[int]) -> list[Generation]:
+        from vllm import SamplingParams
+
+        params = SamplingParams(max_tokens=max_new_tokens, stop=list(stop_strings) or None,
+                                include_stop_str_in_output=True, stop_token_ids=list(stop_token_ids),
+                                **self.sampling)
+        outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompts], params, use_tqdm=False)
+        return [Generation(ids=list(out.outputs[0].token_ids)) for out in outputs]
+
+
+def _resolve_model(args: EvaluateArguments) -> tuple[str, str | None]:
+    """``(base model, adapter)``: ``--model`` may itself be an adapter directory (its base is read from it)."""
+    if not args.model:
+        raise TaskConfigError("no model: pass --model with a hub id or a local model (or adapter) directory")
+    config = os.path.join(args.model, "adapter_config.json")
+    if args.adapter is None and os.path.isfile(config):
+        with open(config, encoding="utf-8") as fh:
+            return json.load(fh)["base_model_name_or_path"], args.model
+    return args.model, args.adapter
+
+
+def _dtype(name: str) -> Any:
+    import torch
+
+    if name == "auto":
+        return torch.bfloat16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else torch.float32
+    return getattr(torch, name)
+
+
+def load_model(args: EvaluateArguments) -> tuple[Any, Any]:
+    """``(model, tokenizer)``; the adapter, if any, is merged into the weights. One-line errors when missing."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from .scripts import load_tokenizer
+
+    base, adapter = _resolve_model(args)
+    tokenizer = load_tokenizer(adapter or base, flag="--model")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(base, dtype=_dtype(args.dtype))
+    except OSError as exc:
+        raise TaskConfigError(f"could not load the model {base!r} ({str(exc).splitlines()[0][:160]}); offline? pass "
+                              "--model with a local model directory") from None
+    if adapter is not None:
+        from peft import PeftModel
+
+        if not os.path.isdir(adapter):
+            raise TaskConfigError(f"--adapter {adapter} is not a directory: pass the folder with adapter_config.json")
+        model = PeftModel.from_pretrained(model, adapter).merge_and_unload()
+    model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
+    return model, tokenizer
+
+
+def _vllm_generator(args: EvaluateArguments, model: Any, tokenizer: Any) -> VLLMGenerator:
+    """vLLM over the (merged) weights, saved to ``output_dir/merged`` when an adapter was applied."""
+    import torch
+
+    try:
+        from vllm import LLM
+    except ImportError:
+        raise TaskConfigError("--use_vllm needs vllm on a CUDA machine: pip install 'trl-agentic[vllm]', or drop "
+                              "--use_vllm") from None
+    if not torch.cuda.is_available():
+        raise TaskConfigError("--use_vllm needs a CUDA GPU: drop --use_vllm")
+    path, adapter = _resolve_model(args)
+    if adapter is not None:
+        path = os.path.join(args.output_dir, "merged")
+        model.save_pretrained(path)
+        tokenizer.save_pretrained(path)
+    llm = LLM(model=path, dtype=args.dtype, gpu_memory_utilization=args.vllm_gpu_memory_utilization, seed=args.seed)
+    return VLLMGenerator(llm, args.greedy, args.temperature, args.top_p, args.seed)
+
+
+def run_evaluation(args: EvaluateArguments, task_args: Any) -> Any:
+    """Load, roll out, score, write the outputs; returns the :class:`~trl_agentic.evaluate.EvaluationReport`."""
+    import copy
+
+    import torch
+
+    from .evaluate import evaluate
+    from .render import render_html
+    from .trajectory import save_trajectories
+
+    if any(not 1 <= k <= args.samples for k in args.k):
+        raise TaskConfigError(f"--k {args.k}: each k must be between 1 and --samples {args.samples}")
+    torch.manual_seed(args.seed)
+    model, tokenizer = load_model(args)
+    with build_task(args.task, task_args, args.max_completion_length) as task:
+        rows = task.rows(take(load_rows(args.dataset, args.dataset_config, args.split, flag="--dataset",
+                                        split_flag="--split"), args.max_rows), tokenizer, flag="--dataset")
+        generation_config = copy.deepcopy(model.generation_config)
+        generation_config.temperature, generation_config.top_p = args.temperature, args.top_p
+        generator = _vllm_generator(args, model, tokenizer) if args.use_vllm else None
+        report, trajectories = evaluate(
+            model, tokenizer, task.environment, rows, task.success, samples_per_row=args.samples, k=args.k,
+            success_threshold=args.success_threshold, greedy=args.greedy, batch_size=args.batch_size,
+            generator=generator, generation_config=generation_config, rollout_mode=args.rollout_mode,
+            max_turns=args.max_turns, max_tokens_per_turn=args.max_tokens_per_turn,
+            max_completion_length=args.max_completion_length, max_observation_tokens=args.max_observation_tokens,
+        )
+        rewards = report.rewards
+    os.makedirs(args.output_dir, exist_ok=True)
+    path = os.path.join(args.output_dir, "trajectories.jsonl")
+    if os.path.exists(path):
+        os.remove(path)  # save_trajectories appends
+    save_trajectories(trajectories, path, extra={
+        "row": [i // args.samples for i in range(len(trajectories))],
+        "reward": rewards,
+        "success": [r is not None and r >= args.success_threshold for r in rewards],
+    })
+    with open(os.path.join(args.output_dir, "report.json"), "w", encoding="utf-8") as fh:
+        json.dump({**report.to_dict(), "arguments": asdict(args), "task_arguments": asdict(task_args)}, fh, indent=2)
+    with open(os.path.join(args.output_dir, "trajectories.html"), "w", encoding="utf-8") as fh:
+        fh.write(render_html(trajectories, tokenizer, title=f"{args.task}: {args.model}", max_trajectories=100))
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line (module docstring). A setting to change is one ``error:`` line and exit status 2."""
+    from trl import TrlParser
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    task = next((a.split("=", 1)[1] if "=" in a else argv[i + 1] for i, a in enumerate(argv)
+                 if a.startswith("--task") and (("=" in a) or i + 1 < len(argv))), "gsm8k_tools")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        if task not in TASK_ARGUMENTS:
+            raise TaskConfigError(f"--task {task!r} is unknown: pass one of {sorted(TASK_ARGUMENTS)}")
+        parser = TrlParser((EvaluateArguments, TASK_ARGUMENTS[task]), prog="python -m trl_agentic.evaluate",
+                           description=__doc__)
+        args, task_args = parser.parse_args_and_config(args=argv)
+        report = run_evaluation(args, task_args)
+    except TaskConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(report.summary())
+    print(f"wrote {os.path.join(args.output_dir, 'report.json')}, trajectories.jsonl and trajectories.html")
+    return 0

@@ -1,0 +1,218 @@
+"""What the recipes share with TRL's scripts: parsing, loading with one-line errors, running.
+
+A recipe (``recipes/gsm8k_tools.py``) is a task's ``ScriptArguments`` and ``run(partial(train_task, name), ...)``:
+``parse_args`` gives the ``ScriptArguments``, the trainer config (:class:`~trl_agentic.AgenticGRPOConfig`, or
+:class:`~trl_agentic.AgenticPPOConfig` with ``algo: ppo``) and TRL's ``ModelConfig``, from ``--config recipe.yaml``
+and TRL's flag names (command-line flags override the YAML); :func:`train_task` is the ``main`` of
+``trl/scripts/grpo.py`` for a task. ``run`` prints a :class:`TaskConfigError` (a setting the user must change) as one
+line and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from trl import ScriptArguments
+
+from .tasks.data import TaskConfigError
+
+ALGORITHMS = ("grpo", "ppo")
+
+
+@dataclass
+class AgenticScriptArguments(ScriptArguments):
+    """TRL's ``ScriptArguments`` (``dataset_name``: a hub id, or here also a local file or folder; ``dataset_config``;
+    ``dataset_train_split`` / ``dataset_test_split``) plus the algorithm and row limits. A recipe's arguments
+    subclass it together with its task's arguments."""
+
+    algo: str = field(default="grpo", metadata={"help": "grpo: AgenticGRPOTrainer; ppo: AgenticPPOTrainer (a critic).",
+                                                 "choices": list(ALGORITHMS)})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Keep the first N training rows."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Keep the first N evaluation rows."})
+
+
+def _algo(argv: Sequence[str]) -> str:
+    """``--algo`` from the command line, else ``algo:`` from the ``--config`` YAML, else ``grpo``."""
+    for i, arg in enumerate(argv):
+        if arg == "--algo" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--algo="):
+            return arg.split("=", 1)[1]
+    if "--config" in argv and argv.index("--config") + 1 < len(argv):
+        import yaml
+
+        path = argv[argv.index("--config") + 1]
+        if not os.path.isfile(path):
+            raise TaskConfigError(f"--config {path} does not exist: pass a YAML file such as "
+                                  "recipes/configs/gsm8k_tools_grpo.yaml")
+        with open(path, encoding="utf-8") as fh:
+            config = yaml.safe_load(fh) or {}
+        return str(config.get("algo", "grpo"))
+    return "grpo"
+
+
+def config_class(algo: str) -> type:
+    """The trainer config of ``algo``: :class:`~trl_agentic.AgenticGRPOConfig` or
+    :class:`~trl_agentic.AgenticPPOConfig`."""
+    if algo not in ALGORITHMS:
+        raise TaskConfigError(f"--algo {algo!r} is unknown: pass grpo or ppo")
+    from .trainers.grpo import AgenticGRPOConfig
+    from .trainers.ppo import AgenticPPOConfig
+
+    return AgenticPPOConfig if algo == "ppo" else AgenticGRPOConfig
+
+
+def trainer_class(algo: str) -> type:
+    """:class:`~trl_agentic.AgenticGRPOTrainer` or :class:`~trl_agentic.AgenticPPOTrainer`."""
+    from .trainers.grpo import AgenticGRPOTrainer
+    from .trainers.ppo import AgenticPPOTrainer
+
+    return AgenticPPOTrainer if algo == "ppo" else AgenticGRPOTrainer
+
+
+def make_parser(script_arguments: type, algo: str = "grpo", prog: str | None = None) -> Any:
+    """``TrlParser((script_arguments, <algo's config>, ModelConfig))``."""
+    from trl import ModelConfig, TrlParser
+
+    return TrlParser((script_arguments, config_class(algo), ModelConfig), prog=prog)
+
+
+def parse_args(script_arguments: type, argv: Sequence[str] | None = None, prog: str | None = None) -> tuple[Any, ...]:
+    """``(script_args, training_args, model_args)`` from ``--config`` and the flags. The algorithm (``--algo`` or
+    ``algo:`` in the YAML) picks the config class; a bad value in a config raises :class:`TaskConfigError`.
+    ``--eval_strategy no`` also turns ``eval_on_start`` off, so one flag disables evaluation."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = make_parser(script_arguments, _algo(argv), prog)
+    try:
+        script_args, training_args, model_args = parser.parse_args_and_config(args=argv)
+    except (ValueError, TypeError) as exc:  # a config's __post_init__ check, or an unknown key in the YAML
+        raise TaskConfigError(str(exc).strip().splitlines()[0]) from None
+    if training_args.eval_strategy == "no":  # --eval_strategy no turns off the configs' eval_on_start too
+        training_args.eval_on_start = False
+    return script_args, training_args, model_args
+
+
+def _has_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def check_requirements(training_args: Any, model_args: Any) -> None:
+    """Refuse, with the fix, what this machine cannot run: vLLM and 4/8-bit quantization need CUDA and a package."""
+    import torch
+
+    cuda = torch.cuda.is_available() and not training_args.use_cpu
+    if model_args.load_in_4bit or model_args.load_in_8bit:
+        flag = "--load_in_4bit" if model_args.load_in_4bit else "--load_in_8bit"
+        if not cuda:
+            raise TaskConfigError(f"{flag} (QLoRA) needs a CUDA GPU: drop it (keep --use_peft) or run on a GPU")
+        if not _has_module("bitsandbytes"):
+            raise TaskConfigError(f"{flag} needs bitsandbytes: pip install 'trl-agentic[quantization]'")
+    if getattr(training_args, "use_vllm", False):
+        if not _has_module("vllm"):
+            raise TaskConfigError("--use_vllm needs vllm on a CUDA machine: pip install 'trl-agentic[vllm]', or drop "
+                                  "--use_vllm to generate with transformers")
+        if not cuda:
+            raise TaskConfigError("--use_vllm needs a CUDA GPU (torch.cuda.is_available() is False): drop --use_vllm")
+
+
+def load_tokenizer(name_or_path: str | None, flag: str = "--model_name_or_path", revision: str | None = None) -> Any:
+    """The model's tokenizer (pad token set to EOS when it has none); a missing model is a one-line error."""
+    if not name_or_path:
+        raise TaskConfigError(f"no model: pass {flag} with a hub id (e.g. Qwen/Qwen2.5-0.5B-Instruct) or a local "
+                              "model directory")
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path, revision=revision)
+    except (OSError, ValueError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TaskConfigError(f"could not load the model {name_or_path!r} ({reason[:160]}); offline? pass {flag} with "
+                              "a local model directory") from None
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def model_init_kwargs(training_args: Any, model_args: Any) -> dict[str, Any]:
+    """``model_init_kwargs`` as TRL's scripts build them from ``ModelConfig`` (revision, dtype, attention), updated
+    by the config's own ``model_init_kwargs``."""
+    kwargs: dict[str, Any] = dict(revision=model_args.model_revision, trust_remote_code=training_args.trust_remote_code,
+                                  attn_implementation=model_args.attn_implementation, dtype=model_args.dtype)
+    kwargs.update(training_args.model_init_kwargs or {})
+    return kwargs
+
+
+def load_datasets(task: Any, script_args: Any, training_args: Any, tokenizer: Any) -> tuple[Any, Any]:
+    """``(train_dataset, eval_dataset)`` of a task from TRL's ``ScriptArguments`` (``dataset_name``: a hub id or
+    local data; ``dataset_config``; the train and test splits) and ``max_train_samples`` / ``max_eval_samples``. The
+    evaluation rows are loaded only when ``eval_strategy`` is not ``"no"``."""
+    from .tasks.data import load_rows, take
+
+    name, config = script_args.dataset_name, script_args.dataset_config
+    data = load_rows(name, config, script_args.dataset_train_split)
+    train_dataset = task.rows(take(data, script_args.max_train_samples), tokenizer)
+    if training_args.eval_strategy == "no":
+        return train_dataset, None
+    data = load_rows(name, config, script_args.dataset_test_split, split_flag="--dataset_test_split")
+    return train_dataset, task.rows(take(data, script_args.max_eval_samples), tokenizer)
+
+
+def train_task(task_name: str, script_args: Any, training_args: Any, model_args: Any) -> None:
+    """A recipe's ``main``, as ``trl/scripts/grpo.py``'s: load the tokenizer, the task and its data; build the
+    trainer (TRL's ``get_peft_config`` / ``get_quantization_config``); train, evaluating before, during and after
+    when ``eval_strategy`` is set (TRL's ``eval_on_start``, ``eval_steps``, end of training); save the model with
+    its model card; push it when ``push_to_hub``."""
+    from trl import get_peft_config, get_quantization_config
+
+    from .tasks import build_task
+
+    check_requirements(training_args, model_args)
+    tokenizer = load_tokenizer(model_args.model_name_or_path, revision=model_args.model_revision)
+    training_args.model_init_kwargs = model_init_kwargs(training_args, model_args)
+
+    with build_task(task_name, script_args, training_args.max_completion_length) as task:
+        train_dataset, eval_dataset = load_datasets(task, script_args, training_args, tokenizer)
+        if training_args.reward_weights is None:  # e.g. Search-R1: its reward, and exact match logged with weight 0
+            training_args.reward_weights = task.reward_weights
+
+        trainer = trainer_class(script_args.algo)(
+            model=model_args.model_name_or_path,
+            reward_funcs=task.reward_funcs,
+            args=training_args,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=tokenizer,
+            environment=task.environment,
+            peft_config=get_peft_config(model_args),
+            quantization_config=get_quantization_config(model_args),
+            task=task,
+        )
+
+        trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+        trainer.save_model(training_args.output_dir)
+        trainer.create_model_card(dataset_name=script_args.dataset_name)
+        if training_args.push_to_hub:
+            trainer.push_to_hub(dataset_name=script_args.dataset_name)
+        trainer.accelerator.print(f"saved to {training_args.output_dir}")
+
+
+def run(main: Callable[..., Any], script_arguments: type, argv: Sequence[str] | None = None,
+        prog: str | None = None) -> int:
+    """Parse and run ``main(script_args, training_args, model_args)``; a :class:`TaskConfigError` is printed as
+    one line (``error: ...``) and gives exit status 2."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    try:
+        main(*parse_args(script_arguments, argv, prog))
+    except TaskConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
