@@ -31,6 +31,14 @@ _EXPORTS: dict[str, str] = {
     "SharedValueHead": "trl_agentic.critic",
     "render_html": "trl_agentic.render",
     "TagProtocol": "trl_agentic.tag_protocol",
+    # SFT warm start, rejection sampling
+    "sft_dataset": "trl_agentic.sft",
+    "trajectory_to_sft_example": "trl_agentic.sft",
+    "transcript_to_trajectory": "trl_agentic.sft",
+    "demonstration_to_trajectory": "trl_agentic.sft",
+    "DemonstrationError": "trl_agentic.sft",
+    "rejection_sampling": "trl_agentic.sft",
+    "rft": "trl_agentic.sft",
     # tools
     "PythonSandbox": "trl_agentic.tools",
     "E2BSandbox": "trl_agentic.tools",

