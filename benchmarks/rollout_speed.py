@@ -22,12 +22,16 @@ runs for real; only the choice of token is scripted. The tool ``lookup`` sleeps 
 
 - ``trl``: TRL 1.16 ``GRPOTrainer(tools=[lookup])`` (JSON tool calls, chat mode) against
   ``AgenticGRPOTrainer(environment=LookupEnv)`` (chat mode, the same tool behind an environment, the tool schema in
-  the prompt through ``chat_template_kwargs``). Both sides train on the same batch; the script checks that they
-  produced identical prompt ids, completion ids and tool masks, and the same number of tool calls. Reported per
-  step (median over ``--steps`` after a warm-up step, both sides alternating over ``--repeats`` rounds): time in
-  ``_generate`` (the rollout), in ``model.generate``, and in ``training_step`` (rollout + scoring + loss + backward).
+  the prompt through ``chat_template_kwargs``). The script checks that both sides produced identical prompt ids,
+  completion ids and tool masks, and the same number of tool calls. Rollouts: both trainers in one process,
+  ``_generate_and_score_completions`` called alternately ``--rollouts`` times after a warm-up; time in ``_generate``
+  (the rollout) and in ``model.generate``. Training steps: ``--repeats`` rounds of ``train()`` (``--steps`` after a
+  warm-up step) on fresh trainers, alternating which side goes first; time in ``training_step`` (rollout, scoring,
+  loss, backward). Medians, their ratio ours / TRL, and the median of the ratios of back-to-back pairs.
 - ``generation``: :class:`~trl_agentic.RolloutEngine` alone. Per rollout: wall time, time inside ``model.generate``
-  (the physical limit), time inside the generator seam (``HFGenerator.generate``: padding, copying), and their ratio.
+  (the physical limit), time inside the generator seam (``HFGenerator.generate``: padding, copying), their ratio,
+  and ``ratio_to_limit``: wall time over the ``generate`` time of the plain engine with zero-latency tools (the
+  comparison that stays fair once an option changes how ``generate`` is called).
 - ``growth``: one process per turn count (peak RSS is per process): full training steps of ``AgenticGRPOTrainer``
   (``--side trl``: of ``GRPOTrainer``), the rollout, each turn's ``generate`` time against the context width it
   re-reads, and the peak RSS over the RSS just before ``train()``; then two least-squares fits: per generate call
@@ -236,8 +240,28 @@ def median(values: list[float]) -> float:
 
 
 # -- trl: side by side with GRPOTrainer(tools=...) ----------------------------------------------------------------
-def trl_side(side: str, args: argparse.Namespace, workdir: str) -> dict[str, Any]:
-    """Train ``1 + args.steps`` steps on one side; return the per-step timings and what was generated."""
+TIMING_KEYS = ("rollout_s", "rollout_cpu_s", "generate_s", "generate_cpu_s", "score_s", "step_s", "step_cpu_s",
+               "generate_calls", "per_call_s", "per_call_context")
+
+
+@dataclass
+class Side:
+    """One trainer with its timers: ``timings[key]`` gets one entry per rollout (or step), ``generated`` the
+    ``(prompt_ids, completion_ids, tool_mask)`` of every rollout."""
+
+    name: str
+    trainer: Any
+    tool: Lookup
+    timings: dict[str, list[Any]]
+    generated: list[Any] = field(default_factory=list)
+
+    def measured(self, key: str, skip: int = 1) -> list[Any]:
+        return self.timings[key][skip:]  # the first rollout (step) warms up
+
+
+def build_side(name: str, args: argparse.Namespace, workdir: str, steps: int) -> Side:
+    """``GRPOTrainer(tools=[lookup])`` (``name="trl"``) or ``AgenticGRPOTrainer(environment=LookupEnv)``, with
+    ``_generate``, ``_generate_and_score_completions`` and ``training_step`` timed."""
     from datasets import Dataset
     from transformers.utils import get_json_schema
     from trl import GRPOConfig, GRPOTrainer
@@ -245,23 +269,22 @@ def trl_side(side: str, args: argparse.Namespace, workdir: str) -> dict[str, Any
     from trl_agentic import AgenticGRPOConfig, AgenticGRPOTrainer
 
     tokenizer = load_tokenizer()
-    script = Script(tokenizer, args.turns, args.tokens_per_turn)
     model = build_model(tokenizer, args.hidden, args.layers)
-    log = script_model(model, script)
+    log = script_model(model, Script(tokenizer, args.turns, args.tokens_per_turn))
     tool = Lookup(args.latency)
     lookup = tool.as_function()
-    dataset = Dataset.from_list([{"prompt": PROMPT}] * (args.batch * (args.steps + 1)))
-    budget = args.turns * (args.tokens_per_turn + 64)
+    dataset = Dataset.from_list([{"prompt": PROMPT}] * (args.batch * steps))
 
     def reward(completions: list[Any], **kwargs: Any) -> list[float]:
         return [float(i % 2) for i in range(len(completions))]  # any fixed non-constant values: a real loss
 
     common = dict(
         output_dir=workdir, per_device_train_batch_size=args.batch, num_generations=args.group,
-        max_completion_length=budget, max_steps=args.steps + 1, learning_rate=1e-5, beta=0.0, bf16=False,
-        use_cpu=True, report_to="none", save_strategy="no", logging_steps=1, disable_tqdm=True, seed=0,
+        max_completion_length=args.turns * (args.tokens_per_turn + 64), max_steps=steps, learning_rate=1e-5,
+        beta=0.0, bf16=False, use_cpu=True, report_to="none", save_strategy="no", logging_steps=1, disable_tqdm=True,
+        seed=0,
     )
-    if side == "trl":
+    if name == "trl":
         config = GRPOConfig(**common, max_tool_calling_iterations=args.turns - 1)
         trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=dataset,
                               processing_class=tokenizer, tools=[lookup])
@@ -273,17 +296,14 @@ def trl_side(side: str, args: argparse.Namespace, workdir: str) -> dict[str, Any
         )
         trainer = AgenticGRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=dataset,
                                      processing_class=tokenizer, environment=lambda: LookupEnv(tool))
-
-    keys = ("rollout_s", "rollout_cpu_s", "generate_s", "generate_cpu_s", "step_s", "step_cpu_s", "generate_calls",
-            "per_call_s", "per_call_context")
-    timings: dict[str, list[Any]] = {key: [] for key in keys}
-    generated: list[Any] = []
-    original_generate, original_step = trainer._generate, trainer.training_step
+    side = Side(name, trainer, tool, {key: [] for key in TIMING_KEYS})
+    timings = side.timings
+    generate, score, step = trainer._generate, trainer._generate_and_score_completions, trainer.training_step
 
     def timed_generate(prompts: list[Any]) -> Any:
         log.clear()
         start, cpu = time.perf_counter(), time.process_time()
-        out = original_generate(prompts)
+        out = generate(prompts)
         timings["rollout_s"].append(time.perf_counter() - start)
         timings["rollout_cpu_s"].append(time.process_time() - cpu)
         timings["generate_s"].append(sum(log.seconds))
@@ -291,91 +311,122 @@ def trl_side(side: str, args: argparse.Namespace, workdir: str) -> dict[str, Any
         timings["generate_calls"].append(len(log.seconds))
         timings["per_call_s"].append(list(log.seconds))
         timings["per_call_context"].append(list(log.context))
-        prompt_ids, completion_ids, tool_mask = out[0], out[1], out[2]
-        generated.append((prompt_ids, completion_ids, tool_mask))
+        side.generated.append(tuple(out[:3]))  # prompt_ids, completion_ids, tool_mask
+        return out
+
+    def timed_score(inputs: Any) -> Any:
+        start = time.perf_counter()
+        out = score(inputs)
+        timings["score_s"].append(time.perf_counter() - start)
         return out
 
     def timed_step(*a: Any, **k: Any) -> Any:
         start, cpu = time.perf_counter(), time.process_time()
-        out = original_step(*a, **k)
+        out = step(*a, **k)
         timings["step_s"].append(time.perf_counter() - start)
         timings["step_cpu_s"].append(time.process_time() - cpu)
         return out
 
-    trainer._generate, trainer.training_step = timed_generate, timed_step
-    tool.calls = 0
-    rss_before_train = current_rss_mib()
-    trainer.train()
-    measured = {k: v[1:] for k, v in timings.items()}  # the first step warms up
-    return {"side": side, "timings": measured, "tool_calls": tool.calls, "generated": generated,
-            "rss_before_train_mib": rss_before_train}
+    trainer._generate, trainer._generate_and_score_completions = timed_generate, timed_score
+    trainer.training_step = timed_step
+    return side
 
 
-def check_identical(trl: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
+def check_identical(trl: Side, ours: Side) -> dict[str, Any]:
     """Both sides must have generated the same token streams and made the same tool calls."""
-    a, b = trl["generated"], ours["generated"]
-    assert len(a) == len(b), f"steps differ: {len(a)} vs {len(b)}"
-    for step, ((pa, ca, ma), (pb, cb, mb)) in enumerate(zip(a, b)):
-        assert [list(p) for p in pa] == [list(p) for p in pb], f"step {step}: prompt ids differ"
-        assert [list(c) for c in ca] == [list(c) for c in cb], f"step {step}: completion ids differ"
-        assert [list(m) for m in ma] == [list(m) for m in mb], f"step {step}: tool masks differ"
-    assert trl["tool_calls"] == ours["tool_calls"], f"tool calls differ: {trl['tool_calls']} vs {ours['tool_calls']}"
-    _, completion_ids, mask = a[0]
-    return {
-        "identical": True,
-        "completion_tokens_per_row": len(completion_ids[0]),
-        "sampled_tokens_per_row": sum(mask[0]),
-        "prompt_tokens_per_row": len(a[0][0][0]),
-        "tool_calls_per_side": trl["tool_calls"],
-    }
+    a, b = trl.generated, ours.generated
+    assert len(a) == len(b), f"rollouts differ: {len(a)} vs {len(b)}"
+    for i, ((pa, ca, ma), (pb, cb, mb)) in enumerate(zip(a, b)):
+        assert [list(p) for p in pa] == [list(p) for p in pb], f"rollout {i}: prompt ids differ"
+        assert [list(c) for c in ca] == [list(c) for c in cb], f"rollout {i}: completion ids differ"
+        assert [list(m) for m in ma] == [list(m) for m in mb], f"rollout {i}: tool masks differ"
+    assert trl.tool.calls == ours.tool.calls, f"tool calls differ: {trl.tool.calls} vs {ours.tool.calls}"
+    prompt_ids, completion_ids, mask = a[0]
+    return {"identical_rollouts": len(a), "prompt_tokens_per_row": len(prompt_ids[0]),
+            "completion_tokens_per_row": len(completion_ids[0]), "sampled_tokens_per_row": sum(mask[0]),
+            "tool_calls_per_side": trl.tool.calls,
+            "generate_calls_per_rollout": [trl.timings["generate_calls"][0], ours.timings["generate_calls"][0]]}
+
+
+def compare(trl: Side, ours: Side, keys: tuple[str, ...]) -> dict[str, Any]:
+    """Medians per side, the ratio of the medians, and the median of the ratios of the pairs run back to back."""
+    row: dict[str, Any] = {}
+    for key in keys:
+        a, b = trl.measured(key), ours.measured(key)
+        row[f"trl_{key}"], row[f"ours_{key}"] = median(a), median(b)
+        row[f"ratio_{key}"] = row[f"ours_{key}"] / row[f"trl_{key}"]
+        row[f"paired_ratio_{key}"] = median([y / x for x, y in zip(a, b)])
+    return row
 
 
 def run_trl(args: argparse.Namespace) -> dict[str, Any]:
+    """Rollouts: both trainers in one process, alternating (TRL, ours, ours, TRL, ...) for ``--rollouts`` rounds after
+    a warm-up, so that both see the same machine load. Training steps: ``--repeats`` rounds of ``train()`` on a fresh
+    pair, alternating which side goes first."""
     if args.stop_strings:
         raise SystemExit("--stop-strings changes our token stream (the turn is cut before <|im_end|>); the "
                          "side-by-side comparison needs identical streams, so run it without")
-    rounds = []
+    rows = [{"prompt": PROMPT} for _ in range(args.batch)]
+    with tempfile.TemporaryDirectory() as workdir:
+        sides = {name: build_side(name, args, os.path.join(workdir, name), 1) for name in ("trl", "ours")}
+        for i in range(args.rollouts + 1):
+            for name in ("trl", "ours") if i % 2 == 0 else ("ours", "trl"):
+                sides[name].trainer.model.train()
+                sides[name].trainer._generate_and_score_completions(rows)
+        check = check_identical(sides["trl"], sides["ours"])
+        rollouts = {**check, **compare(sides["trl"], sides["ours"],
+                                       ("rollout_s", "rollout_cpu_s", "generate_s", "generate_cpu_s", "score_s"))}
+        for name, side in sides.items():
+            rollouts[f"{name}_rollout_over_generate"] = rollouts[f"{name}_rollout_s"] / rollouts[f"{name}_generate_s"]
+            rollouts[f"{name}_rollout_s_all"] = [round(x, 3) for x in side.measured("rollout_s")]
+    print(json.dumps({"rollouts": rollouts}), flush=True)
+    steps = []
     for r in range(args.repeats):
-        order = ("trl", "ours") if r % 2 == 0 else ("ours", "trl")
-        results = {}
-        for side in order:
+        pair = {}
+        for name in ("trl", "ours") if r % 2 == 0 else ("ours", "trl"):
             with tempfile.TemporaryDirectory() as workdir:
-                results[side] = trl_side(side, args, workdir)
-        check = check_identical(results["trl"], results["ours"])
-        row: dict[str, Any] = {"round": r, "order": order, **check}
-        for key in ("rollout_s", "rollout_cpu_s", "generate_s", "generate_cpu_s", "step_s", "step_cpu_s"):
-            row[f"trl_{key}"] = median(results["trl"]["timings"][key])
-            row[f"ours_{key}"] = median(results["ours"]["timings"][key])
-            row[f"ratio_{key}"] = row[f"ours_{key}"] / row[f"trl_{key}"]
-        row["generate_calls"] = [results[side]["timings"]["generate_calls"] for side in ("trl", "ours")]
-        for side in ("trl", "ours"):
-            row[f"{side}_rollout_over_generate"] = row[f"{side}_rollout_s"] / row[f"{side}_generate_s"]
-        rounds.append(row)
-        print(json.dumps(row), flush=True)
-    summary = {k: median([r[k] for r in rounds]) for k in rounds[0] if k.startswith(("ratio_", "trl_", "ours_"))}
-    print(json.dumps({"median_over_rounds": summary}), flush=True)
-    return {"rounds": rounds, "median_over_rounds": summary}
+                pair[name] = build_side(name, args, workdir, args.steps + 1)
+                pair[name].trainer.train()
+        check_identical(pair["trl"], pair["ours"])
+        row = {"round": r, **compare(pair["trl"], pair["ours"], ("step_s", "step_cpu_s", "rollout_s"))}
+        row["step_s_all"] = {name: [round(x, 3) for x in side.measured("step_s")] for name, side in pair.items()}
+        steps.append(row)
+        print(json.dumps({"steps": row}), flush=True)
+    return {"rollouts": rollouts, "steps": steps}
 
 
 # -- generation: the engine against pure generation ---------------------------------------------------------------
 def run_generation(args: argparse.Namespace) -> dict[str, Any]:
     """Every (latency, turns) once per repeat, repeats outermost (so that load drift on a shared machine spreads
-    over all configurations), after one warm-up rollout; medians per configuration."""
+    over all configurations), after one warm-up rollout; medians per configuration.
+
+    ``limit_s`` is the physical limit of each turn count: the time inside ``model.generate`` of the plain engine
+    (no ``--rollout-kwargs``, no stop strings, zero-latency tools), measured in the same run. ``total_s / limit_s``
+    stays comparable when an option (micro-batching) changes how ``generate`` is called."""
     tokenizer = load_tokenizer()
     model = build_model(tokenizer, args.hidden, args.layers).eval()
-    configs = [(latency, turns) for latency in args.latency for turns in args.turns]
+    configs = [(latency, turns, "measured") for latency in args.latency for turns in args.turns]
+    if args.rollout_kwargs or args.stop_strings or min(args.latency) > 0:
+        configs += [(0.0, turns, "plain") for turns in args.turns]
     rollout_once(model, tokenizer, max(args.turns), 0.0, args)  # warm-up
-    runs: dict[tuple[float, int], list[dict[str, float]]] = {c: [] for c in configs}
+    runs: dict[tuple[float, int, str], list[dict[str, float]]] = {c: [] for c in configs}
     for _ in range(args.repeats):
-        for latency, turns in configs:
-            runs[(latency, turns)].append(rollout_once(model, tokenizer, turns, latency, args))
+        for latency, turns, kind in configs:
+            plain = argparse.Namespace(**{**vars(args), "rollout_kwargs": {}, "stop_strings": False})
+            runs[(latency, turns, kind)].append(
+                rollout_once(model, tokenizer, turns, latency, plain if kind == "plain" else args))
+    kind = "plain" if (0.0, args.turns[0], "plain") in runs else "measured"
+    limit = {turns: median([r["model_generate_s"] for r in runs[(0.0, turns, kind)]]) for turns in args.turns}
     results = []
-    for (latency, turns), rows in runs.items():
+    for (latency, turns, kind), rows in runs.items():
+        if kind == "plain":
+            continue
         summary = {k: median([r[k] for r in rows]) for k in rows[0]}
         summary.update(
             turns=turns, latency_s=latency, runs=[round(r["total_s"] / r["model_generate_s"], 4) for r in rows],
             ratio=summary["total_s"] / summary["model_generate_s"],
             cpu_ratio=summary["total_cpu_s"] / summary["model_generate_cpu_s"],
+            limit_s=limit[turns], ratio_to_limit=summary["total_s"] / limit[turns],
             seam_overhead_s=summary["generator_s"] - summary["model_generate_s"],
             loop_overhead_s=summary["total_s"] - summary["generator_s"] - latency * (turns - 1),
         )
@@ -437,16 +488,17 @@ def growth_child(args: argparse.Namespace) -> dict[str, Any]:
     before ``train()`` (model, trainer and imports in place)."""
     args.turns = turns = args.turns[0]
     with tempfile.TemporaryDirectory() as workdir:
-        result = trl_side(args.side, args, workdir)
+        side = build_side(args.side, args, workdir, args.steps + 1)
+        rss_before = current_rss_mib()
+        side.trainer.train()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    t = result["timings"]
+    m = side.measured
     return {
-        "side": args.side, "turns": turns, "rollout_s": median(t["rollout_s"]), "generate_s": median(t["generate_s"]),
-        "step_s": median(t["step_s"]), "rest_of_step_s": median([s - r for s, r in zip(t["step_s"], t["rollout_s"])]),
-        "per_turn_generate_s": [median([call[k] for call in t["per_call_s"]]) for k in range(turns)],
-        "per_turn_context": t["per_call_context"][0], "completion_tokens": len(result["generated"][0][1][0]),
-        "rss_before_train_mib": result["rss_before_train_mib"], "peak_rss_mib": peak,
-        "peak_over_before_train_mib": peak - result["rss_before_train_mib"],
+        "side": args.side, "turns": turns, "rollout_s": median(m("rollout_s")), "generate_s": median(m("generate_s")),
+        "step_s": median(m("step_s")), "rest_of_step_s": median([s - r for s, r in zip(m("step_s"), m("rollout_s"))]),
+        "per_turn_generate_s": [median([call[k] for call in m("per_call_s")]) for k in range(turns)],
+        "per_turn_context": side.timings["per_call_context"][0], "completion_tokens": len(side.generated[0][1][0]),
+        "rss_before_train_mib": rss_before, "peak_rss_mib": peak, "peak_over_before_train_mib": peak - rss_before,
     }
 
 
@@ -516,7 +568,9 @@ def main() -> None:
         else:
             p.add_argument("--latency", type=float, default=latency, help="tool latency (s)")
         p.add_argument("--tokens-per-turn", type=int, default=48)
-        p.add_argument("--steps", type=int, default=3, help="measured training steps per side (after a warm-up)")
+        p.add_argument("--steps", type=int, default=2, help="measured training steps per side (after a warm-up)")
+        if name == "trl":
+            p.add_argument("--rollouts", type=int, default=6, help="measured rollouts per side (after a warm-up)")
         p.add_argument("--repeats", type=int, default=repeats)
         p.add_argument("--hidden", type=int, default=256)
         p.add_argument("--layers", type=int, default=4)
