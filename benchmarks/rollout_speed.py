@@ -23,11 +23,10 @@ runs for real; only the choice of token is scripted. The tool ``lookup`` sleeps 
 - ``trl``: TRL 1.16 ``GRPOTrainer(tools=[lookup])`` (JSON tool calls, chat mode) against
   ``AgenticGRPOTrainer(environment=LookupEnv)`` (chat mode, the same tool behind an environment, the tool schema in
   the prompt through ``chat_template_kwargs``). The script checks that both sides produced identical prompt ids,
-  completion ids and tool masks, and the same number of tool calls. Rollouts: both trainers in one process,
-  ``_generate_and_score_completions`` called alternately ``--rollouts`` times after a warm-up; time in ``_generate``
-  (the rollout) and in ``model.generate``. Training steps: ``--repeats`` rounds of ``train()`` (``--steps`` after a
-  warm-up step) on fresh trainers, alternating which side goes first; time in ``training_step`` (rollout, scoring,
-  loss, backward). Medians, their ratio ours / TRL, and the median of the ratios of back-to-back pairs.
+  completion ids and tool masks, and the same number of tool calls. Both trainers live in one process and their
+  ``training_step`` (rollout, scoring, loss, backward) is called alternately ``--steps`` times after a warm-up, so
+  that both see the same machine load. Per step: time in ``training_step``, in ``_generate`` (the rollout) and in
+  ``model.generate``; medians, their ratio ours / TRL, and the median of the ratios of back-to-back pairs.
 - ``generation``: :class:`~trl_agentic.RolloutEngine` alone. Per rollout: wall time, time inside ``model.generate``
   (the physical limit), time inside the generator seam (``HFGenerator.generate``: padding, copying), their ratio,
   and ``ratio_to_limit``: wall time over the ``generate`` time of the plain engine with zero-latency tools (the
@@ -240,8 +239,8 @@ def median(values: list[float]) -> float:
 
 
 # -- trl: side by side with GRPOTrainer(tools=...) ----------------------------------------------------------------
-TIMING_KEYS = ("rollout_s", "rollout_cpu_s", "generate_s", "generate_cpu_s", "score_s", "step_s", "step_cpu_s",
-               "generate_calls", "per_call_s", "per_call_context")
+TIMING_KEYS = ("rollout_s", "rollout_cpu_s", "generate_s", "generate_cpu_s", "step_s", "step_cpu_s", "generate_calls",
+               "per_call_s", "per_call_cpu_s", "per_call_context")
 
 
 @dataclass
@@ -261,7 +260,7 @@ class Side:
 
 def build_side(name: str, args: argparse.Namespace, workdir: str, steps: int) -> Side:
     """``GRPOTrainer(tools=[lookup])`` (``name="trl"``) or ``AgenticGRPOTrainer(environment=LookupEnv)``, with
-    ``_generate``, ``_generate_and_score_completions`` and ``training_step`` timed."""
+    ``_generate`` and ``training_step`` timed."""
     from datasets import Dataset
     from transformers.utils import get_json_schema
     from trl import GRPOConfig, GRPOTrainer
@@ -298,7 +297,7 @@ def build_side(name: str, args: argparse.Namespace, workdir: str, steps: int) ->
                                      processing_class=tokenizer, environment=lambda: LookupEnv(tool))
     side = Side(name, trainer, tool, {key: [] for key in TIMING_KEYS})
     timings = side.timings
-    generate, score, step = trainer._generate, trainer._generate_and_score_completions, trainer.training_step
+    generate, step = trainer._generate, trainer.training_step
 
     def timed_generate(prompts: list[Any]) -> Any:
         log.clear()
@@ -310,14 +309,9 @@ def build_side(name: str, args: argparse.Namespace, workdir: str, steps: int) ->
         timings["generate_cpu_s"].append(sum(log.cpu_seconds))
         timings["generate_calls"].append(len(log.seconds))
         timings["per_call_s"].append(list(log.seconds))
+        timings["per_call_cpu_s"].append(list(log.cpu_seconds))
         timings["per_call_context"].append(list(log.context))
         side.generated.append(tuple(out[:3]))  # prompt_ids, completion_ids, tool_mask
-        return out
-
-    def timed_score(inputs: Any) -> Any:
-        start = time.perf_counter()
-        out = score(inputs)
-        timings["score_s"].append(time.perf_counter() - start)
         return out
 
     def timed_step(*a: Any, **k: Any) -> Any:
@@ -327,8 +321,7 @@ def build_side(name: str, args: argparse.Namespace, workdir: str, steps: int) ->
         timings["step_cpu_s"].append(time.process_time() - cpu)
         return out
 
-    trainer._generate, trainer._generate_and_score_completions = timed_generate, timed_score
-    trainer.training_step = timed_step
+    trainer._generate, trainer.training_step = timed_generate, timed_step
     return side
 
 
@@ -360,39 +353,29 @@ def compare(trl: Side, ours: Side, keys: tuple[str, ...]) -> dict[str, Any]:
 
 
 def run_trl(args: argparse.Namespace) -> dict[str, Any]:
-    """Rollouts: both trainers in one process, alternating (TRL, ours, ours, TRL, ...) for ``--rollouts`` rounds after
-    a warm-up, so that both see the same machine load. Training steps: ``--repeats`` rounds of ``train()`` on a fresh
-    pair, alternating which side goes first."""
+    """Both trainers in one process, their ``training_step`` called alternately (TRL, ours, ours, TRL, ...) on the
+    same batch, ``--steps`` times after a warm-up, so that both see the same machine load. ``training_step`` is
+    rollout, scoring, loss and backward; the optimizer step, the same on both sides, is left out."""
     if args.stop_strings:
         raise SystemExit("--stop-strings changes our token stream (the turn is cut before <|im_end|>); the "
                          "side-by-side comparison needs identical streams, so run it without")
     rows = [{"prompt": PROMPT} for _ in range(args.batch)]
     with tempfile.TemporaryDirectory() as workdir:
-        sides = {name: build_side(name, args, os.path.join(workdir, name), 1) for name in ("trl", "ours")}
-        for i in range(args.rollouts + 1):
+        sides = {name: build_side(name, args, os.path.join(workdir, name), args.steps + 1) for name in ("trl", "ours")}
+        for i in range(args.steps + 1):
             for name in ("trl", "ours") if i % 2 == 0 else ("ours", "trl"):
-                sides[name].trainer.model.train()
-                sides[name].trainer._generate_and_score_completions(rows)
-        check = check_identical(sides["trl"], sides["ours"])
-        rollouts = {**check, **compare(sides["trl"], sides["ours"],
-                                       ("rollout_s", "rollout_cpu_s", "generate_s", "generate_cpu_s", "score_s"))}
+                trainer = sides[name].trainer
+                trainer.model.train()
+                trainer.current_gradient_accumulation_steps = 1  # set by train(), read by TRL's loss
+                trainer.training_step(trainer.model, rows, None)
+        trl, ours = sides["trl"], sides["ours"]
+        result = {**check_identical(trl, ours), **compare(trl, ours, (
+            "rollout_s", "rollout_cpu_s", "generate_s", "generate_cpu_s", "step_s", "step_cpu_s"))}
         for name, side in sides.items():
-            rollouts[f"{name}_rollout_over_generate"] = rollouts[f"{name}_rollout_s"] / rollouts[f"{name}_generate_s"]
-            rollouts[f"{name}_rollout_s_all"] = [round(x, 3) for x in side.measured("rollout_s")]
-    print(json.dumps({"rollouts": rollouts}), flush=True)
-    steps = []
-    for r in range(args.repeats):
-        pair = {}
-        for name in ("trl", "ours") if r % 2 == 0 else ("ours", "trl"):
-            with tempfile.TemporaryDirectory() as workdir:
-                pair[name] = build_side(name, args, workdir, args.steps + 1)
-                pair[name].trainer.train()
-        check_identical(pair["trl"], pair["ours"])
-        row = {"round": r, **compare(pair["trl"], pair["ours"], ("step_s", "step_cpu_s", "rollout_s"))}
-        row["step_s_all"] = {name: [round(x, 3) for x in side.measured("step_s")] for name, side in pair.items()}
-        steps.append(row)
-        print(json.dumps({"steps": row}), flush=True)
-    return {"rollouts": rollouts, "steps": steps}
+            result[f"{name}_rollout_over_generate"] = result[f"{name}_rollout_s"] / result[f"{name}_generate_s"]
+            result[f"{name}_step_s_all"] = [round(x, 3) for x in side.measured("step_s")]
+    print(json.dumps(result), flush=True)
+    return result
 
 
 # -- generation: the engine against pure generation ---------------------------------------------------------------
@@ -496,24 +479,29 @@ def growth_child(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "side": args.side, "turns": turns, "rollout_s": median(m("rollout_s")), "generate_s": median(m("generate_s")),
         "step_s": median(m("step_s")), "rest_of_step_s": median([s - r for s, r in zip(m("step_s"), m("rollout_s"))]),
+        "rollout_cpu_s": median(m("rollout_cpu_s")), "step_cpu_s": median(m("step_cpu_s")),
+        "rest_of_step_cpu_s": median([s - r for s, r in zip(m("step_cpu_s"), m("rollout_cpu_s"))]),
         "per_turn_generate_s": [median([call[k] for call in m("per_call_s")]) for k in range(turns)],
+        "per_turn_generate_cpu_s": [median([call[k] for call in m("per_call_cpu_s")]) for k in range(turns)],
         "per_turn_context": side.timings["per_call_context"][0], "completion_tokens": len(side.generated[0][1][0]),
         "rss_before_train_mib": rss_before, "peak_rss_mib": peak, "peak_over_before_train_mib": peak - rss_before,
     }
 
 
 def fit_growth(rows: list[dict[str, Any]]) -> dict[str, float]:
-    """Least squares: each generate call's time ``a + b * context`` (context = tokens the prefill re-reads), and the
-    rollout time over turns ``c1 * n + c2 * n^2``."""
+    """Least squares on CPU seconds (steadier than wall time on a shared machine): each generate call
+    ``a + b * context`` (context = the tokens its prefill re-reads), and the rollout ``c1 * n + c2 * n^2`` over
+    ``n`` turns."""
     import numpy as np
 
     widths = np.array([w for r in rows for w in r["per_turn_context"]], dtype=float)
-    seconds = np.array([s for r in rows for s in r["per_turn_generate_s"]])
+    seconds = np.array([s for r in rows for s in r["per_turn_generate_cpu_s"]])
     (a, b), *_ = np.linalg.lstsq(np.stack([np.ones_like(widths), widths], 1), seconds, rcond=None)
     n = np.array([r["turns"] for r in rows], dtype=float)
-    (c1, c2), *_ = np.linalg.lstsq(np.stack([n, n**2], 1), np.array([r["rollout_s"] for r in rows]), rcond=None)
-    return {"per_call_fixed_s": float(a), "per_call_s_per_context_token": float(b), "rollout_linear_s": float(c1),
-            "rollout_quadratic_s": float(c2)}
+    rollout = np.array([r["rollout_cpu_s"] for r in rows])
+    (c1, c2), *_ = np.linalg.lstsq(np.stack([n, n**2], 1), rollout, rcond=None)
+    return {"per_call_fixed_cpu_s": float(a), "per_call_cpu_s_per_context_token": float(b),
+            "rollout_cpu_s_per_turn": float(c1), "rollout_cpu_s_per_turn_squared": float(c2)}
 
 
 def current_rss_mib() -> float:
@@ -568,10 +556,10 @@ def main() -> None:
         else:
             p.add_argument("--latency", type=float, default=latency, help="tool latency (s)")
         p.add_argument("--tokens-per-turn", type=int, default=48)
-        p.add_argument("--steps", type=int, default=2, help="measured training steps per side (after a warm-up)")
-        if name == "trl":
-            p.add_argument("--rollouts", type=int, default=6, help="measured rollouts per side (after a warm-up)")
-        p.add_argument("--repeats", type=int, default=repeats)
+        p.add_argument("--steps", type=int, default=6 if name == "trl" else 2,
+                       help="measured training steps per side (after a warm-up)")
+        if name != "trl":
+            p.add_argument("--repeats", type=int, default=repeats)
         p.add_argument("--hidden", type=int, default=256)
         p.add_argument("--layers", type=int, default=4)
         p.add_argument("--stop-strings", action="store_true", help="the environment declares </tool_call>")
