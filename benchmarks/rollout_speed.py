@@ -25,8 +25,9 @@ runs for real; only the choice of token is scripted. The tool ``lookup`` sleeps 
   the prompt through ``chat_template_kwargs``). The script checks that both sides produced identical prompt ids,
   completion ids and tool masks, and the same number of tool calls. Both trainers live in one process and their
   ``training_step`` (rollout, scoring, loss, backward) is called alternately ``--steps`` times after a warm-up, so
-  that both see the same machine load. Per step: time in ``training_step``, in ``_generate`` (the rollout) and in
-  ``model.generate``; medians, their ratio ours / TRL, and the median of the ratios of back-to-back pairs.
+  that both see the same machine load. Per step: time in ``training_step``, in ``_generate`` (the rollout), in
+  ``model.generate``, and the loop's own time (rollout minus generate); medians, their ratio ours / TRL, and the
+  median of the ratios of back-to-back pairs.
 - ``generation``: :class:`~trl_agentic.RolloutEngine` alone. Per rollout: wall time, time inside ``model.generate``
   (the physical limit), time inside the generator seam (``HFGenerator.generate``: padding, copying), their ratio,
   and ``ratio_to_limit``: wall time over the ``generate`` time of the plain engine with zero-latency tools (the
@@ -239,8 +240,8 @@ def median(values: list[float]) -> float:
 
 
 # -- trl: side by side with GRPOTrainer(tools=...) ----------------------------------------------------------------
-TIMING_KEYS = ("rollout_s", "rollout_cpu_s", "generate_s", "generate_cpu_s", "step_s", "step_cpu_s", "generate_calls",
-               "per_call_s", "per_call_cpu_s", "per_call_context")
+TIMING_KEYS = ("rollout_s", "rollout_cpu_s", "generate_s", "generate_cpu_s", "loop_s", "loop_cpu_s", "step_s",
+               "step_cpu_s", "generate_calls", "per_call_s", "per_call_cpu_s", "per_call_context")
 
 
 @dataclass
@@ -307,6 +308,8 @@ def build_side(name: str, args: argparse.Namespace, workdir: str, steps: int) ->
         timings["rollout_cpu_s"].append(time.process_time() - cpu)
         timings["generate_s"].append(sum(log.seconds))
         timings["generate_cpu_s"].append(sum(log.cpu_seconds))
+        timings["loop_s"].append(timings["rollout_s"][-1] - timings["generate_s"][-1])  # the loop's own time
+        timings["loop_cpu_s"].append(timings["rollout_cpu_s"][-1] - timings["generate_cpu_s"][-1])
         timings["generate_calls"].append(len(log.seconds))
         timings["per_call_s"].append(list(log.seconds))
         timings["per_call_cpu_s"].append(list(log.cpu_seconds))
@@ -370,7 +373,8 @@ def run_trl(args: argparse.Namespace) -> dict[str, Any]:
                 trainer.training_step(trainer.model, rows, None)
         trl, ours = sides["trl"], sides["ours"]
         result = {**check_identical(trl, ours), **compare(trl, ours, (
-            "rollout_s", "rollout_cpu_s", "generate_s", "generate_cpu_s", "step_s", "step_cpu_s"))}
+            "rollout_s", "rollout_cpu_s", "generate_s", "generate_cpu_s", "loop_s", "loop_cpu_s", "step_s",
+            "step_cpu_s"))}
         for name, side in sides.items():
             result[f"{name}_rollout_over_generate"] = result[f"{name}_rollout_s"] / result[f"{name}_generate_s"]
             result[f"{name}_step_s_all"] = [round(x, 3) for x in side.measured("step_s")]
