@@ -177,17 +177,20 @@ class GenerateLog:
 
     seconds: list[float] = field(default_factory=list)
     cpu_seconds: list[float] = field(default_factory=list)
+    prefill_cpu_seconds: list[float] = field(default_factory=list)  # the first forward pass: the whole context
     context: list[int] = field(default_factory=list)  # padded input width (tokens re-read by the prefill)
     rows: list[int] = field(default_factory=list)
     new_tokens: list[int] = field(default_factory=list)
 
     def clear(self) -> None:
-        for values in (self.seconds, self.cpu_seconds, self.context, self.rows, self.new_tokens):
+        for values in (self.seconds, self.cpu_seconds, self.prefill_cpu_seconds, self.context, self.rows,
+                       self.new_tokens):
             values.clear()
 
 
 def script_model(model: Any, script: Script) -> GenerateLog:
-    """Wrap ``model.generate`` (instance attribute): force the script, time the call."""
+    """Wrap ``model.generate`` (instance attribute): force the script, time the call and its prefill (the first
+    forward pass, over the whole context)."""
     from transformers import LogitsProcessorList
 
     log = GenerateLog()
@@ -197,10 +200,29 @@ def script_model(model: Any, script: Script) -> GenerateLog:
         input_ids = kwargs["input_ids"] if "input_ids" in kwargs else args[0]
         processors = LogitsProcessorList(kwargs.pop("logits_processor", None) or [])
         processors.append(ScriptedLogits(script, input_ids))
+        prefill: list[float] = []
+        patched, forward = "forward" in model.__dict__, model.forward  # TRL may have set its own forward
+
+        def timed_forward(*a: Any, **k: Any) -> Any:
+            if prefill:
+                return forward(*a, **k)
+            cpu = time.process_time()
+            result = forward(*a, **k)
+            prefill.append(time.process_time() - cpu)
+            return result
+
+        model.forward = timed_forward
         start, cpu = time.perf_counter(), time.process_time()
-        out = original(*args, logits_processor=processors, **kwargs)
+        try:
+            out = original(*args, logits_processor=processors, **kwargs)
+        finally:
+            if patched:
+                model.forward = forward
+            else:
+                del model.forward
         log.seconds.append(time.perf_counter() - start)
         log.cpu_seconds.append(time.process_time() - cpu)
+        log.prefill_cpu_seconds.append(prefill[0] if prefill else float("nan"))
         sequences = out.sequences if hasattr(out, "sequences") else out
         log.context.append(int(input_ids.shape[1]))
         log.rows.append(int(input_ids.shape[0]))
@@ -241,7 +263,8 @@ def median(values: list[float]) -> float:
 
 # -- trl: side by side with GRPOTrainer(tools=...) ----------------------------------------------------------------
 TIMING_KEYS = ("rollout_s", "rollout_cpu_s", "generate_s", "generate_cpu_s", "loop_s", "loop_cpu_s", "step_s",
-               "step_cpu_s", "generate_calls", "per_call_s", "per_call_cpu_s", "per_call_context")
+               "step_cpu_s", "generate_calls", "per_call_s", "per_call_cpu_s", "per_call_prefill_cpu_s",
+               "per_call_context")
 
 
 @dataclass
@@ -313,6 +336,7 @@ def build_side(name: str, args: argparse.Namespace, workdir: str, steps: int) ->
         timings["generate_calls"].append(len(log.seconds))
         timings["per_call_s"].append(list(log.seconds))
         timings["per_call_cpu_s"].append(list(log.cpu_seconds))
+        timings["per_call_prefill_cpu_s"].append(list(log.prefill_cpu_seconds))
         timings["per_call_context"].append(list(log.context))
         side.generated.append(tuple(out[:3]))  # prompt_ids, completion_ids, tool_mask
         return out
@@ -487,6 +511,7 @@ def growth_child(args: argparse.Namespace) -> dict[str, Any]:
         "rest_of_step_cpu_s": median([s - r for s, r in zip(m("step_cpu_s"), m("rollout_cpu_s"))]),
         "per_turn_generate_s": [median([call[k] for call in m("per_call_s")]) for k in range(turns)],
         "per_turn_generate_cpu_s": [median([call[k] for call in m("per_call_cpu_s")]) for k in range(turns)],
+        "per_turn_prefill_cpu_s": [median([call[k] for call in m("per_call_prefill_cpu_s")]) for k in range(turns)],
         "per_turn_context": side.timings["per_call_context"][0], "completion_tokens": len(side.generated[0][1][0]),
         "rss_before_train_mib": rss_before, "peak_rss_mib": peak, "peak_over_before_train_mib": peak - rss_before,
     }
