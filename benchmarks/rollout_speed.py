@@ -428,6 +428,7 @@ def run_generation(args: argparse.Namespace) -> dict[str, Any]:
                 rollout_once(model, tokenizer, turns, latency, plain if kind == "plain" else args))
     kind = "plain" if (0.0, args.turns[0], "plain") in runs else "measured"
     limit = {turns: median([r["model_generate_s"] for r in runs[(0.0, turns, kind)]]) for turns in args.turns}
+    limit_cpu = {turns: median([r["model_generate_cpu_s"] for r in runs[(0.0, turns, kind)]]) for turns in args.turns}
     results = []
     for (latency, turns, kind), rows in runs.items():
         if kind == "plain":
@@ -438,6 +439,7 @@ def run_generation(args: argparse.Namespace) -> dict[str, Any]:
             ratio=summary["total_s"] / summary["model_generate_s"],
             cpu_ratio=summary["total_cpu_s"] / summary["model_generate_cpu_s"],
             limit_s=limit[turns], ratio_to_limit=summary["total_s"] / limit[turns],
+            cpu_ratio_to_limit=summary["total_cpu_s"] / limit_cpu[turns],  # steadier; meaningless with sleeping tools
             seam_overhead_s=summary["generator_s"] - summary["model_generate_s"],
             loop_overhead_s=summary["total_s"] - summary["generator_s"] - latency * (turns - 1),
         )
