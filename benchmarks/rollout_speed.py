@@ -623,7 +623,7 @@ def run_hotpath(args: argparse.Namespace) -> dict[str, Any]:
     ``args.repeats`` timings of a loop), to compare before and after a change."""
     from transformers.generation.stopping_criteria import StopStringCriteria
 
-    from trl_agentic import StepResult, Trajectory
+    from trl_agentic import HFGenerator, StepResult, Trajectory
     from trl_agentic.rollout.audit import unsampled_trained
     from trl_agentic.rollout.env_calls import call_all
     from trl_agentic.rollout.generation import cut_at_stop
@@ -648,6 +648,11 @@ def run_hotpath(args: argparse.Namespace) -> dict[str, Any]:
     for name, tok in tokenizers.items():
         out[f"{name}: StopStringCriteria built per generate call (us)"] = per_unit(
             lambda: StopStringCriteria(tok, ["</tool_call>"]), 1)
+        generator = HFGenerator(build_model(tok, 32, 1), tok)  # a tiny model over this vocabulary
+        prompt, end = [tok("Hello there", add_special_tokens=False)["input_ids"]], [tok.eos_token_id]
+        for stop in ([], ["</tool_call>"]):
+            out[f"{name}: HFGenerator.generate, 1 row, 4 new tokens, stop strings {stop} (us/call)"] = per_unit(
+                lambda: generator.generate(prompt, 4, stop, end), 1)
         stop_ids = tok("</tool_call>", add_special_tokens=False)["input_ids"]
         decode = lambda ids: tok.decode(ids, skip_special_tokens=True)  # noqa: E731 - the engine's _decode
         for n in (48, 512):
