@@ -30,8 +30,9 @@ runs for real; only the choice of token is scripted. The tool ``lookup`` sleeps 
   median of the ratios of back-to-back pairs.
 - ``generation``: :class:`~trl_agentic.RolloutEngine` alone. Per rollout: wall time, time inside ``model.generate``
   (the physical limit), time inside the generator seam (``HFGenerator.generate``: padding, copying), their ratio,
-  and ``ratio_to_limit``: wall time over the ``generate`` time of the plain engine with zero-latency tools (the
-  comparison that stays fair once an option changes how ``generate`` is called).
+  and ``ratio_to_limit``: wall time over the ``generate`` time of the plain engine (one call per turn for the whole
+  batch) with zero-latency tools, measured in the same run: the comparison that stays fair once an option such as
+  ``overlap_chunks`` changes how ``generate`` is called.
 - ``growth``: one process per turn count (peak RSS is per process): full training steps of ``AgenticGRPOTrainer``
   (``--side trl``: of ``GRPOTrainer``), the rollout, each turn's ``generate`` time against the context width it
   re-reads, and the peak RSS over the RSS just before ``train()``; then two least-squares fits: per generate call
@@ -412,18 +413,24 @@ def run_generation(args: argparse.Namespace) -> dict[str, Any]:
     over all configurations), after one warm-up rollout; medians per configuration.
 
     ``limit_s`` is the physical limit of each turn count: the time inside ``model.generate`` of the plain engine
-    (no ``--rollout-kwargs``, no stop strings, zero-latency tools), measured in the same run. ``total_s / limit_s``
-    stays comparable when an option (micro-batching) changes how ``generate`` is called."""
+    (one ``generate`` call per turn for the whole batch, i.e. ``overlap_chunks=1`` where that option exists, no stop
+    strings, zero-latency tools), measured in the same run. ``total_s / limit_s`` stays comparable when an option
+    (overlapping tools with generation in chunks) changes how ``generate`` is called."""
+    from dataclasses import fields
+
+    from trl_agentic import RolloutConfig
+
     tokenizer = load_tokenizer()
     model = build_model(tokenizer, args.hidden, args.layers).eval()
+    one_call = {"overlap_chunks": 1} if "overlap_chunks" in {f.name for f in fields(RolloutConfig)} else {}
+    plain = argparse.Namespace(**{**vars(args), "rollout_kwargs": one_call, "stop_strings": False})
     configs = [(latency, turns, "measured") for latency in args.latency for turns in args.turns]
-    if args.rollout_kwargs or args.stop_strings or min(args.latency) > 0:
+    if args.rollout_kwargs != one_call or args.stop_strings or min(args.latency) > 0:
         configs += [(0.0, turns, "plain") for turns in args.turns]
     rollout_once(model, tokenizer, max(args.turns), 0.0, args)  # warm-up
     runs: dict[tuple[float, int, str], list[dict[str, float]]] = {c: [] for c in configs}
     for _ in range(args.repeats):
         for latency, turns, kind in configs:
-            plain = argparse.Namespace(**{**vars(args), "rollout_kwargs": {}, "stop_strings": False})
             runs[(latency, turns, kind)].append(
                 rollout_once(model, tokenizer, turns, latency, plain if kind == "plain" else args))
     kind = "plain" if (0.0, args.turns[0], "plain") in runs else "measured"
