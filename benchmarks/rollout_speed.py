@@ -573,16 +573,26 @@ def passthrough(args: argparse.Namespace) -> list[str]:
 
 
 # -- command line -----------------------------------------------------------------------------------------------
+HELP = {
+    "trl": "ours against TRL's GRPOTrainer(tools=...), training steps alternated in one process",
+    "generation": "the rollout engine against the time inside model.generate",
+    "growth": "time and peak memory per training step as turns grow (one process per turn count)",
+    "hotpath": "per-unit costs of the loop's bookkeeping, in isolation",
+}
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{trl,generation,growth,hotpath}")
     defaults = {"trl": (8, [4], 0.0, 2), "generation": (8, [1, 2, 4, 8], [0.0, 0.05, 0.5], 2),
                 "growth": (8, [1, 2, 4, 8], 0.0, 1), "growth-child": (8, [4], 0.0, 1), "hotpath": (8, [4], 0.0, 5)}
     for name, (batch, turns, latency, repeats) in defaults.items():
-        p = sub.add_parser(name, help=argparse.SUPPRESS if name == "growth-child" else None)
+        p = sub.add_parser(name, help=HELP.get(name, argparse.SUPPRESS))
         p.add_argument("--batch", type=int, default=batch, help="trajectories per step (rollout)")
-        p.add_argument("--group", type=int, default=4, help="GRPO num_generations (trl, growth)")
+        trains = name in ("trl", "growth", "growth-child")
+        if trains:
+            p.add_argument("--group", type=int, default=4, help="GRPO num_generations")
+            p.add_argument("--steps", type=int, default=6 if name == "trl" else 2,
+                           help="measured training steps per side (after a warm-up)")
         if name.startswith("growth"):
             p.add_argument("--side", choices=("ours", "trl"), default="ours", help="whose trainer to grow")
         if name == "trl":
@@ -594,8 +604,6 @@ def main() -> None:
         else:
             p.add_argument("--latency", type=float, default=latency, help="tool latency (s)")
         p.add_argument("--tokens-per-turn", type=int, default=48)
-        p.add_argument("--steps", type=int, default=6 if name == "trl" else 2,
-                       help="measured training steps per side (after a warm-up)")
         if name != "trl":
             p.add_argument("--repeats", type=int, default=repeats)
         p.add_argument("--hidden", type=int, default=256)
