@@ -8,9 +8,10 @@
 Common options: ``--hidden 256 --layers 4`` (size of the random Qwen2), ``--repeats``, ``--threads 1`` (torch
 threads: one keeps timings steady on a shared machine), ``--json FILE`` (write the raw measurements),
 ``--profile FILE`` (a pyinstrument profile of the run), ``--rollout-kwargs '{"name": value}'`` (extra
-:class:`~trl_agentic.RolloutConfig` fields, e.g. a micro-batching option; in ``trl``/``growth`` they go to
-``AgenticGRPOConfig``), ``--stop-strings`` (declare ``</tool_call>`` as the environment's stop string: the engine then
-cuts turns itself, and transformers' ``StopStringCriteria`` runs inside ``generate``).
+:class:`~trl_agentic.RolloutConfig` fields such as ``overlap_chunks``; in ``trl``/``growth`` they go to
+``AgenticGRPOConfig``; in ``generation`` a list of objects gives variants measured interleaved in one run),
+``--stop-strings`` (declare ``</tool_call>`` as the environment's stop string: the engine then cuts turns itself, and
+transformers' ``StopStringCriteria`` runs inside ``generate``).
 
 The workload is deterministic on both sides. The model is a random Qwen2 over the tiny, faithful Qwen2.5-Instruct
 tokenizer and chat template of ``tests/conventions.py`` (which TRL's ``add_response_schema`` recognises), and its
@@ -286,6 +287,8 @@ class Side:
 def build_side(name: str, args: argparse.Namespace, workdir: str, steps: int) -> Side:
     """``GRPOTrainer(tools=[lookup])`` (``name="trl"``) or ``AgenticGRPOTrainer(environment=LookupEnv)``, with
     ``_generate`` and ``training_step`` timed."""
+    if not isinstance(args.rollout_kwargs, dict):
+        raise SystemExit("--rollout-kwargs takes a list of variants in `generation` only; pass one JSON object")
     from datasets import Dataset
     from transformers.utils import get_json_schema
     from trl import GRPOConfig, GRPOTrainer
@@ -409,8 +412,9 @@ def run_trl(args: argparse.Namespace) -> dict[str, Any]:
 
 # -- generation: the engine against pure generation ---------------------------------------------------------------
 def run_generation(args: argparse.Namespace) -> dict[str, Any]:
-    """Every (latency, turns) once per repeat, repeats outermost (so that load drift on a shared machine spreads
-    over all configurations), after one warm-up rollout; medians per configuration.
+    """Every (variant, latency, turns) once per repeat, repeats outermost (so that load drift on a shared machine
+    spreads over all configurations), after one warm-up rollout; medians per configuration. ``--rollout-kwargs`` may
+    be a list of dicts: each is a variant, measured interleaved with the others (compare variants within one run).
 
     ``limit_s`` is the physical limit of each turn count: the time inside ``model.generate`` of the plain engine
     (one ``generate`` call per turn for the whole batch, i.e. ``overlap_chunks=1`` where that option exists, no stop
@@ -423,26 +427,30 @@ def run_generation(args: argparse.Namespace) -> dict[str, Any]:
     tokenizer = load_tokenizer()
     model = build_model(tokenizer, args.hidden, args.layers).eval()
     one_call = {"overlap_chunks": 1} if "overlap_chunks" in {f.name for f in fields(RolloutConfig)} else {}
-    plain = argparse.Namespace(**{**vars(args), "rollout_kwargs": one_call, "stop_strings": False})
-    configs = [(latency, turns, "measured") for latency in args.latency for turns in args.turns]
-    if args.rollout_kwargs != one_call or args.stop_strings or min(args.latency) > 0:
-        configs += [(0.0, turns, "plain") for turns in args.turns]
-    rollout_once(model, tokenizer, max(args.turns), 0.0, args)  # warm-up
-    runs: dict[tuple[float, int, str], list[dict[str, float]]] = {c: [] for c in configs}
+    variants = args.rollout_kwargs if isinstance(args.rollout_kwargs, list) else [args.rollout_kwargs]
+    settings = [argparse.Namespace(**{**vars(args), "rollout_kwargs": v}) for v in variants]
+    settings.append(argparse.Namespace(**{**vars(args), "rollout_kwargs": one_call, "stop_strings": False}))
+    plain = len(settings) - 1
+    configs = [(k, latency, turns) for k in range(len(variants)) for latency in args.latency for turns in args.turns]
+    if any(v != one_call for v in variants) or args.stop_strings or min(args.latency) > 0:
+        configs += [(plain, 0.0, turns) for turns in args.turns]
+    else:
+        plain = variants.index(one_call)  # its zero-latency rows are the limit
+    rollout_once(model, tokenizer, max(args.turns), 0.0, settings[0])  # warm-up
+    runs: dict[tuple[int, float, int], list[dict[str, float]]] = {c: [] for c in configs}
     for _ in range(args.repeats):
-        for latency, turns, kind in configs:
-            runs[(latency, turns, kind)].append(
-                rollout_once(model, tokenizer, turns, latency, plain if kind == "plain" else args))
-    kind = "plain" if (0.0, args.turns[0], "plain") in runs else "measured"
-    limit = {turns: median([r["model_generate_s"] for r in runs[(0.0, turns, kind)]]) for turns in args.turns}
-    limit_cpu = {turns: median([r["model_generate_cpu_s"] for r in runs[(0.0, turns, kind)]]) for turns in args.turns}
+        for k, latency, turns in configs:
+            runs[(k, latency, turns)].append(rollout_once(model, tokenizer, turns, latency, settings[k]))
+    limit = {n: median([r["model_generate_s"] for r in runs[(plain, 0.0, n)]]) for n in args.turns}
+    limit_cpu = {n: median([r["model_generate_cpu_s"] for r in runs[(plain, 0.0, n)]]) for n in args.turns}
     results = []
-    for (latency, turns, kind), rows in runs.items():
-        if kind == "plain":
+    for (k, latency, turns), rows in runs.items():
+        if k >= len(variants):
             continue
-        summary = {k: median([r[k] for r in rows]) for k in rows[0]}
+        summary = {key: median([r[key] for r in rows]) for key in rows[0]}
         summary.update(
-            turns=turns, latency_s=latency, runs=[round(r["total_s"] / r["model_generate_s"], 4) for r in rows],
+            variant=variants[k], turns=turns, latency_s=latency,
+            runs=[round(r["total_s"] / r["model_generate_s"], 4) for r in rows],
             ratio=summary["total_s"] / summary["model_generate_s"],
             cpu_ratio=summary["total_cpu_s"] / summary["model_generate_cpu_s"],
             limit_s=limit[turns], ratio_to_limit=summary["total_s"] / limit[turns],
@@ -609,7 +617,9 @@ def main() -> None:
         p.add_argument("--hidden", type=int, default=256)
         p.add_argument("--layers", type=int, default=4)
         p.add_argument("--stop-strings", action="store_true", help="the environment declares </tool_call>")
-        p.add_argument("--rollout-kwargs", type=json.loads, default={}, help="extra RolloutConfig fields (JSON)")
+        p.add_argument("--rollout-kwargs", type=json.loads, default={},
+                       help="extra RolloutConfig (generation) or AgenticGRPOConfig fields, a JSON object; in "
+                       "generation also a list of objects, variants measured interleaved")
         p.add_argument("--threads", type=int, default=1,
                        help="torch threads (1: steady timings on a shared machine; busy-waiting OpenMP threads slow "
                        "small ops many times over when the cores are oversubscribed)")
