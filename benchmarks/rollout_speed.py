@@ -412,9 +412,10 @@ def run_trl(args: argparse.Namespace) -> dict[str, Any]:
 
 # -- generation: the engine against pure generation ---------------------------------------------------------------
 def run_generation(args: argparse.Namespace) -> dict[str, Any]:
-    """Every (variant, latency, turns) once per repeat, repeats outermost (so that load drift on a shared machine
-    spreads over all configurations), after one warm-up rollout; medians per configuration. ``--rollout-kwargs`` may
-    be a list of dicts: each is a variant, measured interleaved with the others (compare variants within one run).
+    """Every (variant, latency, turns) once per repeat, repeats outermost and what is compared back to back (so that
+    load drift on a shared machine spreads over all configurations), after one warm-up rollout; medians per
+    configuration. ``--rollout-kwargs`` may be a list of dicts: each is a variant, measured interleaved with the
+    others (compare variants within one run).
 
     ``limit_s`` is the physical limit of each turn count: the time inside ``model.generate`` of the plain engine
     (one ``generate`` call per turn for the whole batch, i.e. ``overlap_chunks=1`` where that option exists, no stop
@@ -431,11 +432,13 @@ def run_generation(args: argparse.Namespace) -> dict[str, Any]:
     settings = [argparse.Namespace(**{**vars(args), "rollout_kwargs": v}) for v in variants]
     settings.append(argparse.Namespace(**{**vars(args), "rollout_kwargs": one_call, "stop_strings": False}))
     plain = len(settings) - 1
-    configs = [(k, latency, turns) for k in range(len(variants)) for latency in args.latency for turns in args.turns]
-    if any(v != one_call for v in variants) or args.stop_strings or min(args.latency) > 0:
-        configs += [(plain, 0.0, turns) for turns in args.turns]
-    else:
+    separate_limit = any(v != one_call for v in variants) or args.stop_strings or min(args.latency) > 0
+    if not separate_limit:
         plain = variants.index(one_call)  # its zero-latency rows are the limit
+    configs = []  # what is compared runs back to back: the limit and every variant of one turn count together
+    for turns in args.turns:
+        configs += [(plain, 0.0, turns)] if separate_limit else []
+        configs += [(k, latency, turns) for latency in args.latency for k in range(len(variants))]
     rollout_once(model, tokenizer, max(args.turns), 0.0, settings[0])  # warm-up
     runs: dict[tuple[int, float, int], list[dict[str, float]]] = {c: [] for c in configs}
     for _ in range(args.repeats):
