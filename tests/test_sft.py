@@ -331,11 +331,11 @@ def test_sft_warm_start_teaches_the_toy_agent_its_tool(tiny_model, tokenizer, tm
                          show_progress=False, **budgets)
     dataset = sft_dataset([demo(r) for r in make_lookup_dataset(256, seed=10)], tokenizer,
                           environment=LookupEnvironment, protocol=LOOKUP_TAGS, show_progress=False, **budgets)
-    args = SFTConfig(output_dir=str(tmp_path), per_device_train_batch_size=16, num_train_epochs=8,
+    args = SFTConfig(output_dir=str(tmp_path), per_device_train_batch_size=16, num_train_epochs=12,
                      learning_rate=6e-3, report_to="none", use_cpu=True, bf16=False, save_strategy="no", seed=0,
                      gradient_checkpointing=False)
     SFTTrainer(model=tiny_model, args=args, train_dataset=dataset, processing_class=tokenizer).train()
     after, _ = evaluate(tiny_model.eval(), tokenizer, LookupEnvironment, held_out, lookup_reward, greedy=True,
                         show_progress=False, **budgets)
-    assert before.accuracy == 0 and after.accuracy >= 0.7
+    assert before.accuracy == 0 and after.accuracy >= 0.9
     assert after.mean_tool_calls == pytest.approx(1.0)

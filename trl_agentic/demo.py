@@ -1,6 +1,6 @@
 """Offline CPU demo: a tiny model learns to use a lookup tool, with the library's whole pipeline.
 
-    python -m trl_agentic.demo              # about 3 minutes on 2 CPU cores
+    python -m trl_agentic.demo              # 1 to 3 minutes on 2 CPU cores
     python -m trl_agentic.demo --quick      # a shorter look
 
 The task: ``find key k37`` -> the agent calls ``<lookup>k37</lookup>``, reads ``<result>7</result>`` and answers
@@ -39,7 +39,8 @@ PROMPT_SEEDS = {"demonstrations": 1, "train": 3, "heldout": 7}  # disjoint draws
 class DemoSettings:
     """The knobs of the demo (``--quick`` shrinks the run, not the method)."""
 
-    demonstrations: int = 16
+    hidden_size: int = 64
+    demonstrations: int = 32
     sft_epochs: int = 40
     sft_learning_rate: float = 3e-3
     steps: int = 120
@@ -79,6 +80,7 @@ def _quiet(trainer: Any) -> Any:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     settings, args = _parse(argv)
     start = time.perf_counter()
+    import datasets
     import torch
     from datasets import Dataset
     from transformers import GenerationConfig, TrainerCallback, logging as hf_logging
@@ -91,6 +93,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from trl_agentic.toy import make_lookup_dataset
 
     hf_logging.set_verbosity_error()
+    datasets.disable_progress_bars()
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)  # the same numbers whatever the machine's core count
     torch.use_deterministic_algorithms(True)
@@ -98,7 +101,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     os.makedirs(output_dir, exist_ok=True)
 
     tokenizer = build_tokenizer()
-    model = build_tiny_model(tokenizer, hidden_size=64, seed=settings.seed)
+    model = build_tiny_model(tokenizer, hidden_size=settings.hidden_size, seed=settings.seed)
     budgets = dict(max_turns=3, max_tokens_per_turn=12, max_completion_length=48, overlap_chunks=1)
     heldout = make_lookup_dataset(settings.heldout, seed=PROMPT_SEEDS["heldout"] + 1000 * settings.seed)
     greedy = GenerationConfig(do_sample=False, max_new_tokens=12, eos_token_id=tokenizer.eos_token_id,
@@ -177,6 +180,11 @@ def _write_outputs(output_dir, summary, curve, trajectories, rewards, tokenizer)
     path = os.path.join(output_dir, "summary.json")
     with open(path, "w", encoding="utf-8") as f:
         json.dump(summary, f, indent=2)
+    paths.append(path)
+    path = os.path.join(output_dir, "heldout_trajectories.jsonl")
+    with open(path, "w", encoding="utf-8") as f:
+        for t, r in zip(trajectories, rewards):
+            f.write(json.dumps({"reward": r, **t.to_dict()}) + "\n")
     paths.append(path)
     success = next((t for t, r in zip(trajectories, rewards) if r == 1.0), None)
     failure = next((t for t, r in zip(trajectories, rewards) if r != 1.0), None)

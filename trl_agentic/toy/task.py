@@ -20,11 +20,12 @@ LOOKUP_TAGS = TagProtocol(think=None, tools={"lookup": "result"}, answer="answer
 
 
 def make_lookup_dataset(n: int = 64, seed: int = 0, num_values: int = 10, conversational: bool = False) -> list[dict]:
-    """Rows ``{"prompt", "key", "value"}``; ``value`` is one of ``num_values`` numbers."""
+    """Rows ``{"prompt", "key", "value"}``: ``key`` is one of ``k00`` ... ``k99`` (fixed width, so that copying it
+    is the same skill for every key), ``value`` one of ``num_values`` numbers drawn independently of the key."""
     rng = random.Random(seed)
     rows = []
     for _ in range(n):
-        key = f"k{rng.randint(0, 99)}"
+        key = f"k{rng.randint(0, 99):02d}"
         value = str(rng.randint(0, num_values - 1))
         text = f"find key {key}"
         prompt: Any = [{"role": "user", "content": text}] if conversational else text + "\n"
