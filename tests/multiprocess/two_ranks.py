@@ -70,3 +70,6 @@ if mode == "ppo":
     record["policy_checksum"] = float(sum(p.detach().double().sum() for p in trainer.model.parameters()))
 with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
     json.dump(record, f)
+# Without it a rank can abort at exit ("terminate called without an active exception": gloo's threads still hold
+# work when the interpreter is torn down; pytorch/pytorch#190489).
+trainer.accelerator.end_training()
