@@ -74,6 +74,21 @@ def lookup_dataset(n: int = 8, conversational: bool = False):
     return Dataset.from_list(make_lookup_dataset(n, conversational=conversational))
 
 
+def even_rows_right(tokenizer, rows) -> ScriptedGenerator:
+    """A lookup agent that looks up, then answers right for even rows and wrong for odd ones (every sample of a row
+    alike)."""
+    values = {row["prompt"]: row["value"] for row in rows}
+
+    def script(ids):
+        text = tokenizer.decode(ids)
+        if "<result>" not in text:
+            return "<lookup>k</lookup>"
+        prompt = next(p for p in values if text.startswith(p))
+        return f"<answer>{values[prompt] if list(values).index(prompt) % 2 == 0 else 'x'}</answer>"
+
+    return ScriptedGenerator(tokenizer, script)
+
+
 def sandbox_backends() -> list[str]:
     """The code-sandbox backends that work on this machine: ``bwrap`` only when a bubblewrap sandbox starts here."""
     from trl_agentic.tools import detect_sandbox_backend

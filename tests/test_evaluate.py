@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from helpers import ScriptedGenerator
+from helpers import even_rows_right
 from trl_agentic.evaluate import evaluate, pass_at_k
 from trl_agentic.toy import LookupEnvironment, lookup_reward, make_lookup_dataset
 
@@ -23,19 +23,8 @@ def test_pass_at_k_equals_the_subset_probability(n, c, k):
 
 def test_evaluate_counts_successes_per_row(tokenizer):
     rows = make_lookup_dataset(6, seed=1)
-    right = {row["prompt"]: row["value"] for row in rows}
-
-    def script(ids):
-        text = tokenizer.decode(ids)
-        if "<result>" not in text:
-            return "<lookup>k</lookup>"
-        prompt = next(p for p in right if text.startswith(p))
-        # rows 0, 2, 4 answered right; the others wrong
-        good = list(right).index(prompt) % 2 == 0
-        return f"<answer>{right[prompt] if good else 'x'}</answer>"
-
     report, trajectories = evaluate(None, tokenizer, LookupEnvironment, rows, lookup_reward, samples_per_row=2,
-                                    k=(1, 2), generator=ScriptedGenerator(tokenizer, script), batch_size=5,
+                                    k=(1, 2), generator=even_rows_right(tokenizer, rows), batch_size=5,
                                     max_turns=3, max_completion_length=60, show_progress=False)
     assert len(trajectories) == 12
     assert report.successes == [2, 0, 2, 0, 2, 0]

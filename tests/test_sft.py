@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from conventions import CONVENTIONS, build_convention
-from helpers import ScriptedGenerator
+from helpers import ScriptedGenerator, even_rows_right
 from trl_agentic import TagEnvironment
 from trl_agentic.rollout.engine import RolloutConfig, RolloutEngine
 from trl_agentic.rollout.observations import ObservationEncoder
@@ -267,24 +267,10 @@ def test_sft_dataset_skips_bad_examples_with_one_warning(tokenizer):
 # -- rejection sampling ------------------------------------------------------------------------------------------
 
 
-def _lookup_script(tokenizer, rows):
-    """Looks up, then answers right for even rows, wrong for odd ones (both samples of a row alike)."""
-    values = {row["prompt"]: row["value"] for row in rows}
-
-    def script(ids):
-        text = tokenizer.decode(ids)
-        if "<result>" not in text:
-            return "<lookup>k</lookup>"
-        prompt = next(p for p in values if text.startswith(p))
-        return f"<answer>{values[prompt] if list(values).index(prompt) % 2 == 0 else 'x'}</answer>"
-
-    return ScriptedGenerator(tokenizer, script)
-
-
 def test_rejection_sampling_keeps_distinct_passing_trajectories(tokenizer):
     rows = make_lookup_dataset(6, seed=1)
     sample = rejection_sampling(None, tokenizer, LookupEnvironment, rows, lookup_reward, samples_per_row=3,
-                                threshold=1.0, max_per_row=None, generator=_lookup_script(tokenizer, rows),
+                                threshold=1.0, max_per_row=None, generator=even_rows_right(tokenizer, rows),
                                 show_progress=False, max_turns=3, max_completion_length=60)
     assert sample.report.accuracy == 0.5 and len(sample.report.rewards) == 18
     # three identical successful samples per even row: kept once each

@@ -75,8 +75,7 @@ def test_fork_bomb(strict):
     out = strict.invoke(code)
     assert time.monotonic() - start < 15
     # stopped by the wall-clock timeout or by the CPU limit (which one first depends on the machine's cores)
-    assert out.timeout or out.observation.startswith("CPUTimeLimitError")
-    assert out.error
+    assert out.timeout or (out.error and out.observation.startswith("CPUTimeLimitError"))
     _assert_sandbox_still_works(strict)
 
 
