@@ -374,6 +374,20 @@ class GRPOTrainerBoundary(GRPOTrainer):
             )
         return logps
 
+    def end_training(self) -> None:
+        """End a run: destroy the process group (``Accelerator.end_training``, which also closes trackers) and free
+        the distributed wrapper of the model, which holds the group, while Python is still running.
+
+        Without the second part, gloo's worker threads outlive ``destroy_process_group`` (the DDP wrapper keeps the
+        group alive) and may still be releasing the last all-reduce when the interpreter shuts down; that release
+        needs the GIL, which finalization has taken, and the process aborts with "terminate called without an
+        active exception" after a successful run. Call it once, at the end of a script; the trainer cannot train
+        afterwards.
+        """
+        self.accelerator.end_training()
+        self.model_wrapped = self.model
+        self.accelerator.free_memory()  # drops accelerate's references to the prepared objects, then gc.collect()
+
     def log_metric(self, name: str, value: float) -> None:
         """Append a metric for the current mode; TRL averages and logs it with its own metrics."""
         self._metrics["train" if self.model.training else "eval"][name].append(value)

@@ -202,7 +202,7 @@ def train_task(task_name: str, script_args: Any, training_args: Any, model_args:
         if training_args.push_to_hub:
             trainer.push_to_hub(dataset_name=script_args.dataset_name)
         trainer.accelerator.print(f"saved to {training_args.output_dir}")
-        trainer.accelerator.end_training()  # destroys the process group: a live gloo group can abort a rank at exit
+        trainer.end_training()  # destroys the process group while Python runs: a live one can abort a rank at exit
 
 
 def run(main: Callable[..., Any], script_arguments: type, argv: Sequence[str] | None = None,

@@ -24,7 +24,10 @@ def _launch(tmp_path, tiny_model_dir, *extra):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return [json.loads((tmp_path / f"rank{k}.json").read_text()) for k in range(2)]
+    ranks = [json.loads((tmp_path / f"rank{k}.json").read_text()) for k in range(2)]
+    # trainer.end_training() stopped gloo's threads: none is left to race the interpreter's shutdown
+    assert [r["gloo_threads_after_end"] for r in ranks] == [[], []]
+    return ranks
 
 
 def test_two_processes_uneven_turns(tmp_path, tiny_model_dir):

@@ -49,6 +49,14 @@ class RecordingTrainer(AgenticPPOTrainer if mode == "ppo" else AgenticGRPOTraine
         return batch
 
 
+def _native_thread_names() -> list[str]:
+    names = []
+    for tid in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{tid}/comm") as f:
+            names.append(f.read().strip())
+    return names
+
+
 tokenizer = build_tokenizer()
 if rank == 0 and not os.path.exists(os.path.join(model_dir, "config.json")):
     build_tiny_model(tokenizer).save_pretrained(model_dir)
@@ -68,8 +76,9 @@ trainer.train()
 if mode == "ppo":
     record["critic_checksum"] = [float(p.detach().double().sum()) for p in trainer.critic.parameters()]
     record["policy_checksum"] = float(sum(p.detach().double().sum() for p in trainer.model.parameters()))
+# Without it a rank can abort at exit after a good run ("terminate called without an active exception": a gloo
+# worker still releasing its last all-reduce needs the GIL during interpreter shutdown).
+trainer.end_training()
+record["gloo_threads_after_end"] = sorted(name for name in _native_thread_names() if "gloo" in name)
 with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
     json.dump(record, f)
-# Without it a rank can abort at exit ("terminate called without an active exception": gloo's threads still hold
-# work when the interpreter is torn down; pytorch/pytorch#190489).
-trainer.accelerator.end_training()
