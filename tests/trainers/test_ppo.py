@@ -182,3 +182,22 @@ def test_shared_critic_without_peft_trains_the_trunk_only_when_asked(tiny_model_
     reached = any(g is not None and g.abs().sum() > 0 for g in trunk)
     assert reached is (not detach)
     assert trainer.critic.head.weight.grad is not None
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.05])
+def test_on_policy_round_computes_old_logps_only_for_the_kl_reward(tiny_model_dir, tokenizer, tmp_path, beta):
+    """One epoch, one mini-batch: the policy has not moved when the batch is trained on, so the loss's own detached
+    log-probs are the old ones (TRL's rule); a forward pass for them is spent only when the KL reward needs them."""
+    trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, environment=lambda: EchoEnvironment(turns=2), beta=beta)
+    calls = []
+    original = trainer.policy_logps
+    trainer.policy_logps = lambda model, batch: calls.append(1) or original(model, batch)
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    batch = trainer.training_batch([trainer.train_dataset[i] for i in range(4)])
+    assert len(calls) == (1 if beta else 0)
+    assert (batch.old_logps is None) is (beta == 0)
+    loss = trainer.loss(trainer.model, batch)
+    assert torch.isfinite(loss)
+    loss.backward()
+    assert trainer.critic.head.weight.grad is not None

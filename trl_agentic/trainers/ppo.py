@@ -208,6 +208,11 @@ class AgenticPPOTrainer(AgenticGRPOTrainer):
         (minus ``truncation_penalty`` for a trajectory that did not end on its own); a completion no reward function
         could score (its environment failed, say) is left out of the loss. ``KL_t`` uses the log-probs at sampling
         time (``old``) against the reference. Then ``A, R = GAE(r, V; gamma, lam)`` and ``A`` is whitened.
+
+        The sampling-time log-probs cost a forward pass over the batch. TRL computes them when the policy moves
+        before the batch is trained on (``num_iterations > 1`` or several mini-batches); otherwise they equal the
+        loss's own log-probs (the ratio is 1 at the first step), and they are computed here only for the KL reward
+        (``beta != 0``).
         """
         scored = self._scored_round(rows)
         batch = scored.batch
@@ -221,10 +226,12 @@ class AgenticPPOTrainer(AgenticGRPOTrainer):
             scores = scores - self.args.truncation_penalty * unfinished.float()
         mask = batch.loss_mask.bool()
 
-        if batch.old_logps is None:
-            batch.old_logps = self.policy_logps(self.model, batch)
         ref_logps = batch.pop_ref_logps()  # the KL is in the reward, not in the loss
-        kl = None if ref_logps is None else zero_masked(kl_penalty(batch.old_logps, ref_logps, self.args.kl_estimator), mask)
+        kl = None
+        if ref_logps is not None:
+            if batch.old_logps is None:  # an on-policy round (TRL skips them): the KL reward needs them now
+                batch.old_logps = self.policy_logps(self.model, batch)
+            kl = zero_masked(kl_penalty(batch.old_logps, ref_logps, self.args.kl_estimator), mask)
         with torch.no_grad():
             values = zero_masked(self._critic_values(batch).float(), mask)
 
