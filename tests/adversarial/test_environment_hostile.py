@@ -103,6 +103,9 @@ class Slow(EchoEnvironment):
         time.sleep(30)
         return EchoEnvironment.step(self, action)
 
+# A shell starts background jobs with SIGINT ignored, and Python then installs no KeyboardInterrupt handler: give
+# this process the one an interactive run has, whatever the test runner inherited.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
 start = time.perf_counter()
 try:
