@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import time
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
@@ -249,6 +250,7 @@ class GRPOTrainerBoundary(GRPOTrainer):
     """
 
     reshuffle_each_pass: bool = False
+    settle_seconds: float = 1.0  # end_training: time for gloo's workers to release their last work objects
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._round_rows: list[dict[str, Any]] = []
@@ -378,12 +380,17 @@ class GRPOTrainerBoundary(GRPOTrainer):
         """End a run: destroy the process group (``Accelerator.end_training``, which also closes trackers) and free
         the distributed wrapper of the model, which holds the group, while Python is still running.
 
-        Without the second part, gloo's worker threads outlive ``destroy_process_group`` (the DDP wrapper keeps the
-        group alive) and may still be releasing the last all-reduce when the interpreter shuts down; that release
-        needs the GIL, which finalization has taken, and the process aborts with "terminate called without an
-        active exception" after a successful run. Call it once, at the end of a script; the trainer cannot train
-        afterwards.
+        Why: gloo's worker threads destroy each finished collective's work object, which can hold Python objects, so
+        a worker may need the GIL right after a collective. With ``accelerator.end_training()`` alone the DDP wrapper
+        keeps the group and its workers alive until interpreter shutdown; a worker that needs the GIL then aborts
+        the process ("terminate called without an active exception") after a successful run. Freeing the wrapper
+        while a worker still waits for the GIL would deadlock instead (the group's destructor holds the GIL and waits
+        for the worker), so with several processes all ranks first meet at a barrier and the GIL is left free for
+        ``settle_seconds``. Call it once, at the end of a script; the trainer cannot train afterwards.
         """
+        if self.accelerator.num_processes > 1:
+            self.accelerator.wait_for_everyone()
+            time.sleep(self.settle_seconds)
         self.accelerator.end_training()
         self.model_wrapped = self.model
         self.accelerator.free_memory()  # drops accelerate's references to the prepared objects, then gc.collect()
