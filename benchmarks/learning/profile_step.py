@@ -2,7 +2,7 @@
 
     python benchmarks/learning/profile_step.py ppo --steps 2 --sft-adapter runs/learning/d16/sft/adapter
 
-Runs the ``grpo`` or ``ppo`` stage of ``run.py`` (same model, task and settings; ``run.py``'s options after ``--``)
+Runs the ``grpo`` or ``ppo`` stage of ``run.py`` (same model, task and settings; other options go to ``run.py``)
 for ``--steps`` steps without the final evaluation, and after each optimizer step prints the peak resident memory
 and the seconds spent in: the rollout (``RolloutEngine.run``), scoring a round (``_scored_round``, the rollout
 included), ``training_batch`` (scoring plus, for PPO, the critic's values and GAE), ``policy_logps`` (a forward
@@ -51,8 +51,7 @@ def main() -> None:
     parser.add_argument("--sft-adapter", type=Path, default=Path("runs/learning/d16/sft/adapter"),
                         help="the SFT adapter the RL stage starts from (run.py's sft stage writes it)")
     parser.add_argument("--out", type=Path, default=Path("runs/learning/profile"))
-    parser.add_argument("run_args", nargs="*", help="run.py options, after --")
-    args = parser.parse_args()
+    args, passed_on = parser.parse_known_args()  # the rest: run.py's options
 
     import accelerate
     from transformers import TrainerCallback
@@ -61,7 +60,7 @@ def main() -> None:
     from trl_agentic.rollout.engine import RolloutEngine
 
     run_args = run.make_parser().parse_args(
-        ["--out", str(args.out), "--rl-steps", str(args.steps), "--rl-lr", "1e-4", *args.run_args])
+        ["--out", str(args.out), "--rl-steps", str(args.steps), "--rl-lr", "1e-4", *passed_on])
     if not (run_args.out / "sft" / "adapter").exists():
         shutil.copytree(args.sft_adapter, run_args.out / "sft" / "adapter")
     trainer_cls = AgenticPPOTrainer if args.algo == "ppo" else AgenticGRPOTrainer
