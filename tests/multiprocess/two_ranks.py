@@ -52,8 +52,11 @@ class RecordingTrainer(AgenticPPOTrainer if mode == "ppo" else AgenticGRPOTraine
 def _native_thread_names() -> list[str]:
     names = []
     for tid in os.listdir("/proc/self/task"):
-        with open(f"/proc/self/task/{tid}/comm") as f:
-            names.append(f.read().strip())
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                names.append(f.read().strip())
+        except OSError:  # the thread ended meanwhile
+            pass
     return names
 
 
