@@ -175,6 +175,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 def _write_outputs(output_dir, summary, curve, trajectories, rewards, tokenizer) -> list[str]:
     from trl_agentic.render import render_html
+    from trl_agentic.trajectory import save_trajectories
 
     paths = []
     path = os.path.join(output_dir, "summary.json")
@@ -182,9 +183,9 @@ def _write_outputs(output_dir, summary, curve, trajectories, rewards, tokenizer)
         json.dump(summary, f, indent=2)
     paths.append(path)
     path = os.path.join(output_dir, "heldout_trajectories.jsonl")
-    with open(path, "w", encoding="utf-8") as f:
-        for t, r in zip(trajectories, rewards):
-            f.write(json.dumps({"reward": r, **t.to_dict()}) + "\n")
+    if os.path.exists(path):
+        os.remove(path)  # save_trajectories appends
+    save_trajectories(trajectories, path, extra={"reward": list(rewards)})
     paths.append(path)
     success = next((t for t, r in zip(trajectories, rewards) if r == 1.0), None)
     failure = next((t for t, r in zip(trajectories, rewards) if r != 1.0), None)
