@@ -164,10 +164,23 @@ def test_num_mini_batches_counts_optimizer_steps_whatever_the_accumulation(tmp_p
         ppo_args(tmp_path, steps_per_generation=4)
 
 
-def test_ppo_config_accepts_former_ppo_names_with_a_warning(tmp_path):
-    with pytest.warns(DeprecationWarning, match="kl_coef"):
-        args = ppo_args(tmp_path, kl_coef=0.2, cliprange=0.3, num_ppo_epochs=2, missing_eos_penalty=1.0)
-    assert (args.beta, args.epsilon, args.num_iterations, args.truncation_penalty) == (0.2, 0.3, 2, 1.0)
+def test_ppo_config_has_no_deprecated_aliases_and_no_grpo_only_arguments(tmp_path):
+    """Nothing was released: the former PPOConfig names are documented, not accepted; GRPO's group-advantage
+    settings are not PPO arguments (not in --help, refused on the command line)."""
+    from transformers import HfArgumentParser
+
+    from trl_agentic import AgenticPPOConfig
+
+    for old in ("kl_coef", "cliprange", "num_ppo_epochs", "missing_eos_penalty"):
+        with pytest.raises(TypeError, match=old):
+            ppo_args(tmp_path, **{old: 1})
+    help_text = HfArgumentParser(AgenticPPOConfig).format_help()
+    for grpo_only in ("--std_floor", "--scale_rewards", "--max_extra_generation_rounds", "--zero_variance_groups"):
+        assert grpo_only not in help_text
+    assert "--vf_coef" in help_text and "--critic_learning_rate" in help_text
+    with pytest.raises(ValueError, match="std_floor"):
+        HfArgumentParser(AgenticPPOConfig).parse_args_into_dataclasses(
+            ["--output_dir", str(tmp_path), "--use_cpu", "--bf16", "false", "--std_floor", "1"])
 
 
 @pytest.mark.parametrize("detach", [False, True])
@@ -201,3 +214,79 @@ def test_on_policy_round_computes_old_logps_only_for_the_kl_reward(tiny_model_di
     assert torch.isfinite(loss)
     loss.backward()
     assert trainer.critic.head.weight.grad is not None
+
+
+def test_critic_learning_rate_reaches_every_critic_parameter_of_a_shared_lora_critic(tiny_model_dir, tokenizer,
+                                                                                     tmp_path):
+    """Defect: the shared critic's LoRA adapter lives inside the policy model, so the policy's param groups took it
+    first and 8 of its 10 parameters trained at the policy's rate. Expected set: the head's two tensors and every
+    parameter of the adapter named ``critic`` (found by name, not through the trainer)."""
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, environment=lambda: EchoEnvironment(turns=1),
+                       peft_config=lora, critic="shared", learning_rate=1e-6, critic_learning_rate=1e-2)
+    trainer.create_optimizer()
+    adapter = {id(p) for n, p in trainer.model.named_parameters() if ".critic." in n}
+    critic = adapter | {id(trainer.critic.head.weight), id(trainer.critic.head.bias)}
+    assert len(critic) == 2 + 2 * 2 * 2  # head + (lora_A, lora_B) x (q_proj, v_proj) x 2 layers
+    for group in trainer.optimizer.param_groups:
+        ids = {id(p) for p in group["params"]}
+        if ids & critic:
+            assert ids == critic and group["lr"] == 1e-2
+        else:
+            assert group["lr"] == 1e-6
+    assert sum(len(g["params"]) for g in trainer.optimizer.param_groups if g["lr"] == 1e-2) == 10
+
+
+def test_ppo_keeps_a_users_epsilon_high(tmp_path):
+    """Defect: epsilon_high was overwritten by epsilon without a word."""
+    assert ppo_args(tmp_path, epsilon=0.2, epsilon_high=0.28).epsilon_high == 0.28
+    assert ppo_args(tmp_path, epsilon=0.1).epsilon_high is None  # TRL then clips at epsilon on both sides
+
+
+def test_critic_detach_backbone_outside_its_case_is_refused(tiny_model_dir, tokenizer, tmp_path):
+    """Defect: critic_detach_backbone=True was silently ignored with a separate critic or a PEFT policy."""
+    with pytest.raises(ValueError, match="critic_detach_backbone"):
+        ppo_args(tmp_path, critic="separate", critic_detach_backbone=True)
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    with pytest.raises(ValueError, match="critic_detach_backbone"):
+        _trainer(tiny_model_dir, tokenizer, tmp_path, peft_config=lora, critic="shared", critic_detach_backbone=True)
+
+
+def test_whiten_rewards_with_turn_advantages_is_refused(tmp_path):
+    """Defect: whiten_rewards=True did nothing with advantage_mode='turn'."""
+    with pytest.raises(ValueError, match="whiten_rewards"):
+        ppo_args(tmp_path, advantage_mode="turn", whiten_rewards=True)
+    assert ppo_args(tmp_path, advantage_mode="token", whiten_rewards=True).whiten_rewards
+
+
+def test_kl_per_sequence_and_the_adaptive_controller_count_only_trained_rows(tiny_model_dir, tokenizer, tmp_path):
+    """Defect: rows left out of the loss (here: two whose environment failed) counted as KL 0 in the per-sequence
+    mean fed to the adaptive controller and logged as ``ppo/kl_per_sequence``. Expected value from separate forward
+    passes of the policy and of the reference model: the mean over trained rows of sum_t m_t (logp - logp_ref)
+    (k1), and the controller's update by its formula (Ziegler et al. 2019)."""
+    import torch.nn.functional as F
+
+    trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, environment=lambda: EchoEnvironment(turns=2),
+                       beta=0.05, kl_estimator="k1", target_kl=1e-3, kl_horizon=100.0)
+    with torch.no_grad():  # move the policy away from the reference
+        for p in trainer.model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    trainer.model.train()
+    rows = [dict(trainer.train_dataset[i], fail="step" if i < 2 else None) for i in range(4)]
+    batch = trainer.training_batch(rows)
+    trained = batch.loss_mask.bool()
+    assert trained.any(-1).tolist() == [False, False, True, True]
+
+    def logps(model):
+        ids = torch.cat([batch.prompt_ids, batch.completion_ids], 1)
+        with torch.no_grad():
+            logits = model(input_ids=ids, attention_mask=torch.cat([batch.prompt_mask, batch.completion_mask], 1)).logits
+        width = batch.completion_ids.size(1)
+        return F.log_softmax(logits[:, -width - 1 : -1].float(), -1).gather(-1, batch.completion_ids.unsqueeze(-1))[..., 0]
+
+    per_row = ((logps(trainer.model) - logps(trainer.ref_model)) * trained).sum(-1)
+    expected = per_row[2:].mean().item()
+    assert abs(expected) > 1e-3
+    assert trainer._metrics["train"]["ppo/kl_per_sequence"][-1] == pytest.approx(expected, rel=1e-4, abs=1e-6)
+    error = min(max(expected / 1e-3 - 1.0, -0.2), 0.2)
+    assert trainer.kl_coef == pytest.approx(0.05 * (1 + error * 4 / 100.0), rel=1e-6)

@@ -19,7 +19,6 @@ Observation tokens carry no reward, no value target and no TD step, and get no p
 from __future__ import annotations
 
 import os
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,15 +35,6 @@ from ..compat import ScoredRound, TRLBatch, post_init_with_one_generation
 from ..critic import SharedValueHead, ValueModel
 from .grpo import AgenticGRPOConfig, AgenticGRPOTrainer
 
-# Names of TRL's former PPOConfig, accepted as aliases of the names used here (TRL's own where it has one).
-_PPO_CONFIG_ALIASES = {
-    "num_ppo_epochs": "num_iterations",
-    "cliprange": "epsilon",
-    "kl_coef": "beta",
-    "missing_eos_penalty": "truncation_penalty",
-}
-
-
 @dataclass
 class AgenticPPOConfig(AgenticGRPOConfig):
     """PPO settings on top of :class:`AgenticGRPOConfig`.
@@ -54,9 +44,12 @@ class AgenticPPOConfig(AgenticGRPOConfig):
     ``num_iterations`` passes (PPO epochs) over them draws a new permutation and takes ``num_mini_batches``
     optimizer steps, each on ``gradient_accumulation_steps`` micro-batches of ``per_device_train_batch_size``.
 
-    The KL coefficient is TRL's ``beta``, the clip range TRL's ``epsilon``, the epochs TRL's ``num_iterations``.
-    The names of TRL's former ``PPOConfig`` (``kl_coef``, ``cliprange``, ``num_ppo_epochs``, ``missing_eos_penalty``)
-    are accepted with a deprecation warning.
+    Names: the KL coefficient is GRPOConfig's ``beta`` (TRL's former ``PPOConfig.kl_coef``), the clip range
+    ``epsilon`` (``cliprange``; ``epsilon_high``, if set, the upper one), the PPO epochs ``num_iterations``
+    (``num_ppo_epochs``), the penalty of an unfinished trajectory ``truncation_penalty`` (``missing_eos_penalty``).
+    ``vf_coef``, ``cliprange_value``, ``gamma``, ``lam``, ``whiten_rewards`` and ``num_mini_batches`` keep the
+    former ``PPOConfig`` names. GRPO's group-advantage settings (``scale_rewards``, ``zero_variance_groups``,
+    ``std_floor``, ``max_extra_generation_rounds``) do not apply and are not arguments.
     """
 
     num_generations: int = field(default=1, metadata={"help": "Samples per prompt; PPO needs no group."})
@@ -69,7 +62,10 @@ class AgenticPPOConfig(AgenticGRPOConfig):
     cliprange_value: float = field(default=0.2, metadata={"help": "Value clip range around the old values."})
     gamma: float = field(default=1.0, metadata={"help": "Discount per step (token or turn)."})
     lam: float = field(default=0.95, metadata={"help": "GAE lambda."})
-    whiten_rewards: bool = field(default=False, metadata={"help": "Whiten the per-token rewards (no mean shift)."})
+    whiten_rewards: bool = field(
+        default=False,
+        metadata={"help": "Whiten the per-token rewards (no mean shift); advantage_mode='token' only."},
+    )
     truncation_penalty: float | None = field(
         default=None,
         metadata={"help": "Subtracted from the score of trajectories that did not end on their own (budget, "
@@ -86,23 +82,17 @@ class AgenticPPOConfig(AgenticGRPOConfig):
     )
     critic_detach_backbone: bool = field(
         default=False,
-        metadata={"help": "Shared critic without PEFT: False (default, the shared trunk of TRL's former "
+        metadata={"help": "critic='shared' without PEFT only: False (default, the shared trunk of TRL's former "
                   "AutoModelForCausalLMWithValueHead and cleanrl's PPO) lets vf_coef * value loss train the "
                   "policy's decoder too, at the policy's learning rate; True trains the value head alone."},
     )
-    num_ppo_epochs: int | None = field(default=None, metadata={"help": "Deprecated: use num_iterations."})
-    cliprange: float | None = field(default=None, metadata={"help": "Deprecated: use epsilon."})
-    kl_coef: float | None = field(default=None, metadata={"help": "Deprecated: use beta."})
-    missing_eos_penalty: float | None = field(default=None, metadata={"help": "Deprecated: use truncation_penalty."})
+    # GRPO's group-advantage settings: fixed, and hidden from --help (HfArgumentParser skips init=False fields).
+    scale_rewards: str = field(default="group", init=False)
+    zero_variance_groups: str = field(default="keep", init=False)
+    std_floor: float = field(default=0.1, init=False)
+    max_extra_generation_rounds: int = field(default=2, init=False)
 
     def __post_init__(self) -> None:
-        for old, new in _PPO_CONFIG_ALIASES.items():
-            value = getattr(self, old)
-            if value is not None:
-                warnings.warn(f"AgenticPPOConfig({old}=...) is deprecated; use {new}=", DeprecationWarning, stacklevel=3)
-                setattr(self, new, value)
-                setattr(self, old, None)
-        self.epsilon_high = self.epsilon
         if self.generation_batch_size is not None or self.steps_per_generation is not None:
             raise ValueError("AgenticPPOConfig sets the generation batch from num_mini_batches; do not pass "
                              "generation_batch_size or steps_per_generation")
@@ -114,8 +104,11 @@ class AgenticPPOConfig(AgenticGRPOConfig):
             raise ValueError(f"advantage_mode must be 'token' or 'turn', got {self.advantage_mode!r}")
         if self.critic not in ("separate", "shared"):
             raise ValueError(f"critic must be 'separate' or 'shared', got {self.critic!r}")
-        if self.zero_variance_groups != "keep":
-            raise ValueError("zero_variance_groups applies to group advantages (GRPO); PPO uses a critic")
+        if self.whiten_rewards and self.advantage_mode != "token":
+            raise ValueError("whiten_rewards=True whitens per-token rewards; it needs advantage_mode='token'")
+        if self.critic_detach_backbone and self.critic != "shared":
+            raise ValueError("critic_detach_backbone=True applies to critic='shared' only (a separate critic shares "
+                             "no backbone); drop it")
 
 
 class AgenticPPOTrainer(AgenticGRPOTrainer):
@@ -145,7 +138,10 @@ class AgenticPPOTrainer(AgenticGRPOTrainer):
         if not isinstance(self.args, AgenticPPOConfig):
             raise TypeError(f"AgenticPPOTrainer needs args=AgenticPPOConfig(...), got {type(self.args).__name__}")
         self.critic = self._build_critic(value_model, kwargs.get("peft_config"))
-        self.kl_controller = (  # adapts self.beta, the coefficient of the KL in the reward
+        # The coefficient of the KL in the reward: args.beta, adapted by the controller (its only writer) when
+        # target_kl is set. TRL's own self.beta stays args.beta (TRL computes the reference log-probs when it is != 0).
+        self.kl_coef = self.args.beta
+        self.kl_controller = (
             AdaptiveKLController(self.args.beta, self.args.target_kl, self.args.kl_horizon)
             if self.args.target_kl is not None else None
         )
@@ -159,6 +155,9 @@ class AgenticPPOTrainer(AgenticGRPOTrainer):
             critic = ValueModel.from_policy(value_model)
         elif self.args.critic == "shared":
             critic_adapter = None
+            if isinstance(policy, PeftModel) and self.args.critic_detach_backbone:
+                raise ValueError("critic_detach_backbone=True applies to a policy without PEFT; with peft_config the "
+                                 "shared critic has its own adapter and never trains the policy's: drop it")
             if isinstance(policy, PeftModel) and peft_config is not None:
                 critic_adapter = type(peft_config)(**{**peft_config.to_dict(), "task_type": None})
             critic = SharedValueHead(policy, adapter_config=critic_adapter,
@@ -187,14 +186,18 @@ class AgenticPPOTrainer(AgenticGRPOTrainer):
         return [p for p in self._critic_parameters() if id(p) not in inside]
 
     def create_optimizer(self, model: Any = None) -> torch.optim.Optimizer:
-        """The policy's param groups plus one for the critic, with ``critic_learning_rate`` (Search-R1: actor 1e-6,
-        critic 1e-5). One optimizer step updates both."""
+        """The policy's param groups without the critic's parameters, plus one group for all of them with
+        ``critic_learning_rate`` (Search-R1: actor 1e-6, critic 1e-5) and no weight decay. One optimizer step updates
+        both. (A shared critic's adapter lives inside the policy model, so the Trainer's groups would hold it.)"""
+        if self.optimizer is not None:  # built already, critic group included
+            return self.optimizer
         optimizer = super().create_optimizer(model)
-        seen = {id(p) for group in optimizer.param_groups for p in group["params"]}
-        params = [p for p in self._critic_parameters() if id(p) not in seen]
-        if params:
-            lr = self.args.critic_learning_rate or self.args.learning_rate
-            optimizer.add_param_group({"params": params, "lr": lr, "weight_decay": 0.0})
+        critic = self._critic_parameters()
+        critic_ids = {id(p) for p in critic}
+        for group in optimizer.param_groups:
+            group["params"] = [p for p in group["params"] if id(p) not in critic_ids]
+        lr = self.args.critic_learning_rate or self.args.learning_rate
+        optimizer.add_param_group({"params": critic, "lr": lr, "weight_decay": 0.0})
         return optimizer
 
     def _critic_values(self, batch: TRLBatch) -> torch.Tensor:
@@ -237,7 +240,7 @@ class AgenticPPOTrainer(AgenticGRPOTrainer):
 
         fmask = mask.float()
         if self.args.advantage_mode == "token":
-            rewards = build_token_rewards(scores, fmask, kl, self.beta)
+            rewards = build_token_rewards(scores, fmask, kl, self.kl_coef)
             if self.args.whiten_rewards:
                 rewards = masked_whiten(rewards, fmask, shift_mean=False, reduce=self._reduce)
             advantages, returns = token_gae(rewards, values, fmask, self.args.gamma, self.args.lam)
@@ -256,7 +259,7 @@ class AgenticPPOTrainer(AgenticGRPOTrainer):
         env_rewards = torch.zeros(len(spans), num_turns, device=values.device)
         for row, t in enumerate(scored.trajectories):
             env_rewards[row, : len(t.turn_rewards)] = torch.tensor(t.turn_rewards[:num_turns], dtype=torch.float)
-        turn_rewards = build_turn_rewards(scores, ids, num_turns, env_rewards, kl, self.beta)
+        turn_rewards = build_turn_rewards(scores, ids, num_turns, env_rewards, kl, self.kl_coef)
         turn_values = gather_turn_values(values, ids, num_turns)
         turn_adv, turn_ret = turn_gae(turn_rewards, turn_values, turn_mask(ids, num_turns), self.args.gamma, self.args.lam)
         return broadcast_turns(turn_adv, ids), broadcast_turns(turn_ret, ids)
@@ -269,11 +272,14 @@ class AgenticPPOTrainer(AgenticGRPOTrainer):
         self.log_metric("ppo/value_mean", masked_mean(values, mask, reduce=self._reduce).item())
         self.log_metric("ppo/explained_variance", explained_variance(values, returns, mask, self._reduce).item())
         if kl is not None:
-            seq_kl = self.accelerator.gather(kl.sum(-1)).mean().item()
+            # Per-sequence KL over the rows the loss trains on (a row left out has no KL to speak of, not KL 0).
+            trained = mask.any(-1)
+            total = self._reduce(torch.stack([(kl.sum(-1) * trained).sum(), trained.sum().float()]))
+            seq_kl = (total[0] / total[1].clamp(min=1.0)).item()
             self.log_metric("ppo/kl_per_sequence", seq_kl)
-            self.log_metric("ppo/kl_coef", self.beta)
+            self.log_metric("ppo/kl_coef", self.kl_coef)
             if self.kl_controller is not None and self.model.training:
-                self.beta = self.kl_controller.update(seq_kl, self.args.generation_batch_size)
+                self.kl_coef = self.kl_controller.update(seq_kl, self.args.generation_batch_size)
 
     # -- loss (hook of the boundary) -------------------------------------------------------------------------
     def loss(self, model: Any, batch: TRLBatch) -> torch.Tensor:
