@@ -11,8 +11,17 @@ from trl_agentic.trainers.zero_variance import merge_rounds, pick_groups
 
 
 def test_zero_std_groups():
-    rewards = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.5, 0.5000001])
+    rewards = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.5, 0.5])
     assert zero_std_groups(rewards, 2).tolist() == [True, False, True]
+
+
+def test_zero_std_groups_skips_unscorable_members():
+    """Defect: a group [1, None, 1, 1] counted its unscorable member as 0 and looked informative. NaN (unscorable)
+    members are left out, as TRL's ``frac_reward_zero_std``; a group with fewer than two scorable members has no
+    spread either."""
+    nan = float("nan")
+    rewards = torch.tensor([1.0, nan, 1.0, 1.0, 0.0, 1.0, nan, nan, nan, nan, nan, 2.0])
+    assert zero_std_groups(rewards, 4).tolist() == [True, False, True]
 
 
 def test_pick_groups_prefers_kept_then_fills_with_dropped():
@@ -76,6 +85,46 @@ def test_dynamic_sampling_replaces_dropped_groups(tiny_model_dir, tokenizer, tmp
     assert batch["num_items_in_batch"].item() == mask.sum().item()
 
 
+def test_dynamic_sampling_drops_a_group_whose_only_spread_is_an_unscorable_member(tiny_model_dir, tokenizer,
+                                                                                  tmp_path):
+    """Defect: the group [1, None, 1, 1] was kept (its None counted as 0). Group 0 of every round is such a group,
+    group 1 has a spread: one group dropped per round, both rounds."""
+
+    def by_position(completions, **kwargs):
+        return [None if i == 1 else (1.0 if i < 4 else float(i % 2)) for i in range(len(completions))]
+
+    args = agentic_args(tmp_path, zero_variance_groups="dynamic_sampling", max_extra_generation_rounds=1,
+                        per_device_train_batch_size=8, num_generations=4, max_steps=1)
+    trainer = AgenticGRPOTrainer(model=tiny_model_dir, reward_funcs=by_position, args=args,
+                                 train_dataset=lookup_dataset(16), processing_class=tokenizer,
+                                 environment=lambda: EchoEnvironment(turns=1))
+    trainer.model.train()
+    trainer._generate_and_score_completions([trainer.train_dataset[i // 4] for i in range(8)])
+    metrics = trainer._metrics["train"]
+    assert metrics["agentic/zero_variance/dropped_groups"] == [2.0]
+    assert metrics["agentic/zero_variance/extra_rounds"] == [1.0]
+
+
+def test_std_floor_in_evaluation_groups_by_num_generations_eval(tiny_model_dir, tokenizer, tmp_path):
+    """Defect: evaluation grouped by num_generations (2) instead of num_generations_eval (3): an eval batch of 3
+    raised "shape '[-1, 2]' is invalid". Expected advantages computed by hand: rewards (0, 1, 3), mean 4/3,
+    unbiased std sqrt(7/3) > std_floor."""
+
+    def by_position(completions, **kwargs):
+        return [(0.0, 1.0, 3.0)[i % 3] for i in range(len(completions))]
+
+    args = agentic_args(tmp_path, zero_variance_groups="std_floor", std_floor=0.1, num_generations=2,
+                        num_generations_eval=3, per_device_eval_batch_size=3)
+    trainer = AgenticGRPOTrainer(model=tiny_model_dir, reward_funcs=by_position, args=args,
+                                 train_dataset=lookup_dataset(8), eval_dataset=lookup_dataset(3),
+                                 processing_class=tokenizer, environment=lambda: EchoEnvironment(turns=1))
+    trainer.model.eval()
+    batch = trainer.training_batch([trainer.eval_dataset[0]] * 3)
+    std = (7 / 3) ** 0.5
+    expected = torch.tensor([(r - 4 / 3) / (std + 1e-4) for r in (0.0, 1.0, 3.0)])
+    torch.testing.assert_close(batch.advantages, expected)
+
+
 def test_std_floor_needs_group_scaling(tmp_path):
     with pytest.raises(ValueError, match="std_floor"):
         agentic_args(tmp_path, zero_variance_groups="std_floor", scale_rewards="batch")
@@ -83,33 +132,40 @@ def test_std_floor_needs_group_scaling(tmp_path):
 
 def test_std_floor_follows_trls_aggregation_and_leaves_unscorable_rows_at_zero(tiny_model_dir, tokenizer, tmp_path):
     """Before: the floored advantages were rebuilt from summed rewards, ignoring multi_objective_aggregation, and an
-    unscorable (all-None) row got a non-zero advantage."""
-    from trl_agentic.algorithms.advantages import group_advantages
+    unscorable (all-None) row got a non-zero advantage. Expected values from a plain loop (GDPO: each function
+    normalised in its group with the floor, weighted sum, then normalised over the batch), not from the library."""
+    import statistics
 
-    def sometimes_none(completions, trajectory, **kwargs):
-        return [None if i == 0 else float(t.num_agent_tokens % 4) for i, t in enumerate(trajectory)]
+    a = [None, 1.0, 1.0, 1.02, 0.0, 2.0, 1.0, 1.0]
+    b = [None, 0.0, 3.0, 0.0, 1.0, 1.0, 1.0, 1.0]
+    weights = [1.0, 0.5]
 
-    def other(completions, trajectory, **kwargs):
-        return [None if i == 0 else float(len(t.actions[0]) % 3) for i, t in enumerate(trajectory)]
+    def reward_a(completions, **kwargs):
+        return a[: len(completions)]
 
-    args = agentic_args(tmp_path, zero_variance_groups="std_floor", std_floor=0.5,
+    def reward_b(completions, **kwargs):
+        return b[: len(completions)]
+
+    args = agentic_args(tmp_path, zero_variance_groups="std_floor", std_floor=0.5, reward_weights=weights,
                         multi_objective_aggregation="normalize_then_sum", per_device_train_batch_size=8,
                         num_generations=4)
-    trainer = AgenticGRPOTrainer(model=tiny_model_dir, reward_funcs=[sometimes_none, other], args=args,
+    trainer = AgenticGRPOTrainer(model=tiny_model_dir, reward_funcs=[reward_a, reward_b], args=args,
                                  train_dataset=lookup_dataset(8), processing_class=tokenizer,
                                  environment=lambda: EchoEnvironment(turns=2))
     trainer.model.train()
-    rows = [trainer.train_dataset[i // 4] for i in range(8)]
-    original = trainer.score_round
-    captured = {}
+    batch = trainer.training_batch([trainer.train_dataset[i // 4] for i in range(8)])
 
-    def keep(rows):
-        captured["scored"] = original(rows)
-        return captured["scored"]
+    def normalised(values):  # one function, one group: (x - mean) / (max(std, floor) + 1e-4), None skipped
+        present = [v for v in values if v is not None]
+        mean, std = statistics.mean(present), statistics.stdev(present)
+        return [None if v is None else (v - mean) / (max(std, 0.5) + 1e-4) for v in values]
 
-    trainer.score_round = keep
-    batch = trainer.training_batch(rows)
-    scored = captured["scored"]
-    expected = group_advantages(scored.rewards_per_func, trainer.reward_weights, 4, "normalize_then_sum", "group", 0.5)
+    z = [normalised(f[g : g + 4]) for f in (a, b) for g in (0, 4)]
+    za, zb = z[0] + z[1], z[2] + z[3]
+    total = [None if x is None and y is None else weights[0] * (x or 0.0) + weights[1] * (y or 0.0)
+             for x, y in zip(za, zb)]
+    present = [t for t in total if t is not None]
+    mean, std = statistics.mean(present), statistics.stdev(present)
+    expected = torch.tensor([0.0 if t is None else (t - mean) / (std + 1e-4) for t in total])
     torch.testing.assert_close(batch.advantages, expected)
     assert batch.advantages[0] == 0

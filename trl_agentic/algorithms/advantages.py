@@ -78,6 +78,9 @@ def group_advantages(
 
 
 def zero_std_groups(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
-    """Boolean per group: all (weighted, summed) rewards of the group are equal. ``rewards`` is the global (N,)."""
-    grouped = rewards.view(-1, num_generations)
-    return torch.isclose(grouped, grouped[:, :1], equal_nan=True).all(dim=1)
+    """Boolean per group: the group has no reward spread, hence no advantage. ``rewards`` is the global (N,)
+    weighted sum, NaN for an unscorable completion. Unscorable members are skipped, as in TRL's
+    ``frac_reward_zero_std`` (``isclose(nanstd, 0)``); a group with fewer than two scorable members (NaN std) has
+    no spread either."""
+    std = _nanstd(rewards.view(-1, num_generations), dim=1)
+    return torch.isclose(std, torch.zeros_like(std)) | torch.isnan(std)

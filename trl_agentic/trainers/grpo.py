@@ -45,9 +45,13 @@ class AgenticGRPOConfig(GRPOConfig):
 
     KL (``beta``, ``kl_estimator``), on agent tokens only, with ``r = logp_ref - logp`` at tokens sampled from the
     policy (Schulman 2020, "Approximating KL divergence"). As a *loss* term (GRPO), what matters is the expected
-    gradient (Tang & Munos 2025, arXiv 2506.09477): ``k1 = -r`` has zero expected gradient (it is a reward
-    penalty, PPO's), ``k2 = r^2 / 2`` gives the gradient of KL(pi || pi_ref), ``k3 = exp(r) - r - 1`` (TRL's and
-    DeepSeekMath's) the gradient of KL(pi_ref || pi).
+    gradient (Tang & Munos 2025, arXiv 2506.09477), and it depends on TRL's ``use_bias_correction_kl``, which
+    multiplies the term by the importance ratio ``pi / pi_old``:
+
+    - ``use_bias_correction_kl=False``: ``k1 = -r`` has zero expected gradient (it is a reward penalty, PPO's),
+      ``k2 = r^2 / 2`` gives the gradient of KL(pi || pi_ref), ``k3 = exp(r) - r - 1`` that of KL(pi_ref || pi).
+    - ``use_bias_correction_kl=True`` (TRL's default): ``k1`` and ``k3`` both give the gradient of KL(pi || pi_ref)
+      (the ratio turns their expectation into E_pi[k] = KL(pi || pi_ref)); ``k2`` that of E_pi[r^2 / 2].
     """
 
     max_turns: int = field(default=4, metadata={"help": "Most model turns per trajectory."})
@@ -72,13 +76,14 @@ class AgenticGRPOConfig(GRPOConfig):
     overlap_chunks: str = field(
         default="auto",
         metadata={"help": "Generate each turn in this many chunks so that one chunk's tool calls run while the next "
-                  "generates: 'auto' (two chunks when the first turn's tools took >= 25% of its generation time), "
+                  "generates: 'auto' (two chunks when the first turn's tools took at least a quarter of its generation time), "
                   "1 (off), or a number."},
     )
     kl_estimator: str = field(
         default="k3",
-        metadata={"help": "KL estimator on agent tokens: 'k3' (TRL's; gradient of KL(ref||pi)), 'k2' (gradient of "
-                  "KL(pi||ref)) or 'k1' (zero expected gradient as a loss term: use it as PPO's reward penalty)."},
+        metadata={"help": "KL estimator on agent tokens: 'k3' (TRL's), 'k2' or 'k1'. Gradient as a loss term with "
+                  "use_bias_correction_kl=True (TRL's default): k1 and k3 that of KL(pi||ref), k2 that of "
+                  "E_pi[(log pi/ref)^2/2]; with False: k3 that of KL(ref||pi), k2 that of KL(pi||ref), k1 zero."},
     )
     mask_observations: bool = field(
         default=True,
@@ -107,10 +112,12 @@ class AgenticGRPOConfig(GRPOConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         self._check_agentic_fields()
-        if self.kl_estimator == "k1" and self.beta != 0.0 and type(self) is AgenticGRPOConfig:
+        if (self.kl_estimator == "k1" and self.beta != 0.0 and not self.use_bias_correction_kl
+                and type(self) is AgenticGRPOConfig):
             warnings.warn(
-                "kl_estimator='k1' as a GRPO loss term has zero expected gradient, so it does not pull the policy "
-                "towards the reference; use 'k3' (TRL's) or 'k2', or put k1 in the reward with AgenticPPOTrainer.",
+                "kl_estimator='k1' with use_bias_correction_kl=False has zero expected gradient as a GRPO loss term, "
+                "so it does not pull the policy towards the reference; keep use_bias_correction_kl=True (then its "
+                "gradient is that of KL(pi||ref)), use 'k3' or 'k2', or put k1 in the reward with AgenticPPOTrainer.",
                 stacklevel=3,
             )
         if not self.mask_observations:
@@ -308,8 +315,9 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
         scored = self._scored_round(rows)
         policy = getattr(self.args, "zero_variance_groups", "keep")
         if policy == "std_floor":
+            group = self.num_generations if self.model.training else self.num_generations_eval  # as TRL groups
             advantages = group_advantages(
-                scored.rewards_per_func, self.reward_weights, self.num_generations, self.multi_objective_aggregation,
+                scored.rewards_per_func, self.reward_weights, group, self.multi_objective_aggregation,
                 self.scale_rewards, self.args.std_floor,
             )
             scored.batch.advantages = self._local(advantages).to(scored.batch.advantages.device)
@@ -335,12 +343,18 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
         weights = self.reward_weights.to(scored.rewards_per_func.device)
         return (scored.rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
 
+    def _groups_without_spread(self, scored: ScoredRound) -> torch.Tensor:
+        """Per group of the global batch: no reward spread among its scorable completions (``zero_std_groups``)."""
+        rewards = self._global_rewards(scored)
+        rewards[torch.isnan(scored.rewards_per_func).all(dim=1)] = torch.nan  # unscorable: out, not 0
+        return zero_std_groups(rewards, self.num_generations)
+
     def _dynamic_sampling(self, rows: list[dict[str, Any]], first: ScoredRound) -> TRLBatch:
         """DAPO dynamic sampling; see :mod:`trl_agentic.trainers.zero_variance`. Every process runs the same number
         of rounds (the decision reads the gathered rewards), so collective calls stay aligned."""
         group = self.num_generations
         self._record(first)
-        rounds, keeps = [first.batch], [~zero_std_groups(self._global_rewards(first), group)]
+        rounds, keeps = [first.batch], [~self._groups_without_spread(first)]
         needed = keeps[0].numel()
         for extra in range(self.args.max_extra_generation_rounds):
             if sum(int(k.sum()) for k in keeps) >= needed:
@@ -348,7 +362,7 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
             scored = self._scored_round(self._sample_more_rows(len(rows), extra))
             self._record(scored)
             rounds.append(scored.batch)
-            keeps.append(~zero_std_groups(self._global_rewards(scored), group))
+            keeps.append(~self._groups_without_spread(scored))
         picked = pick_groups(keeps, needed)
         device = self.accelerator.device
         merged = merge_rounds(
