@@ -7,7 +7,7 @@ import trl
 
 from helpers import EchoEnvironment, agentic_args, lookup_dataset
 from trl_agentic import AgenticGRPOTrainer, compat
-from trl_agentic.algorithms.kl import kl_penalty
+from trl_agentic.trainers.grpo import CLIPPED_LOSS_TYPES
 from trl_agentic.toy import lookup_reward
 
 
@@ -31,15 +31,23 @@ def test_private_signatures_unchanged():
     assert compat.signature_mismatches() == []
 
 
-def test_public_attributes_we_read_exist(tiny_model_dir, tokenizer, tmp_path):
-    """Public but undocumented GRPOTrainer attributes the trainers read, and the private ones the boundary reads."""
-    trainer = _trainer(tiny_model_dir, tokenizer, tmp_path)
-    for name in ("reward_weights", "reward_func_names", "num_generations", "generation_config", "eos_token_ids",
-                 "beta", "loss_type", "use_vllm", "max_completion_length", "accelerator", "importance_sampling_level",
-                 "multi_objective_aggregation", "scale_rewards", "num_iterations", "_metrics", "_step",
-                 "_buffered_inputs"):
-        assert hasattr(trainer, name), f"GRPOTrainer no longer has {name}"
+def test_trl_attributes_we_read_have_the_values_we_assume(tiny_model_dir, tokenizer, tmp_path):
+    """Every GRPOTrainer attribute the trainers read (tests/test_boundary.py lists them), with the value it must
+    have for this config: a rename or a change of meaning fails here, not only a removal."""
+    trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, beta=0.25, epsilon=0.15, epsilon_high=0.3,
+                       loss_type="bnpo", importance_sampling_level="sequence", scale_rewards="batch",
+                       multi_objective_aggregation="normalize_then_sum", num_iterations=2)
+    assert torch.equal(trainer.reward_weights, torch.ones(1)) and trainer.reward_func_names == ["lookup_reward"]
+    assert (trainer.num_generations, trainer.num_generations_eval) == (2, 2)
     assert trainer.eos_token_ids == [tokenizer.eos_token_id]
+    assert trainer.generation_config.max_new_tokens == 64
+    assert (trainer.beta, trainer.epsilon_low, trainer.epsilon_high) == (0.25, 0.15, 0.3)
+    assert (trainer.loss_type, trainer.importance_sampling_level, trainer.scale_rewards) == ("bnpo", "sequence", "batch")
+    assert trainer.multi_objective_aggregation == "normalize_then_sum" and trainer.num_iterations == 2
+    assert trainer.use_vllm is False and trainer.vllm_importance_sampling_correction is True
+    assert trainer.max_completion_length == 64 and trainer.aux_loss_enabled is False
+    assert trainer.ref_model is not None and trainer.processing_class is tokenizer
+    assert (trainer._step, trainer._buffered_inputs) == (0, None)
     trainer.log_metric("agentic/probe", 1.0)
     assert trainer._metrics["train"]["agentic/probe"] == [1.0]
     from trl.trainer.utils import (  # noqa: F401 - the boundary's _prepare_inputs uses them
@@ -67,15 +75,13 @@ def test_score_round_hands_back_rows_rewards_and_trajectories(tiny_model_dir, to
     assert set(batch.row_keys()) >= {"prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "tool_mask"}
 
 
-LOSS_TYPES = ["dapo", "grpo", "bnpo", "dr_grpo", "luspo", "cispo", "sapo", "vespo"]
-
-
 @pytest.mark.parametrize("level", ["token", "sequence"])
 @pytest.mark.parametrize("bias_correction", [False, True])
-@pytest.mark.parametrize("loss_type", LOSS_TYPES)
-def test_our_kl_path_equals_trls_for_k3(tiny_model_dir, tokenizer, tmp_path, loss_type, level, bias_correction):
-    """TRL's loss with its k3 KL == TRL's loss without KL + beta * our k3, importance-weighted as TRL weights it and
-    aggregated by aggregate_like_trl: the contract behind the k1/k2 path, for every loss type and IS level."""
+@pytest.mark.parametrize("loss_type", CLIPPED_LOSS_TYPES)
+def test_clipped_loss_with_k3_equals_trls_loss(tiny_model_dir, tokenizer, tmp_path, loss_type, level, bias_correction):
+    """The contract behind the k1/k2 path and PPO's policy loss: our clipped loss with TRL's estimator (k3) equals
+    TRL's own _compute_loss on the same batch, for every clipped loss type, IS level and bias correction, with the
+    policy away from both the reference and the old policy."""
     beta = 0.3
     trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, beta=beta, loss_type=loss_type,
                        importance_sampling_level=level, use_bias_correction_kl=bias_correction)
@@ -83,15 +89,22 @@ def test_our_kl_path_equals_trls_for_k3(tiny_model_dir, tokenizer, tmp_path, los
     with torch.no_grad():  # make the policy differ from the reference and from the old policy
         batch.data["ref_per_token_logps"] = batch.ref_logps + 0.2 * torch.randn_like(batch.ref_logps)
         batch.old_logps = trainer.policy_logps(trainer.model, batch) + 0.1 * torch.randn_like(batch.ref_logps)
-    trl_loss, _ = trainer.trl_loss(trainer.model, batch, with_kl=True)
-    no_kl_loss, logps = trainer.trl_loss(trainer.model, batch, with_kl=False)
-    k3 = kl_penalty(logps, batch.ref_logps, "k3")
-    if bias_correction:
-        k3 = k3 * trainer.importance_weights(logps, batch)
-    ours = no_kl_loss + beta * trainer.aggregate_like_trl(k3, batch.loss_mask, batch)
-    assert trainer.beta == beta  # restored
+    batch.advantages = torch.tensor([1.0, -0.5, 0.25, -2.0])
+    trl_loss = trainer.trl_loss(trainer.model, batch)
+    ours = trainer.clipped_loss(trainer.model, batch, kl_estimator="k3")
     torch.testing.assert_close(ours, trl_loss, rtol=1e-5, atol=1e-6)
-    assert not torch.isclose(no_kl_loss, trl_loss)  # the KL term was really there
+    without_kl = trainer.clipped_loss(trainer.model, batch)
+    assert not torch.isclose(without_kl, trl_loss)  # the KL term was really there
+    assert trainer.beta == beta
+
+
+@pytest.mark.parametrize("loss_type", ["cispo", "sapo", "vespo"])
+def test_k1_and_k2_refuse_what_the_clipped_loss_does_not_implement(tiny_model_dir, tokenizer, tmp_path, loss_type):
+    with pytest.raises(ValueError, match="loss_type"):
+        _trainer(tiny_model_dir, tokenizer, tmp_path, beta=0.1, kl_estimator="k2", loss_type=loss_type)
+    with pytest.raises(ValueError, match="top_entropy_quantile"):
+        _trainer(tiny_model_dir, tokenizer, tmp_path, beta=0.1, kl_estimator="k1", top_entropy_quantile=0.5)
+    _trainer(tiny_model_dir, tokenizer, tmp_path, beta=0.1, kl_estimator="k3", loss_type=loss_type)  # TRL's loss
 
 
 def test_non_finite_values_at_masked_positions_do_not_reach_the_loss(tiny_model_dir, tokenizer, tmp_path):

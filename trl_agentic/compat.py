@@ -1,35 +1,39 @@
-"""The boundary with TRL: every override of a ``GRPOTrainer`` method and every private TRL (or transformers
-``Trainer``) name used by trl-agentic lives in this module, and nowhere else (``tests/test_boundary.py``
-enforces it with a grep).
+"""The boundary with TRL: every override of a private ``GRPOTrainer`` method and every private TRL (or transformers
+``Trainer``) name used by trl-agentic lives in this module, and nowhere else. ``tests/test_boundary.py`` enforces it
+and also lists every public TRL attribute our code reads and every public method our trainers override;
+``tests/test_compat.py`` holds a contract test for each item below.
 
 trl-agentic builds on GRPOTrainer's public surface: ``rollout_func`` (the rollout seam; its extra keys reach the
-reward functions as keyword arguments, which is how trajectories travel), the reward-function keyword arguments,
-the config, ``eos_token_ids``, ``reward_weights``, ``num_generations``, ``generation_config``. On top of it,
-:class:`GRPOTrainerBoundary` overrides TRL's private methods once and hands our trainers small named hooks:
+reward functions as keyword arguments, which is how trajectories travel), the reward-function keyword arguments and
+the config. On top of it, :class:`GRPOTrainerBoundary` overrides TRL's private methods once and hands our trainers
+named hooks: ``training_batch(rows) -> TRLBatch`` (one generation round; default TRL's), ``loss(model, batch)``
+(one micro-batch; default TRL's, :meth:`~GRPOTrainerBoundary.trl_loss`), ``reward_adjustment`` (the gathered
+rewards before TRL's advantages), ``extra_parameters()`` (a critic's parameters outside the model) and
+``reshuffle_each_pass`` (PPO's new permutation per epoch).
 
-===================================  =====================================================================
-hook (override in a subclass)        called
-===================================  =====================================================================
-``training_batch(rows) -> TRLBatch``  for each generation round; default: :meth:`~GRPOTrainerBoundary.score_round`
-``loss(model, batch) -> Tensor``      for each micro-batch; default: TRL's loss (:meth:`~GRPOTrainerBoundary.trl_loss`)
-``extra_parameters() -> list``        parameters outside the model that the optimizer updates (a critic): clipped
-                                      with the model's and cleared after each optimizer step
-``reshuffle_each_pass: bool``         draw a new mini-batch permutation for every pass over a generation batch
-===================================  =====================================================================
+What it relies on, with the place in trl 1.16.0 (``trl/trainer/grpo_trainer.py`` unless named):
 
-and services: :meth:`~GRPOTrainerBoundary.score_round` (TRL's generation and scoring of one round, returning the
-batch, the rewards of every reward function over all processes, and the trajectories),
-:meth:`~GRPOTrainerBoundary.rollout_rows` (the dataset rows of the round being generated, for
-``Environment.reset``), :meth:`~GRPOTrainerBoundary.trl_loss` (TRL's loss with or without its k3 term, and the
-policy log-probs it computed), :meth:`~GRPOTrainerBoundary.aggregate_like_trl`,
-:meth:`~GRPOTrainerBoundary.importance_weights`, :meth:`~GRPOTrainerBoundary.policy_logps` and
-:meth:`~GRPOTrainerBoundary.log_metric`. :class:`TRLBatch` is the typed view of TRL's batch dict.
+=====================================================  ==========================================================
+TRL internal                                           used for
+=====================================================  ==========================================================
+``_generate_and_score_completions(inputs)`` (l. 2324)   overridden: ``training_batch``; called by ``score_round``
+``_calculate_rewards(inputs, prompts, ...)`` (l. 1579)  overridden: ``reward_adjustment``, and the round's rewards
+``_compute_loss(model, inputs)`` (l. 3020)              overridden: ``loss``; called by ``trl_loss``
+``_get_per_token_logps_and_entropies`` (l. 1419)        called: ``logps_and_entropies``, ``policy_logps``
+``_prepare_inputs(generation_batch)`` (l. 1522)         overridden: ``reshuffle_each_pass``, with ``_step`` (l. 948),
+                                                        ``_buffered_inputs`` (l. 951) and ``trl.trainer.utils``'
+                                                        ``split_tensor_dict``, ``shuffle_sequence_dict``,
+                                                        ``(un)split_pixel_values_by_grid``
+``_metrics`` (l. 1080)                                  ``log_metric``: averaged and logged with TRL's metrics
+``_dist`` (l. 1177)                                     ``unwrap_for_generation``: FSDP parameter gathering
+``Trainer._clip_grad_norm(model)`` (transformers)       overridden: the critic's gradients clipped with the model's
+``VLLMGeneration.max_completion_length``,               ``TRLVLLMGenerator``: per-turn budget and stop strings
+``.generation_kwargs``, ``.generate`` (vllm_generation)
+=====================================================  ==========================================================
 
-Private TRL names used (each has a contract test in ``tests/test_compat.py``): the methods in
-``REQUIRED_SIGNATURES``; ``GRPOTrainer._metrics``, ``._step``, ``._buffered_inputs``, ``._dist``;
-``trl.trainer.utils.shuffle_sequence_dict`` / ``split_tensor_dict`` / ``split_pixel_values_by_grid`` /
-``unsplit_pixel_values_by_grid``; ``VLLMGeneration.max_completion_length`` / ``.generation_kwargs`` /
-``.generate(...)``. From transformers' ``Trainer``: ``_clip_grad_norm``.
+``REQUIRED_SIGNATURES`` lists the parameters we call the private methods with. Nothing here replaces a method on an
+instance or writes a TRL attribute that TRL also writes, except ``_buffered_inputs`` (as TRL's own
+``_prepare_inputs``) and ``model_wrapped`` (``end_training``).
 """
 
 from __future__ import annotations
@@ -44,7 +48,6 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 import trl
 from packaging.version import Version
-from transformers import TrainerCallback
 from trl import GRPOTrainer
 
 from .algorithms.masked import zero_masked
@@ -250,6 +253,9 @@ class GRPOTrainerBoundary(GRPOTrainer):
     """
 
     reshuffle_each_pass: bool = False
+    # The batch keys TRL's _compute_loss passes to _get_per_token_logps_and_entropies besides the ids and masks.
+    MULTIMODAL_KEYS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes",
+                       "num_tiles", "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids")
     settle_seconds: float = 1.0  # end_training: time for gloo's workers to release their last work objects
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -257,7 +263,6 @@ class GRPOTrainerBoundary(GRPOTrainer):
         self._round_rewards: torch.Tensor | None = None
         self._full_generation_batch: dict[str, Any] | None = None
         super().__init__(*args, **kwargs)
-        self.add_callback(_ClearExtraGradients(self))
 
     # -- hooks -----------------------------------------------------------------------------------------------
     def training_batch(self, rows: list[dict[str, Any]]) -> TRLBatch:
@@ -266,10 +271,10 @@ class GRPOTrainerBoundary(GRPOTrainer):
 
     def loss(self, model: Any, batch: TRLBatch) -> torch.Tensor:
         """The loss of one micro-batch (default: TRL's)."""
-        return self.trl_loss(model, batch, with_kl=True)[0]
+        return self.trl_loss(model, batch)
 
     def extra_parameters(self) -> list[torch.nn.Parameter]:
-        """Trained parameters that are not the model's (default: none)."""
+        """Trained parameters that are not the model's (default: none): clipped together with the model's."""
         return []
 
     def reward_adjustment(self, rewards_per_func: torch.Tensor, rows: list[dict[str, Any]]) -> torch.Tensor:
@@ -293,43 +298,35 @@ class GRPOTrainerBoundary(GRPOTrainer):
         trajectories = [row["trajectory"] for row in rows if "trajectory" in row]
         return ScoredRound(TRLBatch(data), rewards, trajectories, rows)
 
-    def trl_loss(self, model: Any, batch: TRLBatch, with_kl: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """TRL's loss (with its k3 KL term when ``with_kl``) and the per-token policy log-probs (with gradient) it
-        computed.
+    def trl_loss(self, model: Any, batch: TRLBatch) -> torch.Tensor:
+        """TRL's loss (``GRPOTrainer._compute_loss``), its k3 KL term included when ``beta != 0``.
 
         TRL masks by multiplication (``per_token_loss * mask``), so a non-finite value at a masked position would
-        turn the loss into NaN. Before TRL reads them, the old, reference and sampling log-probs at masked positions
-        are set to the policy's own log-probs (a log-ratio of 0: ratio 1, KL 0) and per-token advantages and
-        importance ratios there to 0 and 1; values at trained positions are untouched.
+        turn the loss into NaN. Before TRL reads them, non-finite old, reference and sampling log-probs at masked
+        positions are set to 0, per-token advantages there to 0 and importance ratios to 1; values at trained
+        positions are untouched, so the loss and TRL's metrics are unchanged (finite values at masked positions
+        count 0). Limit: a masked position where the policy's own log-prob is below about -88 still overflows TRL's
+        k3 (``exp(ref - logp)`` in float32), as it would in TRL.
         """
         mask = batch.loss_mask.bool()
         data = dict(batch.data)
         if data["advantages"].dim() == 2:
             data["advantages"] = zero_masked(data["advantages"], mask)
-        ratio = data.get("importance_sampling_ratio")
-        if isinstance(ratio, torch.Tensor) and ratio.shape == mask.shape:
-            data["importance_sampling_ratio"] = torch.where(mask, ratio, torch.ones_like(ratio))
-        captured: dict[str, torch.Tensor] = {}
-        original = self._get_per_token_logps_and_entropies
+        for key, neutral in (("old_per_token_logps", 0.0), ("ref_per_token_logps", 0.0),
+                             ("sampling_per_token_logps", 0.0), ("importance_sampling_ratio", 1.0)):
+            value = data.get(key)
+            if isinstance(value, torch.Tensor) and value.shape == mask.shape:
+                data[key] = torch.where(mask | torch.isfinite(value), value, torch.full_like(value, neutral))
+        return super()._compute_loss(model, data)
 
-        def capture(*args: Any, **kwargs: Any) -> Any:
-            result = original(*args, **kwargs)
-            logps = captured["logps"] = result[0]
-            for key in ("old_per_token_logps", "ref_per_token_logps", "sampling_per_token_logps"):
-                if isinstance(data.get(key), torch.Tensor) and data[key].shape == mask.shape:
-                    data[key] = torch.where(mask, data[key], logps.detach())
-            return result
-
-        beta = self.beta
-        self._get_per_token_logps_and_entropies = capture
-        if not with_kl:
-            self.beta = 0.0
-        try:
-            loss = super()._compute_loss(model, data)
-        finally:
-            del self._get_per_token_logps_and_entropies  # back to the class method
-            self.beta = beta
-        return loss, captured["logps"]
+    def logps_and_entropies(self, model: Any, batch: TRLBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-token log-probs (with gradient) and entropies of the completion under ``model``, computed as TRL's
+        loss computes them (multimodal inputs passed through)."""
+        logps, entropies, _ = self._get_per_token_logps_and_entropies(
+            model, batch.input_ids(), batch.attention_mask(), batch.completion_ids.size(1), compute_entropy=True,
+            **{key: batch.data.get(key) for key in self.MULTIMODAL_KEYS},
+        )
+        return logps, entropies
 
     def aggregate_like_trl(self, per_token: torch.Tensor, mask: torch.Tensor, batch: TRLBatch) -> torch.Tensor:
         """Reduce a (B, T) per-token term exactly as TRL 1.16's ``_compute_loss`` reduces its per-token loss for
@@ -399,16 +396,6 @@ class GRPOTrainerBoundary(GRPOTrainer):
         """Append a metric for the current mode; TRL averages and logs it with its own metrics."""
         self._metrics["train" if self.model.training else "eval"][name].append(value)
 
-    def training_step(self, model: Any, inputs: dict[str, Any], num_items_in_batch: Any = None) -> torch.Tensor:
-        """TRL's step; then, on the last micro-batch of an optimizer step, the gradients of the extra parameters
-        (which DDP does not wrap) are averaged over processes."""
-        loss = super().training_step(model, inputs, num_items_in_batch)
-        if self.accelerator.num_processes > 1 and self.accelerator.sync_gradients:
-            for p in self.extra_parameters():
-                if p.grad is not None:
-                    p.grad = self.accelerator.reduce(p.grad, reduction="mean")
-        return loss
-
     # -- TRL's private methods, overridden here and only here ------------------------------------------------
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         return self.training_batch(inputs).data
@@ -446,18 +433,6 @@ class GRPOTrainerBoundary(GRPOTrainer):
             return super()._clip_grad_norm(model)
         params = list(model.parameters()) + extra
         return self.accelerator.clip_grad_norm_(params, self.args.max_grad_norm)
-
-
-class _ClearExtraGradients(TrainerCallback):
-    """Clears the gradients of the trainer's extra parameters after each optimizer step, as the Trainer's
-    ``model.zero_grad()`` clears the model's (without it they would add up over steps)."""
-
-    def __init__(self, trainer: GRPOTrainerBoundary) -> None:
-        self.trainer = trainer
-
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        for p in self.trainer.extra_parameters():
-            p.grad = None
 
 
 # -- generation ------------------------------------------------------------------------------------------------

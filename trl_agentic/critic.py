@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -28,7 +28,7 @@ from peft import PeftConfig, PeftModel, get_peft_model
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
-from transformers import AutoModel, PreTrainedModel
+from transformers import AutoModel, PreTrainedModel, TrainerCallback
 
 from .rollout.generation import gradient_checkpointing_off
 
@@ -297,3 +297,30 @@ class SharedValueHead(nn.Module):
             policy.load_adapter(str(Path(path) / adapter_name), adapter_name=adapter_name, is_trainable=True)
             shared._add_adapter(adapter_name, None)
         return shared
+
+
+class CriticGradients(TrainerCallback):
+    """The Trainer's gradient plumbing for a critic's parameters outside the policy model (a separate critic, a
+    shared head), which the Trainer does not own: DDP does not average their gradients and ``model.zero_grad()`` does
+    not clear them (without it they would add up over steps). Clipping them together with the model's is the
+    trainer's (``GRPOTrainerBoundary.extra_parameters``).
+
+    Args:
+        parameters: Returns the parameters to look after.
+    """
+
+    def __init__(self, parameters: Callable[[], list[nn.Parameter]]) -> None:
+        self.parameters = parameters
+
+    def average_over_processes(self, accelerator) -> None:
+        """Average the gradients over processes; call after the last micro-batch of an optimizer step."""
+        if accelerator.num_processes == 1:
+            return
+        for parameter in self.parameters():
+            if parameter.grad is not None:
+                parameter.grad = accelerator.reduce(parameter.grad, reduction="mean")
+
+    def on_step_end(self, args, state, control, **kwargs) -> None:
+        """Clear the gradients after each optimizer step, as the Trainer clears the model's."""
+        for parameter in self.parameters():
+            parameter.grad = None

@@ -6,7 +6,7 @@ Runs the ``grpo`` or ``ppo`` stage of ``run.py`` (same model, task and settings;
 for ``--steps`` steps without the final evaluation, and after each optimizer step prints the peak resident memory
 and the seconds spent in: the rollout (``RolloutEngine.run``), scoring a round (``_scored_round``, the rollout
 included), ``training_batch`` (scoring plus, for PPO, the critic's values and GAE), ``policy_logps`` (a forward
-pass for sampling-time log-probs), ``_critic_values``, ``loss`` (``trl_loss``: the policy's forward), ``backward``
+pass for sampling-time log-probs), ``_critic_values``, ``loss`` (the policy's forward and, for PPO, the critic's), ``backward``
 and the whole ``training_step``. Nested calls are counted in each enclosing one.
 """
 
@@ -69,7 +69,7 @@ def main() -> None:
     timed(trainer_cls, "training_batch")
     timed(AgenticGRPOTrainer, "policy_logps")
     timed(AgenticPPOTrainer, "_critic_values")
-    timed(AgenticGRPOTrainer, "trl_loss")
+    timed(trainer_cls, "loss")
     timed(accelerate.Accelerator, "backward")
     timed(AgenticGRPOTrainer, "training_step")
 

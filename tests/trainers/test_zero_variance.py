@@ -65,17 +65,22 @@ def test_dynamic_sampling_never_loops_forever(tiny_model_dir, tokenizer, tmp_pat
     assert row["agentic/zero_variance/shortfall_groups"] == 2
 
 
-def test_dynamic_sampling_replaces_dropped_groups(tiny_model_dir, tokenizer, tmp_path):
-    def first_token_parity(completions, completion_ids, **kwargs):
-        return [float(ids[0] % 2) for ids in completion_ids]
-
-    args = agentic_args(tmp_path, zero_variance_groups="dynamic_sampling", max_extra_generation_rounds=6,
-                        per_device_train_batch_size=8, num_generations=2, max_steps=1)
-    trainer = AgenticGRPOTrainer(model=tiny_model_dir, reward_funcs=first_token_parity, args=args,
+def _dynamic_sampling_trainer(tiny_model_dir, tokenizer, tmp_path, reward, extra_rounds, group):
+    args = agentic_args(tmp_path, zero_variance_groups="dynamic_sampling", max_extra_generation_rounds=extra_rounds,
+                        per_device_train_batch_size=8, num_generations=group, max_steps=1)
+    trainer = AgenticGRPOTrainer(model=tiny_model_dir, reward_funcs=reward, args=args,
                                  train_dataset=lookup_dataset(16), processing_class=tokenizer,
                                  environment=lambda: EchoEnvironment(turns=1))
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1
+    return trainer
+
+
+def test_dynamic_sampling_replaces_dropped_groups(tiny_model_dir, tokenizer, tmp_path):
+    def first_token_parity(completions, completion_ids, **kwargs):
+        return [float(ids[0] % 2) for ids in completion_ids]
+
+    trainer = _dynamic_sampling_trainer(tiny_model_dir, tokenizer, tmp_path, first_token_parity, 6, 2)
     rows = [trainer.train_dataset[i // 2] for i in range(8)]
     batch = trainer._generate_and_score_completions(rows)
     # every group in the final batch has a non-zero advantage spread: +a, -a
@@ -93,12 +98,7 @@ def test_dynamic_sampling_drops_a_group_whose_only_spread_is_an_unscorable_membe
     def by_position(completions, **kwargs):
         return [None if i == 1 else (1.0 if i < 4 else float(i % 2)) for i in range(len(completions))]
 
-    args = agentic_args(tmp_path, zero_variance_groups="dynamic_sampling", max_extra_generation_rounds=1,
-                        per_device_train_batch_size=8, num_generations=4, max_steps=1)
-    trainer = AgenticGRPOTrainer(model=tiny_model_dir, reward_funcs=by_position, args=args,
-                                 train_dataset=lookup_dataset(16), processing_class=tokenizer,
-                                 environment=lambda: EchoEnvironment(turns=1))
-    trainer.model.train()
+    trainer = _dynamic_sampling_trainer(tiny_model_dir, tokenizer, tmp_path, by_position, 1, 4)
     trainer._generate_and_score_completions([trainer.train_dataset[i // 4] for i in range(8)])
     metrics = trainer._metrics["train"]
     assert metrics["agentic/zero_variance/dropped_groups"] == [2.0]

@@ -1,7 +1,8 @@
-"""PPO critic loss and critic diagnostics, over agent tokens only.
+"""PPO's losses and critic diagnostics, over agent tokens only.
 
-The policy term is TRL's (``GRPOTrainer._compute_loss`` accepts per-token advantages); these are the pieces PPO adds
-(Schulman, Wolski, Dhariwal, Radford, Klimov 2017, "Proximal Policy Optimization Algorithms", arXiv 1707.06347).
+The clipped policy surrogate (used where TRL's own loss cannot be: PPO, and GRPO with a k1/k2 KL term), the clipped
+value loss and explained variance (Schulman, Wolski, Dhariwal, Radford, Klimov 2017, "Proximal Policy Optimization
+Algorithms", arXiv 1707.06347).
 Every loss is a masked mean over agent tokens: the gradient at a masked position (observation token, padding) is
 exactly 0.
 
@@ -75,3 +76,22 @@ def explained_variance(
     var_returns = masked_var(returns, mask, unbiased=False, reduce=reduce)
     var_residual = masked_var(returns - values, mask, unbiased=False, reduce=reduce)
     return torch.where(var_returns > 0, 1 - var_residual / var_returns, torch.nan)
+
+
+def clipped_policy_loss(
+    ratio: torch.Tensor, advantages: torch.Tensor, epsilon_low: float, epsilon_high: float
+) -> torch.Tensor:
+    """PPO's clipped surrogate, per token (Schulman et al. 2017, Eq. 7; ``epsilon_high > epsilon_low`` is DAPO's
+    clip-higher, Yu et al. 2025, arXiv 2503.14476):
+
+        L_t = -min(rho_t A_t, clip(rho_t, 1 - epsilon_low, 1 + epsilon_high) A_t)
+
+    Args:
+        ratio: importance ratio ``rho = pi / pi_old``, (B, T) per token or (B, 1) per sequence (GSPO).
+        advantages: (B, T) per token or (B, 1) per sequence.
+
+    Returns:
+        The per-token loss, shaped as the broadcast of both; the caller masks and aggregates it.
+    """
+    clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
+    return -torch.minimum(ratio * advantages, clipped * advantages)

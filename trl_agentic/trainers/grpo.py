@@ -20,7 +20,8 @@ from trl import GRPOConfig
 
 from ..algorithms.advantages import group_advantages, zero_std_groups
 from ..algorithms.kl import KL_ESTIMATORS, kl_penalty
-from ..algorithms.masked import masked_sum
+from ..algorithms.losses import clipped_policy_loss
+from ..algorithms.masked import masked_sum, zero_masked
 from ..compat import GRPOTrainerBoundary, ScoredRound, TRLBatch, check_trl_version, unwrap_for_generation
 from ..compat import TRLVLLMGenerator
 from ..environment import EnvironmentFactory
@@ -33,6 +34,7 @@ from ..trajectory import Trajectory, save_trajectories
 from .zero_variance import merge_rounds, pick_groups
 
 ZERO_VARIANCE_POLICIES = ("keep", "std_floor", "dynamic_sampling")
+CLIPPED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")  # the loss types of AgenticGRPOTrainer.clipped_loss
 
 
 @dataclass
@@ -216,6 +218,8 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
         super().__init__(*args, **kwargs)
         if environment is not None:
             self._check_agentic_args()
+        if self.beta != 0.0 and getattr(self.args, "kl_estimator", "k3") != "k3":
+            self._check_clipped_loss_settings()
 
     def _check_agentic_args(self) -> None:
         if not isinstance(self.args, AgenticGRPOConfig):
@@ -422,27 +426,74 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
 
     # -- loss (hook of the boundary) -------------------------------------------------------------------------
     def loss(self, model: Any, batch: TRLBatch) -> torch.Tensor:
-        """GRPO's loss: TRL's, whose objective with per-token importance ratio ``rho_t = pi(y_t)/pi_old(y_t)``,
-        group advantage ``A`` and trained tokens ``m_t`` (sampled tokens only, observations excluded) is
-
-            L = agg_t m_t [ -min(rho_t A, clip(rho_t, 1-eps_low, 1+eps_high) A) + beta * KL_t ]
-
-        (``agg`` per ``loss_type``, e.g. ``dapo``: sum over the batch's trained tokens / their number). With
-        ``kl_estimator="k3"`` (or ``beta=0``) this is TRL's code untouched. With ``k1``/``k2`` TRL computes the
-        policy term without its KL, and ``beta * agg_t m_t KL_t`` is added here with the chosen estimator, times
-        TRL's importance weight when ``use_bias_correction_kl`` (per token, or per sequence for GSPO's
-        ``importance_sampling_level="sequence"``), aggregated exactly as TRL aggregates (``aggregate_like_trl``).
-        """
+        """GRPO's loss. With ``kl_estimator="k3"`` (or ``beta=0``) it is TRL's code untouched
+        (:meth:`~trl_agentic.compat.GRPOTrainerBoundary.trl_loss`); with ``k1``/``k2`` it is
+        :meth:`clipped_loss` with that estimator (TRL's loss hard-codes k3)."""
         estimator = getattr(self.args, "kl_estimator", "k3")
         if self.beta == 0.0 or estimator == "k3":
-            return self.trl_loss(model, batch, with_kl=True)[0]
-        policy_loss, logps = self.trl_loss(model, batch, with_kl=False)
+            return self.trl_loss(model, batch)
+        return self.clipped_loss(model, batch, kl_estimator=estimator)
+
+    def clipped_loss(self, model: Any, batch: TRLBatch, kl_estimator: str | None = None) -> torch.Tensor:
+        """The clipped policy loss with an optional KL term, as TRL 1.16's ``_compute_loss`` computes it for the
+        clipped loss types (``grpo``, ``bnpo``, ``dr_grpo``, ``dapo``, ``luspo``), with any KL estimator. With
+        importance ratio ``rho_t = pi(y_t)/pi_old(y_t)`` (per token, or ``exp(mean_t log rho_t)`` per sequence for
+        ``importance_sampling_level="sequence"``, GSPO), advantage ``A`` (per sequence, GRPO's, or per token, PPO's)
+        and trained tokens ``m_t`` (sampled tokens only, observations excluded):
+
+            L = agg_t m_t [ -min(rho_t A, clip(rho_t, 1-eps_low, 1+eps_high) A) * w_t + beta * KL_t * (rho_t) ]
+
+        ``w_t`` is vLLM's importance-sampling correction when TRL applies it; the factor ``rho_t`` on the KL term
+        only with ``use_bias_correction_kl``; ``KL_t = kl_penalty(logp, logp_ref, kl_estimator)`` (Schulman 2020)
+        with ``r = logp_ref - logp``; ``agg`` per ``loss_type`` (:meth:`aggregate_like_trl`). With ``kl_estimator="k3"``
+        this equals TRL's loss (a contract test checks every clipped loss type). Masked positions read the policy's
+        own log-probs (ratio 1, KL 0), so a non-finite value there never reaches the loss or its gradient.
+        """
         mask = batch.loss_mask.bool()
-        per_token_kl = kl_penalty(logps, torch.where(mask, batch.ref_logps, logps.detach()), estimator)
-        if self.args.use_bias_correction_kl:
-            per_token_kl = per_token_kl * self.importance_weights(logps, batch)
-        loss = policy_loss + self.beta * self.aggregate_like_trl(per_token_kl, mask, batch)
-        local = torch.stack([masked_sum(per_token_kl.detach(), mask), mask.sum().float()])
+        logps, entropies = self.logps_and_entropies(model, batch)
+        ratio = self.importance_weights(logps, batch)
+        advantages = batch.advantages if batch.advantages.dim() == 2 else batch.advantages.unsqueeze(1)
+        if advantages.size(1) > 1:
+            advantages = zero_masked(advantages, mask)
+        per_token = clipped_policy_loss(ratio, advantages, self.epsilon_low, self.epsilon_high)
+        correction = batch.data.get("importance_sampling_ratio")
+        if correction is not None:
+            per_token = per_token * torch.where(mask, correction, torch.ones_like(correction))
+        if kl_estimator is not None:
+            ref = torch.where(mask, batch.ref_logps, logps.detach())
+            per_token_kl = kl_penalty(logps, ref, kl_estimator)
+            if self.args.use_bias_correction_kl:
+                per_token_kl = per_token_kl * ratio
+            per_token = per_token + self.beta * per_token_kl
+            self.log_metric("kl", self._global_token_mean(per_token_kl, mask))
+        self.log_metric("entropy", self._global_token_mean(entropies, mask))
+        clipped = ((ratio < 1 - self.epsilon_low) & (advantages < 0)) | ((ratio > 1 + self.epsilon_high) & (advantages > 0))
+        self.log_metric("clip_ratio/region_mean", self._global_token_mean(clipped.float(), mask))
+        return self.aggregate_like_trl(per_token, mask, batch)
+
+    def _global_token_mean(self, per_token: torch.Tensor, mask: torch.Tensor) -> float:
+        """Mean over the trained tokens of all processes (a (B, 1) term counts once per trained token)."""
+        local = torch.stack([masked_sum(per_token.detach().expand_as(mask), mask), mask.sum().float()])
         total = self.accelerator.reduce(local, reduction="sum")
-        self.log_metric("kl", (total[0] / total[1].clamp(min=1.0)).item())
-        return loss
+        return (total[0] / total[1].clamp(min=1.0)).item()
+
+    def _check_clipped_loss_settings(self) -> None:
+        """:meth:`clipped_loss` implements TRL's clipped loss types and none of TRL's loss extras: refuse, before
+        training, a setting it would ignore."""
+        args = self.args
+        if self.loss_type not in CLIPPED_LOSS_TYPES:
+            raise ValueError(f"{self._clipped_loss_user()} supports loss_type in {CLIPPED_LOSS_TYPES}, got "
+                             f"{self.loss_type!r}")
+        unsupported = {
+            "delta": args.delta is not None,
+            "top_entropy_quantile": args.top_entropy_quantile < 1.0,
+            "off_policy_mask_threshold": args.off_policy_mask_threshold is not None,
+            "entropy_coef": args.entropy_coef != 0.0 or args.use_adaptive_entropy,
+            "router_aux_loss_coef (a mixture-of-experts model)": self.aux_loss_enabled,
+        }
+        for name, used in unsupported.items():
+            if used:
+                raise ValueError(f"{self._clipped_loss_user()} does not support {name}; leave it at TRL's default")
+
+    def _clipped_loss_user(self) -> str:
+        return f"kl_estimator={getattr(self.args, 'kl_estimator', 'k3')!r}"

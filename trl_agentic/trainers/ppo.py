@@ -9,8 +9,9 @@ HF generate / vLLM, PEFT, accelerate) and changes three things:
    Search-R1's PPO). ``advantage_mode="turn"`` runs GAE with one step per turn instead (environment turn rewards
    included) and broadcasts each turn's advantage to its tokens. Advantages are whitened over the agent tokens of
    the whole batch (all processes).
-2. **Loss** (:meth:`AgenticPPOTrainer.loss`): TRL's clipped policy loss on the per-token advantages (its KL term
-   off: the KL lives in the reward), plus ``vf_coef`` times the clipped value loss over agent tokens.
+2. **Loss** (:meth:`AgenticPPOTrainer.loss`): the clipped policy loss on the per-token advantages, aggregated as
+   TRL aggregates (no KL term: the KL lives in the reward), plus ``vf_coef`` times the clipped value loss over
+   agent tokens.
 3. **One sample per prompt** is allowed (``num_generations=1``): no group baseline is needed.
 
 Observation tokens carry no reward, no value target and no TD step, and get no policy or value gradient.
@@ -32,7 +33,7 @@ from ..algorithms.losses import clipped_value_loss, explained_variance
 from ..algorithms.masked import masked_mean, masked_whiten, zero_masked
 from ..algorithms.turns import broadcast_turns, gather_turn_values, turn_ids_from_spans, turn_mask
 from ..compat import ScoredRound, TRLBatch, post_init_with_one_generation
-from ..critic import SharedValueHead, ValueModel
+from ..critic import CriticGradients, SharedValueHead, ValueModel
 from .grpo import AgenticGRPOConfig, AgenticGRPOTrainer
 
 @dataclass
@@ -137,7 +138,10 @@ class AgenticPPOTrainer(AgenticGRPOTrainer):
         super().__init__(*args, **kwargs)
         if not isinstance(self.args, AgenticPPOConfig):
             raise TypeError(f"AgenticPPOTrainer needs args=AgenticPPOConfig(...), got {type(self.args).__name__}")
+        self._check_clipped_loss_settings()
         self.critic = self._build_critic(value_model, kwargs.get("peft_config"))
+        self.critic_gradients = CriticGradients(self.extra_parameters)
+        self.add_callback(self.critic_gradients)
         # The coefficient of the KL in the reward: args.beta, adapted by the controller (its only writer) when
         # target_kl is set. TRL's own self.beta stays args.beta (TRL computes the reference log-probs when it is != 0).
         self.kl_coef = self.args.beta
@@ -180,10 +184,19 @@ class AgenticPPOTrainer(AgenticGRPOTrainer):
         return [p for p in self.critic.parameters() if p.requires_grad]
 
     def extra_parameters(self) -> list[torch.nn.Parameter]:
-        """The critic's parameters outside the policy model (the whole separate critic, or the shared head): the
-        boundary averages them over processes, clips them with the policy's and clears them after each step."""
+        """The critic's parameters outside the policy model (the whole separate critic, or the shared head):
+        averaged over processes and cleared after each step (:class:`~trl_agentic.critic.CriticGradients`), clipped
+        with the policy's (the boundary)."""
         inside = {id(p) for p in self.model.parameters()}
         return [p for p in self._critic_parameters() if id(p) not in inside]
+
+    def training_step(self, model: Any, inputs: dict[str, Any], num_items_in_batch: Any = None) -> torch.Tensor:
+        """TRL's step; on the last micro-batch of an optimizer step the critic's gradients outside the policy
+        model (which DDP does not wrap) are averaged over processes, before the Trainer clips them."""
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if self.accelerator.sync_gradients:
+            self.critic_gradients.average_over_processes(self.accelerator)
+        return loss
 
     def create_optimizer(self, model: Any = None) -> torch.optim.Optimizer:
         """The policy's param groups without the critic's parameters, plus one group for all of them with
@@ -286,13 +299,13 @@ class AgenticPPOTrainer(AgenticGRPOTrainer):
         """PPO's loss, with ratio ``rho_t = pi(y_t)/pi_old(y_t)``, whitened GAE advantage ``A_t``, trained tokens
         ``m_t`` (sampled tokens only), old values ``V_old`` and returns ``R`` from :meth:`training_batch`:
 
-            L_policy = agg_t m_t * -min(rho_t A_t, clip(rho_t, 1 - eps, 1 + eps) A_t)        (TRL's, KL off)
+            L_policy = agg_t m_t * -min(rho_t A_t, clip(rho_t, 1 - eps_low, 1 + eps_high) A_t)    (clipped_loss)
             L_value  = 0.5 * mean_{t: m_t} max((V_t - R_t)^2, (V_old_t + clip(V_t - V_old_t, -c, c) - R_t)^2)
             L        = L_policy + vf_coef * L_value / gradient_accumulation_steps
 
         (``agg`` per ``loss_type``; ``c = cliprange_value``). The KL is not in the loss: it is in the reward.
         """
-        policy_loss, _ = self.trl_loss(model, batch, with_kl=False)
+        policy_loss = self.clipped_loss(model, batch)
         mask = batch.loss_mask.float()
         values = self._critic_values(batch).float()
         value_loss, clip_fraction = clipped_value_loss(
@@ -302,6 +315,9 @@ class AgenticPPOTrainer(AgenticGRPOTrainer):
         self.log_metric("ppo/value_loss", self.accelerator.gather(value_loss.detach()).mean().item())
         self.log_metric("ppo/value_clipfrac", self.accelerator.gather(clip_fraction.detach()).mean().item())
         return policy_loss + self.args.vf_coef * value_loss / accumulation
+
+    def _clipped_loss_user(self) -> str:
+        return "AgenticPPOTrainer"
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         super().save_model(output_dir, _internal_call)
