@@ -21,3 +21,20 @@ def test_import_loads_no_optional_extra():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_no_deprecated_aliases():
+    """Nothing was released: the names before the renames are gone, and passing them fails loudly."""
+    import pytest
+
+    import trl_agentic.rewards
+    from trl_agentic.environment import StepResult
+    from trl_agentic.rollout.engine import RolloutConfig
+
+    with pytest.raises(TypeError, match="done"):
+        StepResult(done=True)
+    with pytest.raises(TypeError, match="mode"):
+        RolloutConfig(mode="chat")
+    with pytest.raises(TypeError, match="stop"):
+        RolloutConfig(stop=["</a>"])
+    assert not hasattr(trl_agentic.rewards, "TagSpec")

@@ -117,8 +117,6 @@ class Trajectory:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Trajectory":
         fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        if fields.get("stop_reason") == "done":  # files written before 0.2
-            fields["stop_reason"] = "terminated"
         fields["turn_spans"] = [tuple(span) for span in fields.get("turn_spans", [])]
         return cls(**fields)
 

@@ -33,8 +33,7 @@ from __future__ import annotations
 
 import logging
 import time
-import warnings
-from dataclasses import InitVar, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Sequence
 
 from ..environment import EnvironmentFactory
@@ -62,8 +61,6 @@ class RolloutConfig:
         chat_template_kwargs: Passed to ``apply_chat_template``.
         overlap_chunks: Generate a turn in this many chunks so that tool calls overlap generation (see the module
             docstring); ``"auto"`` measures the first turn, ``1`` turns it off.
-        mode: Deprecated alias of ``rollout_mode``.
-        stop: Deprecated alias of ``stop_strings``.
     """
 
     max_turns: int = 4
@@ -76,16 +73,8 @@ class RolloutConfig:
     env_timeout: float = 60.0
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     overlap_chunks: int | Literal["auto"] = "auto"
-    mode: InitVar[RolloutMode | None] = None
-    stop: InitVar[Sequence[str] | None] = None
 
-    def __post_init__(self, mode: RolloutMode | None, stop: Sequence[str] | None) -> None:
-        if mode is not None:
-            warnings.warn("RolloutConfig(mode=...) is deprecated; use rollout_mode=", DeprecationWarning, stacklevel=3)
-            self.rollout_mode = mode
-        if stop is not None:
-            warnings.warn("RolloutConfig(stop=...) is deprecated; use stop_strings=", DeprecationWarning, stacklevel=3)
-            self.stop_strings = stop
+    def __post_init__(self) -> None:
         for name in ("max_turns", "max_tokens_per_turn", "max_completion_length", "max_observation_tokens"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
