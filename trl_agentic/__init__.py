@@ -38,7 +38,6 @@ _EXPORTS: dict[str, str] = {
     "demonstration_to_trajectory": "trl_agentic.sft",
     "DemonstrationError": "trl_agentic.sft",
     "rejection_sampling": "trl_agentic.sft",
-    "rft": "trl_agentic.sft",
     # tools
     "PythonSandbox": "trl_agentic.tools",
     "E2BSandbox": "trl_agentic.tools",

@@ -143,10 +143,7 @@ def evaluate(
     Returns:
         The report and the trajectories (row-major: the samples of row 0, then of row 1, ...).
     """
-    if config is None:
-        config = RolloutConfig(**config_kwargs)
-    elif config_kwargs:
-        raise TypeError("pass either config= or RolloutConfig fields as keyword arguments, not both")
+    config = RolloutConfig.from_arguments(config, config_kwargs)
     if any(not 1 <= kk <= samples_per_row for kk in k):
         raise ValueError(f"each k must be between 1 and samples_per_row={samples_per_row}, got {list(k)}")
     rows = [dict(row) for row in rows]

@@ -87,6 +87,13 @@ class RolloutConfig:
         if chunks != "auto" and (isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1):
             raise ValueError(f"overlap_chunks must be 'auto' or an integer >= 1, got {chunks!r}")
 
+    @classmethod
+    def from_arguments(cls, config: "RolloutConfig | None", fields: dict[str, Any]) -> "RolloutConfig":
+        """``config``, or a config built from ``fields`` (a function's ``**config_kwargs``), never both."""
+        if config is not None and fields:
+            raise TypeError("pass either config= or RolloutConfig fields as keyword arguments, not both")
+        return config if config is not None else cls(**fields)
+
 
 AUTO_OVERLAP_RATIO = 0.25
 AUTO_OVERLAP_MIN_SECONDS = 0.01
@@ -365,10 +372,7 @@ def run_rollouts(
         generation_config: transformers ``GenerationConfig`` for the default generator (default: the model's, with
             sampling on). Its ``eos_token_id`` (every end id) is where turns end.
     """
-    if config is None:
-        config = RolloutConfig(**config_kwargs)
-    elif config_kwargs:
-        raise TypeError("pass either config= or RolloutConfig fields as keyword arguments, not both")
+    config = RolloutConfig.from_arguments(config, config_kwargs)
     if generator is None:
         generator = HFGenerator(model, processing_class, generation_config, return_logprobs=True)
     engine = RolloutEngine(generator, processing_class, environment, config)
