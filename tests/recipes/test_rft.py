@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from test_recipes import FIXTURES, RECIPES, load_recipe
+from test_recipes import FIXTURES, RECIPES, REPO, _command_lines, load_recipe
 
 CONFIG = RECIPES / "configs" / "rft_gsm8k_tools.yaml"
 
@@ -24,6 +24,16 @@ def test_config_keys_are_flags_and_parse():
     assert (script_args.rounds, script_args.samples_per_row, gsm8k_args.tool) == (3, 8, "python")  # flag over YAML
     assert model_args.use_peft and sft_args.learning_rate == 1e-4
     assert {f.name for f in dataclasses.fields(recipe.RFTScriptArguments)} >= {"success_threshold", "max_per_row"}
+
+
+def test_documented_commands_parse():
+    sources = [load_recipe("rft").__doc__, (REPO / "docs" / "sft.md").read_text(encoding="utf-8"),
+               (REPO / "README.md").read_text(encoding="utf-8")]
+    commands = [c for text in sources for c in _command_lines(text, "rft")]
+    assert len(commands) >= 4
+    for argv in commands:
+        argv = [a.replace("recipes/", str(RECIPES) + "/", 1) for a in argv]
+        load_recipe("rft").make_parser().parse_args_and_config(args=[*argv, "--use_cpu", "--bf16", "false"])
 
 
 def _argv(model_dir: str, out: Path, *extra: str) -> list[str]:
