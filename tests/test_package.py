@@ -6,9 +6,18 @@ import sys
 import trl_agentic
 
 
-def test_every_export_resolves():
-    for name in trl_agentic.__all__:
+SURFACE = {
+    "AgenticGRPOTrainer", "AgenticGRPOConfig", "AgenticPPOTrainer", "AgenticPPOConfig",
+    "Environment", "StepResult", "TagEnvironment", "TagProtocol", "Trajectory", "RolloutConfig", "run_rollouts",
+}
+
+
+def test_the_top_level_is_what_a_user_types():
+    """About a dozen names; the rest by module path (a name added here is a decision, not an accident)."""
+    assert set(trl_agentic.__all__) == SURFACE | {"__version__"}
+    for name in SURFACE:
         assert getattr(trl_agentic, name) is not None, name
+    assert "sft_dataset" not in dir(trl_agentic) and not hasattr(trl_agentic, "Calculator")
 
 
 def test_import_loads_no_optional_extra():

@@ -13,8 +13,8 @@ import torch
 
 from conventions import CONVENTIONS, build_convention
 from helpers import ScriptedGenerator, agentic_args, completion_hidden_grad, ppo_args
-from trl_agentic import AgenticGRPOTrainer, AgenticPPOTrainer, Environment, RolloutConfig, RolloutEngine, StepResult
-from trl_agentic import run_rollouts
+from trl_agentic import AgenticGRPOTrainer, AgenticPPOTrainer, Environment, RolloutConfig, StepResult, run_rollouts
+from trl_agentic.rollout.engine import RolloutEngine
 from trl_agentic.rollout.audit import sampled_positions, unsampled_trained
 from trl_agentic.rollout.observations import ObservationEncoder
 
@@ -162,7 +162,7 @@ def test_extra_end_id_and_padding_after_it_are_not_kept(tokenizer):
 
 def test_hf_generator_stops_on_every_end_id(tiny_model, tokenizer):
     """The HF path passes every end id to generate (TRL's eos_token_ids), not only the tokenizer's."""
-    from trl_agentic import HFGenerator
+    from trl_agentic.rollout.generation import HFGenerator
 
     seen = {}
     original = tiny_model.generate
