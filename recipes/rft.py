@@ -34,7 +34,8 @@ class RFTScriptArguments(ScriptArguments):
     """TRL's ``ScriptArguments`` (``dataset_name``: a hub id or a local file or folder), the task, the rejection
     sampling and the rollout budgets (the names of ``AgenticGRPOConfig``)."""
 
-    task: str = field(default="gsm8k_tools", metadata={"help": "The task to sample.", "choices": sorted(TASK_ARGUMENTS)})
+    task: str = field(default="gsm8k_tools", metadata={"help": "The task to sample.",
+                                                        "choices": sorted(TASK_ARGUMENTS)})
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep the first N training rows."})
     rounds: int = field(default=2, metadata={"help": "Rounds of sampling then fine-tuning."})
     samples_per_row: int = field(default=4, metadata={"help": "Trajectories sampled per prompt in each round."})
@@ -45,7 +46,8 @@ class RFTScriptArguments(ScriptArguments):
         "help": "Keep observation tokens out of the loss (false: Search-R1's ablation, which lowered its results)."})
     temperature: float = field(default=1.0, metadata={"help": "Sampling temperature."})
     rollout_batch_size: int = field(default=32, metadata={"help": "Trajectories per generation batch."})
-    rollout_mode: str = field(default="text", metadata={"help": "text or chat (as in RL).", "choices": ["text", "chat"]})
+    rollout_mode: str = field(default="text", metadata={"help": "text or chat (as in RL).",
+                                                         "choices": ["text", "chat"]})
     max_turns: int = field(default=4, metadata={"help": "Most model turns per trajectory."})
     max_tokens_per_turn: int = field(default=256, metadata={"help": "Most tokens sampled in one turn."})
     max_completion_length: int = field(default=1024, metadata={"help": "Budget of a whole trajectory."})

@@ -193,8 +193,9 @@ def transcript_to_trajectory(
 ) -> Trajectory:
     """A demonstration written as TRL's prompt-completion pair, as a :class:`~trl_agentic.Trajectory`.
 
-    ``completion`` is text (``rollout_mode="text"``, split with :meth:`~trl_agentic.tag_protocol.TagProtocol.split_transcript`) or a list of messages
-    (``rollout_mode="chat"``: assistant messages alternating with observation messages). With ``environment=`` the
+    ``completion`` is text (``rollout_mode="text"``, split with
+    :meth:`~trl_agentic.tag_protocol.TagProtocol.split_transcript`) or a list of messages (``rollout_mode="chat"``:
+    assistant messages alternating with observation messages). With ``environment=`` the
     observations are computed by replaying the actions against it (a text transcript then leaves them out);
     otherwise they are read from the transcript. See :func:`demonstration_to_trajectory` for the other arguments.
     """
