@@ -198,11 +198,11 @@ def test_sft_trainer_puts_no_loss_on_observations(name, mask_observations, token
 
 @pytest.mark.parametrize("completion_only_loss", [None, False, True])
 def test_labels_hold_whatever_completion_only_loss_says(completion_only_loss, tokenizer, tiny_model, tmp_path):
-    """completion_mask alone would be ignored unless completion_only_loss=True; the labels column is used as is."""
+    """The labels column is used as is, whatever completion_only_loss says: a batch's labels are the rows'."""
     dataset = sft_dataset(_demo_rows(), tokenizer, show_progress=False)
     _, batch = _first_batch_labels(tiny_model, tokenizer, dataset, tmp_path,
                                    completion_only_loss=completion_only_loss)
-    rows = {tuple(r["input_ids"]): r["completion_mask"] for r in dataset}
+    rows = {tuple(r["input_ids"]): [label != -100 for label in r["labels"]] for r in dataset}
     for input_ids, labels in zip(batch["input_ids"].tolist(), batch["labels"].tolist()):
         mask = next(m for ids, m in rows.items() if tuple(input_ids[: len(ids)]) == ids)
         assert [label != -100 for label in labels[: len(mask)]] == [bool(m) for m in mask]
@@ -210,8 +210,7 @@ def test_labels_hold_whatever_completion_only_loss_says(completion_only_loss, to
 
 def test_trajectory_to_sft_example():
     t = Trajectory(prompt_ids=[5, 6], completion_ids=[7, 8, 9, 10], env_mask=[1, 0, 0, 1])
-    assert trajectory_to_sft_example(t) == {"input_ids": [5, 6, 7, 8, 9, 10], "completion_mask": [0, 0, 1, 0, 0, 1],
-                                            "labels": [-100, -100, 7, -100, -100, 10]}
+    assert trajectory_to_sft_example(t) == {"input_ids": [5, 6, 7, 8, 9, 10], "labels": [-100, -100, 7, -100, -100, 10]}
     with pytest.warns(UserWarning, match="mask_observations=False"):
         assert trajectory_to_sft_example(t, mask_observations=False)["labels"] == [-100, -100, 7, 8, 9, 10]
     t.stop_reason, t.error = "env_error", "boom"
@@ -262,7 +261,7 @@ def test_sft_dataset_skips_bad_examples_with_one_warning(tokenizer):
     rows = _demo_rows() + [{"prompt": PROMPT, "completion": "<answer> x </answer> trailing"}, {"prompt": PROMPT}]
     with pytest.warns(UserWarning, match="skipped 2 of 4 examples; first: example 2"):
         dataset = sft_dataset(rows, tokenizer, show_progress=False)
-    assert len(dataset) == 2 and dataset.column_names == ["input_ids", "completion_mask", "labels"]
+    assert len(dataset) == 2 and dataset.column_names == ["input_ids", "labels"]
     with pytest.raises(ValueError, match="no example could be converted"):
         sft_dataset(rows[2:3], tokenizer, show_progress=False)
 

@@ -5,10 +5,11 @@ RL from outcome rewards cannot start when no sample of a group is ever right (ev
 (arXiv 2504.11536) and DeepSeek-R1 (arXiv 2501.12948) start from a cold-start SFT stage on tool-using traces.
 
 A trajectory (a demonstration replayed by :mod:`trl_agentic.sft.demonstrations`, or a rollout from
-:func:`~trl_agentic.run_rollouts`) becomes one row: ``input_ids = prompt_ids + completion_ids``; ``completion_mask``
-is 0 on the prompt, ``env_mask`` on the completion (1 on sampled tokens, 0 on observation tokens); ``labels`` are the
-ids where the mask is 1 and -100 elsewhere. ``SFTTrainer`` uses a ``labels`` column as is, so observation and prompt
-tokens carry no loss whatever ``completion_only_loss`` says. ``mask_observations=False`` trains on observation tokens
+:func:`~trl_agentic.run_rollouts`) becomes one row: ``input_ids = prompt_ids + completion_ids`` and ``labels``, the
+id where the loss mask is 1 and -100 elsewhere; the loss mask is 0 on the prompt and ``env_mask`` on the completion (1
+on sampled tokens, 0 on observation tokens). ``SFTTrainer`` uses a ``labels`` column as is, so observation and prompt
+tokens carry no loss whatever ``completion_only_loss`` says. (No ``completion_mask`` column: in TRL that name is a
+padding/prompt mask, and ``SFTTrainer`` drops it when ``labels`` are given.) ``mask_observations=False`` trains on observation tokens
 too (Search-R1's ablation, arXiv 2503.09516: it lowered EM from 0.431 to 0.343), with a warning, as
 ``AgenticGRPOConfig`` does.
 """
@@ -34,8 +35,8 @@ UNMASKED_WARNING = (
 
 
 def trajectory_to_sft_example(trajectory: Trajectory, mask_observations: bool = True) -> dict[str, list[int]]:
-    """One pre-tokenized ``SFTTrainer`` row (see the module docstring): ``input_ids``, ``completion_mask`` and
-    ``labels`` (-100 where the mask is 0).
+    """One pre-tokenized ``SFTTrainer`` row (see the module docstring): ``input_ids`` and ``labels`` (-100 where the
+    loss mask is 0).
 
     Raises:
         ValueError: the trajectory's environment failed, or it has no token to train.
@@ -48,13 +49,12 @@ def trajectory_to_sft_example(trajectory: Trajectory, mask_observations: bool = 
     if len(trajectory.env_mask) != len(trajectory.completion_ids):
         raise ValueError(f"env_mask has {len(trajectory.env_mask)} entries for {len(trajectory.completion_ids)} "
                          "completion ids")
-    completion_mask = list(trajectory.env_mask) if mask_observations else [1] * len(trajectory.completion_ids)
-    if not any(completion_mask):
+    completion_loss_mask = list(trajectory.env_mask) if mask_observations else [1] * len(trajectory.completion_ids)
+    if not any(completion_loss_mask):
         raise ValueError("the trajectory has no sampled token to train on")
     input_ids = list(trajectory.prompt_ids) + list(trajectory.completion_ids)
-    mask = [0] * len(trajectory.prompt_ids) + completion_mask
-    return {"input_ids": input_ids, "completion_mask": mask,
-            "labels": [token if keep else -100 for token, keep in zip(input_ids, mask)]}
+    loss_mask = [0] * len(trajectory.prompt_ids) + completion_loss_mask
+    return {"input_ids": input_ids, "labels": [token if keep else -100 for token, keep in zip(input_ids, loss_mask)]}
 
 
 def sft_dataset(
@@ -71,7 +71,7 @@ def sft_dataset(
     show_progress: bool = True,
     **config_kwargs: Any,
 ) -> Any:
-    """A ``datasets.Dataset`` of pre-tokenized rows (``input_ids``, ``completion_mask``, ``labels``) for TRL's
+    """A ``datasets.Dataset`` of pre-tokenized rows (``input_ids``, ``labels``) for TRL's
     ``SFTTrainer``.
 
     Args:
