@@ -44,7 +44,7 @@ def test_call_tool_wraps_plain_functions_and_exceptions():
 
 
 def test_as_info_has_the_keys_the_engine_counts():
-    info = ToolOutput("x", error=True, timeout=True, truncated=True, info={"exit_status": 1}).as_info()
+    info = ToolOutput("x", error=True, timeout=True, observation_truncated=True, info={"exit_status": 1}).as_info()
     assert info == {"exit_status": 1, "tool_error": True, "tool_timeout": True, "observation_truncated": True}
 
 

@@ -41,14 +41,14 @@ class ToolOutput:
         observation: The text shown to the model.
         error: The call failed (bad input, exception in the program, server down...).
         timeout: The call ran out of time.
-        truncated: The observation was shortened to fit a size limit.
+        observation_truncated: The observation was shortened to fit a size limit.
         info: Extra details (e.g. the exit status of a program), kept on the trajectory.
     """
 
     observation: str
     error: bool = False
     timeout: bool = False
-    truncated: bool = False
+    observation_truncated: bool = False
     info: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -62,7 +62,7 @@ class ToolOutput:
         out = dict(self.info)
         out["tool_error"] = bool(self.error or self.timeout)
         out["tool_timeout"] = bool(self.timeout)
-        out["observation_truncated"] = bool(self.truncated)
+        out["observation_truncated"] = bool(self.observation_truncated)
         return out
 
 

@@ -88,7 +88,7 @@ class SearchTool(Tool):
             return ToolOutput(observation=self.empty_message, info={"num_results": 0})
         text = format_search_results(hits, self.strip_title_quotes)
         text, truncated = truncate_middle(text, self.max_output_chars)
-        return ToolOutput(observation=text, truncated=truncated, info={"num_results": len(hits)})
+        return ToolOutput(observation=text, observation_truncated=truncated, info={"num_results": len(hits)})
 
     def search_batch(self, queries: Sequence[str]) -> list[ToolOutput]:
         """One retriever call for all ``queries``; one :class:`ToolOutput` per query (never raises)."""
