@@ -168,8 +168,9 @@ def evaluate(
     return _report(rows, samples_per_row, list(k), success_threshold, trajectories, rewards), trajectories
 
 
-def _report(rows, n, ks, threshold, trajectories, rewards) -> EvaluationReport:
-    successes = [sum(1 for r in rewards[i * n : (i + 1) * n] if r is not None and r >= threshold) for i in range(len(rows))]
+def _report(rows, n, ks, success_threshold, trajectories, rewards) -> EvaluationReport:
+    successes = [sum(1 for r in rewards[i * n : (i + 1) * n] if r is not None and r >= success_threshold)
+                 for i in range(len(rows))]
     scored = [r for r in rewards if r is not None]
     count = max(len(trajectories), 1)
     return EvaluationReport(
