@@ -39,7 +39,7 @@ def _chat_ready(name):
     no special token)."""
     conv = build_convention(name)
     try:
-        ObservationEncoder(conv.tokenizer, "chat", conv.observation_role, end_token_ids=conv.eos_token_ids)
+        ObservationEncoder(conv.tokenizer, "chat", conv.observation_role, eos_token_ids=conv.eos_token_ids)
     except ValueError:
         return False
     return True

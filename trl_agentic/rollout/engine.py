@@ -39,7 +39,7 @@ from typing import Any, Callable, Literal, Sequence
 from ..environment import EnvironmentFactory
 from ..trajectory import StopReason, Trajectory
 from .env_calls import EnvFailure, PendingCalls, call_all, start_all
-from .generation import Generator, HFGenerator, cut_at_stop, end_token_ids
+from .generation import Generator, HFGenerator, cut_at_stop, get_eos_token_ids
 from .observations import ObservationEncoder, RolloutMode
 
 logger = logging.getLogger(__name__)
@@ -123,7 +123,7 @@ class RolloutEngine:
             (identity on one process).
         sync_max: Given an integer of this process, return the largest over all processes (identity on one
             process); the number of chunks is agreed with it.
-        eos_token_ids: Every id that ends the model's generation (:func:`~trl_agentic.rollout.generation.end_token_ids`);
+        eos_token_ids: Every id that ends the model's generation (:func:`~trl_agentic.rollout.generation.get_eos_token_ids`);
             by default read from the generator's ``generation_config`` and the tokenizer.
     """
 
@@ -145,7 +145,7 @@ class RolloutEngine:
         self.generator = generator
         self.config = config or RolloutConfig()
         if eos_token_ids is None:
-            eos_token_ids = end_token_ids(processing_class, getattr(generator, "generation_config", None))
+            eos_token_ids = get_eos_token_ids(processing_class, getattr(generator, "generation_config", None))
         cfg = self.config
         self.encoder = ObservationEncoder(
             processing_class, cfg.rollout_mode, cfg.observation_role, cfg.chat_template_kwargs, eos_token_ids
@@ -274,7 +274,7 @@ class RolloutEngine:
             t.turn_rewards.append(float(result.reward))
             t.turn_infos.append(dict(result.info))
             if result.terminated or result.truncated:
-                self._end(t, "terminated" if result.terminated else "truncated")
+                self._end(t, "terminated" if result.terminated else "env_truncated")
             elif self.config.rollout_mode == "text" and steps.ends[i] == "eos":
                 self._end(t, "eos")  # the model ended its text; the environment did not object
             elif t.num_turns >= self.config.max_turns:
@@ -294,7 +294,7 @@ class RolloutEngine:
             return True
         start, end = t.turn_spans[-1]
         encoded = self.encoder.encode_observation(text or "", t.completion_ids[start:end], cfg.max_observation_tokens)
-        if encoded.truncated:
+        if encoded.observation_truncated:
             t.count("observation_truncated")
         if len(t.completion_ids) + len(encoded.ids) >= cfg.max_completion_length:
             self._end(t, "max_tokens")
