@@ -55,6 +55,8 @@ class RFTScriptArguments(ScriptArguments):
 
 
 def main(script_args, task_args, sft_args, model_args):
+    """Load the model (and its LoRA adapter), then ``rounds`` times: sample and keep (rejection sampling), fine-tune
+    on what was kept (``SFTTrainer`` into ``<output_dir>/round-<r>``); save the final model to ``output_dir``."""
     from peft import get_peft_model
     from transformers import AutoModelForCausalLM
 
