@@ -29,8 +29,8 @@ runs for real; only the choice of token is scripted. The tool ``lookup`` sleeps 
   that both see the same machine load. Per step: time in ``training_step``, in ``_generate`` (the rollout), in
   ``model.generate``, and the loop's own time (rollout minus generate); medians, their ratio ours / TRL, and the
   median of the ratios of back-to-back pairs.
-- ``generation``: :class:`~trl_agentic.RolloutEngine` alone. Per rollout: wall time, time inside ``model.generate``
-  (the physical limit), time inside the generator seam (``HFGenerator.generate``: padding, copying), their ratio,
+- ``generation``: :class:`~trl_agentic.rollout.engine.RolloutEngine` alone. Per rollout: wall time, time inside
+  ``model.generate`` (the physical limit), time inside the generator seam (``HFGenerator.generate``: padding, copying), their ratio,
   and ``ratio_to_limit``: wall time over the ``generate`` time of the plain engine (one call per turn for the whole
   batch) with zero-latency tools, measured in the same run: the comparison that stays fair once an option such as
   ``overlap_chunks`` changes how ``generate`` is called.
@@ -468,7 +468,8 @@ def run_generation(args: argparse.Namespace) -> dict[str, Any]:
 
 def rollout_once(model: Any, tokenizer: Any, turns: int, latency: float, args: argparse.Namespace) -> dict[str, float]:
     """One engine rollout of ``args.batch`` trajectories of ``turns`` turns; times in seconds."""
-    from trl_agentic import RolloutConfig, RolloutEngine
+    from trl_agentic import RolloutConfig
+    from trl_agentic.rollout.engine import RolloutEngine
 
     log = script_model(model, Script(tokenizer, turns, args.tokens_per_turn))
     tool = Lookup(latency)
@@ -493,7 +494,7 @@ class TimedGenerator:
     """``HFGenerator`` with the time inside its ``generate`` counted (the seam: padding, copying, ``generate``)."""
 
     def __init__(self, model: Any, tokenizer: Any) -> None:
-        from trl_agentic import HFGenerator
+        from trl_agentic.rollout.generation import HFGenerator
 
         self.inner = HFGenerator(model, tokenizer)
         self.generation_config = self.inner.generation_config
@@ -651,10 +652,10 @@ def run_hotpath(args: argparse.Namespace) -> dict[str, Any]:
     ``args.repeats`` timings of a loop), to compare before and after a change."""
     from transformers.generation.stopping_criteria import StopStringCriteria
 
-    from trl_agentic import HFGenerator, StepResult, Trajectory
+    from trl_agentic import StepResult, Trajectory
     from trl_agentic.rollout.audit import unsampled_trained
     from trl_agentic.rollout.env_calls import call_all
-    from trl_agentic.rollout.generation import cut_at_stop
+    from trl_agentic.rollout.generation import HFGenerator, cut_at_stop
     from trl_agentic.rollout.observations import ObservationEncoder
 
     tokenizers = {"tiny-qwen2.5": load_tokenizer()}

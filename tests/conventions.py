@@ -532,20 +532,20 @@ def build_convention(name: str) -> Convention:
     _write_model_dir(spec, path)
     tokenizer = AutoTokenizer.from_pretrained(path)
     generation_config = GenerationConfig.from_pretrained(path)
-    eos_ids = _as_tuple(generation_config.eos_token_id)
+    eos_token_ids = _as_tuple(generation_config.eos_token_id)
     probe = tokenizer("a")["input_ids"]
     return Convention(
         name=name,
         tokenizer=tokenizer,
         model_dir=str(path),
         generation_config=generation_config,
-        eos_token_ids=eos_ids,
+        eos_token_ids=eos_token_ids,
         bos_token_id=tokenizer.bos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         generation_pad_token_id=generation_config.pad_token_id,
         adds_bos=tokenizer.bos_token_id is not None and probe[:1] == [tokenizer.bos_token_id],
         pad_equals_eos=tokenizer.pad_token_id is not None and tokenizer.pad_token_id == tokenizer.eos_token_id,
-        pad_is_end_id=tokenizer.pad_token_id in eos_ids,
+        pad_is_end_id=tokenizer.pad_token_id in eos_token_ids,
         end_of_turn_id=tokenizer.convert_tokens_to_ids(spec.end_of_turn),
         observation_role=spec.observation_roles[0],
         observation_roles=spec.observation_roles,
@@ -582,19 +582,19 @@ def gemma3_270m_gguf() -> Convention:
     # What ``model.generation_config`` becomes on loading: the GGUF has no generation_config.json.
     config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
     generation_config = GenerationConfig.from_model_config(config)
-    eos_ids = _as_tuple(generation_config.eos_token_id)
+    eos_token_ids = _as_tuple(generation_config.eos_token_id)
     return Convention(
         name="gemma-3-270m-gguf",
         tokenizer=tokenizer,
         model_dir=str(gguf.parent),
         generation_config=generation_config,
-        eos_token_ids=eos_ids,
+        eos_token_ids=eos_token_ids,
         bos_token_id=tokenizer.bos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         generation_pad_token_id=generation_config.pad_token_id,
         adds_bos=tokenizer("a")["input_ids"][:1] == [tokenizer.bos_token_id],
         pad_equals_eos=tokenizer.pad_token_id is not None and tokenizer.pad_token_id == tokenizer.eos_token_id,
-        pad_is_end_id=tokenizer.pad_token_id in eos_ids,
+        pad_is_end_id=tokenizer.pad_token_id in eos_token_ids,
         end_of_turn_id=tokenizer.convert_tokens_to_ids("<end_of_turn>"),
         observation_role="user",
         observation_roles=("user",),

@@ -24,10 +24,10 @@ class ScriptedGenerator:
         self.calls: list[dict[str, Any]] = []
 
     def generate(
-        self, prompts: list[list[int]], max_new_tokens: int, stop_strings: Sequence[str], stop_token_ids: Sequence[int]
+        self, prompts: list[list[int]], max_new_tokens: int, stop_strings: Sequence[str], eos_token_ids: Sequence[int]
     ) -> list[Generation]:
         self.calls.append({"batch": len(prompts), "max_new_tokens": max_new_tokens, "stop": list(stop_strings),
-                           "stop_token_ids": list(stop_token_ids)})
+                           "eos_token_ids": list(eos_token_ids)})
         out = []
         for ids in prompts:
             text = self.script(ids) + self.extra_after_stop

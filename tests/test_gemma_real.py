@@ -31,14 +31,14 @@ def test_real_rollout(gemma, mode):
     trajectories = run_rollouts(model, conv.tokenizer, LookupEnvironment, rows, rollout_mode=mode,
                                 observation_role="user", max_turns=2, max_tokens_per_turn=24,
                                 max_completion_length=96)
-    encoder = ObservationEncoder(conv.tokenizer, mode, "user", end_token_ids=conv.eos_token_ids)
-    end_ids = set(conv.eos_token_ids) | ({encoder.layout.end_of_turn_id} if mode == "chat" else set())
+    encoder = ObservationEncoder(conv.tokenizer, mode, "user", eos_token_ids=conv.eos_token_ids)
+    eos_token_ids = set(conv.eos_token_ids) | ({encoder.layout.end_of_turn_id} if mode == "chat" else set())
     for t in trajectories:
         assert t.prompt_ids[0] == conv.tokenizer.bos_token_id and t.prompt_ids[1] != conv.tokenizer.bos_token_id
-        assert unsampled_trained(t, t.env_mask, end_ids) == 0
+        assert unsampled_trained(t, t.env_mask, eos_token_ids) == 0
         for (start, stop), action in zip(t.turn_spans, t.actions):
             assert conv.tokenizer.decode(t.completion_ids[start:stop], skip_special_tokens=True) == action
-            assert all(i not in end_ids for i in t.completion_ids[start : stop - 1])
+            assert all(i not in eos_token_ids for i in t.completion_ids[start : stop - 1])
     assert any(t.num_turns >= 1 and len(t.completion_ids) > 0 for t in trajectories)
 
 

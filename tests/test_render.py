@@ -66,7 +66,7 @@ def _trajectory(tokenizer) -> Trajectory:
 @pytest.mark.parametrize("with_tokenizer", [True, False])
 def test_actions_and_observations_are_escaped(tokenizer, with_tokenizer):
     t = _trajectory(tokenizer)
-    page = render_html([t], tokenizer=tokenizer if with_tokenizer else None)
+    page = render_html([t], processing_class=tokenizer if with_tokenizer else None)
     for action in ACTIONS:
         assert html.escape(action) in page
     assert html.escape(OBSERVATIONS[0]) in page
@@ -80,7 +80,7 @@ def test_actions_and_observations_are_escaped(tokenizer, with_tokenizer):
 
 def test_token_classes_match_env_mask(tokenizer):
     t = _trajectory(tokenizer)
-    tokens = _tokens(render_html([t], tokenizer=tokenizer))
+    tokens = _tokens(render_html([t], processing_class=tokenizer))
     completion = [classes for classes, _ in tokens if "prompt" not in classes]
     assert sum("trained" in c for c in completion) == sum(t.env_mask) > 0
     assert sum("masked" in c for c in completion) == len(t.env_mask) - sum(t.env_mask) > 0
@@ -120,7 +120,7 @@ def test_dict_rows_and_objects_render_the_same(tokenizer, tmp_path):
     save_trajectories([t], path)
     (row,) = load_trajectories(path)
     for with_tokenizer in (tokenizer, None):
-        assert render_html([row], tokenizer=with_tokenizer) == render_html([t], tokenizer=with_tokenizer)
+        assert render_html([row], processing_class=with_tokenizer) == render_html([t], processing_class=with_tokenizer)
 
 
 def test_real_rollouts_and_max_trajectories(tokenizer, tiny_model):
@@ -131,7 +131,7 @@ def test_real_rollouts_and_max_trajectories(tokenizer, tiny_model):
         tiny_model, tokenizer, LookupEnvironment, make_lookup_dataset(3),
         max_turns=3, max_tokens_per_turn=8, max_completion_length=40,
     )
-    page = render_html(trajectories, tokenizer=tokenizer, max_trajectories=2)
+    page = render_html(trajectories, processing_class=tokenizer, max_trajectories=2)
     assert page.count('<section class="traj"') == 2 and "first 2 of 3" in page
     classes = [c for c, _ in _tokens(page) if "prompt" not in c]
     shown = trajectories[:2]

@@ -1,5 +1,5 @@
 """trl_agentic.sft: demonstrations in the engine's token layout, SFTTrainer rows whose labels leave observations out,
-rejection sampling and RFT."""
+and rejection sampling (the RFT loop is recipes/rft.py: tests/recipes/test_rft.py)."""
 
 import functools
 import warnings
@@ -16,13 +16,12 @@ from trl_agentic.sft import (
     DemonstrationError,
     demonstration_to_trajectory,
     rejection_sampling,
-    rft,
     sft_dataset,
-    split_transcript,
     trajectory_to_sft_example,
     transcript_to_trajectory,
 )
 from trl_agentic.toy import LookupEnvironment, lookup_reward, make_lookup_dataset
+from trl_agentic.tag_protocol import SEARCH_R1_TAGS
 from trl_agentic.toy.task import LOOKUP_TAGS
 from trl_agentic.trajectory import Trajectory
 
@@ -40,7 +39,7 @@ def _chat_ready(name):
     no special token)."""
     conv = build_convention(name)
     try:
-        ObservationEncoder(conv.tokenizer, "chat", conv.observation_role, end_token_ids=conv.eos_token_ids)
+        ObservationEncoder(conv.tokenizer, "chat", conv.observation_role, eos_token_ids=conv.eos_token_ids)
     except ValueError:
         return False
     return True
@@ -69,15 +68,19 @@ def any_tokenizer(request, tokenizer):
 # -- layout ------------------------------------------------------------------------------------------------------
 
 
-def test_split_transcript():
+def test_tag_protocol_splits_a_transcript(tokenizer):
+    split_transcript = SEARCH_R1_TAGS.split_transcript
     assert split_transcript(TRANSCRIPT) == (ACTIONS, [OBSERVATION])
     assert split_transcript(ACTIONS[0] + ACTIONS[1]) == (ACTIONS, [None])  # the environment fills it in
     assert split_transcript("<answer> x </answer>\n") == (["<answer> x </answer>"], [])
     assert split_transcript("no tags at all") == (["no tags at all"], [])
-    with pytest.raises(DemonstrationError, match="after the final"):
+    with pytest.raises(ValueError, match="after the final"):
         split_transcript("<answer> x </answer> and more")
-    with pytest.raises(DemonstrationError, match="ends with an observation"):
+    with pytest.raises(ValueError, match="ends with an observation"):
         split_transcript(ACTIONS[0] + OBSERVATION)
+    # a demonstration written so is refused with the demonstration's error
+    with pytest.raises(DemonstrationError, match="ends with an observation"):
+        transcript_to_trajectory(tokenizer, PROMPT, ACTIONS[0] + OBSERVATION)
 
 
 def test_text_demonstration_has_the_ids_a_rollout_has(any_tokenizer):
@@ -195,11 +198,11 @@ def test_sft_trainer_puts_no_loss_on_observations(name, mask_observations, token
 
 @pytest.mark.parametrize("completion_only_loss", [None, False, True])
 def test_labels_hold_whatever_completion_only_loss_says(completion_only_loss, tokenizer, tiny_model, tmp_path):
-    """completion_mask alone would be ignored unless completion_only_loss=True; the labels column is used as is."""
+    """The labels column is used as is, whatever completion_only_loss says: a batch's labels are the rows'."""
     dataset = sft_dataset(_demo_rows(), tokenizer, show_progress=False)
     _, batch = _first_batch_labels(tiny_model, tokenizer, dataset, tmp_path,
                                    completion_only_loss=completion_only_loss)
-    rows = {tuple(r["input_ids"]): r["completion_mask"] for r in dataset}
+    rows = {tuple(r["input_ids"]): [label != -100 for label in r["labels"]] for r in dataset}
     for input_ids, labels in zip(batch["input_ids"].tolist(), batch["labels"].tolist()):
         mask = next(m for ids, m in rows.items() if tuple(input_ids[: len(ids)]) == ids)
         assert [label != -100 for label in labels[: len(mask)]] == [bool(m) for m in mask]
@@ -207,8 +210,7 @@ def test_labels_hold_whatever_completion_only_loss_says(completion_only_loss, to
 
 def test_trajectory_to_sft_example():
     t = Trajectory(prompt_ids=[5, 6], completion_ids=[7, 8, 9, 10], env_mask=[1, 0, 0, 1])
-    assert trajectory_to_sft_example(t) == {"input_ids": [5, 6, 7, 8, 9, 10], "completion_mask": [0, 0, 1, 0, 0, 1],
-                                            "labels": [-100, -100, 7, -100, -100, 10]}
+    assert trajectory_to_sft_example(t) == {"input_ids": [5, 6, 7, 8, 9, 10], "labels": [-100, -100, 7, -100, -100, 10]}
     with pytest.warns(UserWarning, match="mask_observations=False"):
         assert trajectory_to_sft_example(t, mask_observations=False)["labels"] == [-100, -100, 7, 8, 9, 10]
     t.stop_reason, t.error = "env_error", "boom"
@@ -259,7 +261,7 @@ def test_sft_dataset_skips_bad_examples_with_one_warning(tokenizer):
     rows = _demo_rows() + [{"prompt": PROMPT, "completion": "<answer> x </answer> trailing"}, {"prompt": PROMPT}]
     with pytest.warns(UserWarning, match="skipped 2 of 4 examples; first: example 2"):
         dataset = sft_dataset(rows, tokenizer, show_progress=False)
-    assert len(dataset) == 2 and dataset.column_names == ["input_ids", "completion_mask", "labels"]
+    assert len(dataset) == 2 and dataset.column_names == ["input_ids", "labels"]
     with pytest.raises(ValueError, match="no example could be converted"):
         sft_dataset(rows[2:3], tokenizer, show_progress=False)
 
@@ -270,7 +272,7 @@ def test_sft_dataset_skips_bad_examples_with_one_warning(tokenizer):
 def test_rejection_sampling_keeps_distinct_passing_trajectories(tokenizer):
     rows = make_lookup_dataset(6, seed=1)
     sample = rejection_sampling(None, tokenizer, LookupEnvironment, rows, lookup_reward, samples_per_row=3,
-                                threshold=1.0, max_per_row=None, generator=even_rows_right(tokenizer, rows),
+                                success_threshold=1.0, max_per_row=None, generator=even_rows_right(tokenizer, rows),
                                 show_progress=False, max_turns=3, max_completion_length=60)
     assert sample.report.accuracy == 0.5 and len(sample.report.rewards) == 18
     # three identical successful samples per even row: kept once each
@@ -279,26 +281,6 @@ def test_rejection_sampling_keeps_distinct_passing_trajectories(tokenizer):
         assert t.actions[-1] == f"<answer>{row['value']}</answer>"
     dataset = sft_dataset(sample.trajectories, show_progress=False)
     assert len(dataset) == 3
-
-
-def test_rft_round_trains_on_the_accepted_samples(tiny_model, tokenizer, tmp_path):
-    from peft import LoraConfig
-    from trl import SFTConfig
-
-    def accept_all(completions, **kwargs):
-        return [1.0] * len(completions)
-
-    rows = make_lookup_dataset(4, seed=2)
-    args = SFTConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, num_train_epochs=1, learning_rate=1e-2,
-                     report_to="none", use_cpu=True, bf16=False, save_strategy="no")
-    peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
-    model, history = rft(tiny_model, tokenizer, LookupEnvironment, rows, accept_all, args, rounds=2,
-                         samples_per_row=2, threshold=1.0, peft_config=peft_config, show_progress=False,
-                         max_turns=2, max_tokens_per_turn=8, max_completion_length=24)
-    assert len(history) == 2 and all(r.num_kept == 4 and r.train_loss is not None for r in history)
-    lora = {n: p for n, p in model.named_parameters() if "lora_B" in n}
-    assert lora and any(p.abs().sum() > 0 for p in lora.values())  # B starts at zero: it trained
-    assert (tmp_path / "round-1").exists()
 
 
 def test_sft_warm_start_teaches_the_toy_agent_its_tool(tiny_model, tokenizer, tmp_path):

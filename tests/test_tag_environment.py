@@ -54,7 +54,8 @@ def test_failing_and_hanging_tools_return_error_observations():
 def test_huge_tool_output_is_cut_inside_the_tags(tokenizer):
     """The engine caps the tool output's tokens inside the observation tags: both tags survive."""
     from helpers import ScriptedGenerator
-    from trl_agentic import RolloutConfig, RolloutEngine
+    from trl_agentic import RolloutConfig
+    from trl_agentic.rollout.engine import RolloutEngine
 
     def make_env():
         return TagEnvironment(tools={"search": lambda q: "word " * 100_000})

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import math
 import numbers
-import warnings
-from dataclasses import InitVar, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 
@@ -35,7 +34,6 @@ class StepResult:
         info: Free-form details, kept on the trajectory (``Trajectory.turn_infos``). Keys the engine counts in
             metrics: ``tool`` (name of the tool called), ``invalid``, ``unknown_tool``, ``tool_error``,
             ``tool_timeout`` (bools).
-        done: Deprecated alias of ``terminated``, accepted by the constructor only.
     """
 
     observation: str | None = None
@@ -43,12 +41,6 @@ class StepResult:
     terminated: bool = False
     truncated: bool = False
     info: dict[str, Any] = field(default_factory=dict)
-    done: InitVar[bool | None] = None
-
-    def __post_init__(self, done: bool | None) -> None:
-        if done is not None:
-            warnings.warn("StepResult(done=...) is deprecated; use terminated=...", DeprecationWarning, stacklevel=3)
-            self.terminated = self.terminated or bool(done)
 
 
 class Environment:

@@ -143,10 +143,7 @@ def evaluate(
     Returns:
         The report and the trajectories (row-major: the samples of row 0, then of row 1, ...).
     """
-    if config is None:
-        config = RolloutConfig(**config_kwargs)
-    elif config_kwargs:
-        raise TypeError("pass either config= or RolloutConfig fields as keyword arguments, not both")
+    config = RolloutConfig.from_arguments(config, config_kwargs)
     if any(not 1 <= kk <= samples_per_row for kk in k):
         raise ValueError(f"each k must be between 1 and samples_per_row={samples_per_row}, got {list(k)}")
     rows = [dict(row) for row in rows]
@@ -171,8 +168,9 @@ def evaluate(
     return _report(rows, samples_per_row, list(k), success_threshold, trajectories, rewards), trajectories
 
 
-def _report(rows, n, ks, threshold, trajectories, rewards) -> EvaluationReport:
-    successes = [sum(1 for r in rewards[i * n : (i + 1) * n] if r is not None and r >= threshold) for i in range(len(rows))]
+def _report(rows, n, ks, success_threshold, trajectories, rewards) -> EvaluationReport:
+    successes = [sum(1 for r in rewards[i * n : (i + 1) * n] if r is not None and r >= success_threshold)
+                 for i in range(len(rows))]
     scored = [r for r in rewards if r is not None]
     count = max(len(trajectories), 1)
     return EvaluationReport(

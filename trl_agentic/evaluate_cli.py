@@ -69,11 +69,11 @@ class VLLMGenerator:
         self.sampling = dict(temperature=0.0 if greedy else temperature, top_p=1.0 if greedy else top_p, seed=seed)
 
     def generate(self, prompts: list[list[int]], max_new_tokens: int, stop_strings: Sequence[str],
-                 stop_token_ids: Sequence[int]) -> list[Generation]:
+                 eos_token_ids: Sequence[int]) -> list[Generation]:
         from vllm import SamplingParams
 
         params = SamplingParams(max_tokens=max_new_tokens, stop=list(stop_strings) or None,
-                                include_stop_str_in_output=True, stop_token_ids=list(stop_token_ids),
+                                include_stop_str_in_output=True, stop_token_ids=list(eos_token_ids),
                                 **self.sampling)
         outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompts], params, use_tqdm=False)
         return [Generation(ids=list(out.outputs[0].token_ids)) for out in outputs]

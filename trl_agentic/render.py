@@ -316,7 +316,7 @@ def _broken(i: int, exc: Exception) -> tuple[str, str]:
 
 def render_html(
     trajectories: Iterable[Trajectory | Mapping[str, Any]],
-    tokenizer: Any = None,
+    processing_class: Any = None,
     title: str = "trl-agentic trajectories",
     max_trajectories: int | None = None,
 ) -> str:
@@ -325,7 +325,7 @@ def render_html(
     Args:
         trajectories: ``Trajectory`` objects or rows from :func:`~trl_agentic.trajectory.load_trajectories`;
             extra row keys such as ``step`` and ``reward`` appear in each trajectory's header.
-        tokenizer: The policy's tokenizer. When given, every token is shown in its own box, styled by its
+        processing_class: The policy's tokenizer (or processor). When given, every token is shown in its own box, styled by its
             ``env_mask`` (trained vs masked), with its id, position, mask and log-prob on hover; otherwise the text
             of the actions and observations is shown.
         title: Page title.
@@ -339,6 +339,7 @@ def render_html(
     total = len(rows)
     if max_trajectories is not None:
         rows = rows[:max_trajectories]
+    tokenizer = getattr(processing_class, "tokenizer", processing_class)
     tokens = _TokenRenderer(tokenizer) if tokenizer is not None else None
     index_rows, sections = [], []
     for i, row in enumerate(rows):

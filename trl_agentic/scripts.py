@@ -150,7 +150,7 @@ def model_init_kwargs(training_args: Any, model_args: Any) -> dict[str, Any]:
     return kwargs
 
 
-def load_datasets(task: Any, script_args: Any, training_args: Any, tokenizer: Any) -> tuple[Any, Any]:
+def load_datasets(task: Any, script_args: Any, training_args: Any, processing_class: Any) -> tuple[Any, Any]:
     """``(train_dataset, eval_dataset)`` of a task from TRL's ``ScriptArguments`` (``dataset_name``: a hub id or
     local data; ``dataset_config``; the train and test splits) and ``max_train_samples`` / ``max_eval_samples``. The
     evaluation rows are loaded only when ``eval_strategy`` is not ``"no"``."""
@@ -158,11 +158,11 @@ def load_datasets(task: Any, script_args: Any, training_args: Any, tokenizer: An
 
     name, config = script_args.dataset_name, script_args.dataset_config
     data = load_rows(name, config, script_args.dataset_train_split)
-    train_dataset = task.rows(take(data, script_args.max_train_samples), tokenizer)
+    train_dataset = task.rows(take(data, script_args.max_train_samples), processing_class)
     if training_args.eval_strategy == "no":
         return train_dataset, None
     data = load_rows(name, config, script_args.dataset_test_split, split_flag="--dataset_test_split")
-    return train_dataset, task.rows(take(data, script_args.max_eval_samples), tokenizer)
+    return train_dataset, task.rows(take(data, script_args.max_eval_samples), processing_class)
 
 
 def train_task(task_name: str, script_args: Any, training_args: Any, model_args: Any) -> None:

@@ -6,8 +6,9 @@ tag and returns its output wrapped in the observation tag of the :class:`~trl_ag
 (``terminated``). Generation stops after each closing tool tag and after the closing answer tag
 (``protocol.stop_strings``). An action with neither a tool call nor an answer gets a corrective message.
 
-Tools are plain callables ``str -> str`` (sync or async). A tool object with a ``session()`` method (a stateful
-code interpreter, say) gets one session per trajectory, closed when the trajectory ends. The engine caps the tool
+Tools are :class:`~trl_agentic.tools.Tool` objects or plain callables ``str -> str`` (sync or async). A tool with a
+``session()`` method (a stateful code interpreter, say) gets one session per trajectory, closed when the trajectory
+ends. The engine caps the tool
 output's tokens inside the observation tags (``max_observation_tokens``), so the closing tag always survives.
 """
 
@@ -16,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import re
-from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from .environment import Environment, StepResult
@@ -27,14 +27,6 @@ DEFAULT_INVALID_MESSAGE = (
     "\nMy previous action is invalid. If I want to use a tool, I should put the query between {tool_tags}. "
     "If I want to give the final answer, I should put the answer between <answer> and </answer>. Let me try again.\n"
 )
-
-
-@dataclass(frozen=True)
-class ToolSpec:
-    """How one tag is served: the callable and the tag its output is wrapped in."""
-
-    fn: Any
-    observation_tag: str
 
 
 def _protocol_from_tools(tools: Mapping[str, Any], protocol: TagProtocol | None) -> TagProtocol:
@@ -74,10 +66,9 @@ class TagEnvironment(Environment):
         if not tools:
             raise ValueError("TagEnvironment needs at least one tool")
         self.protocol = _protocol_from_tools(tools, protocol)
-        self.specs: dict[str, ToolSpec] = {
-            tag: ToolSpec(value[0] if isinstance(value, tuple) else value, self.protocol.tools[tag])
-            for tag, value in tools.items()
-        }
+        # the tool serving each tag (its output is wrapped in the protocol's observation tag of that tag)
+        self.tools: dict[str, Any] = {tag: value[0] if isinstance(value, tuple) else value
+                                      for tag, value in tools.items()}
         self.observation_template = observation_template
         self.invalid_message = invalid_message
         self.tool_timeout = tool_timeout
@@ -98,7 +89,7 @@ class TagEnvironment(Environment):
     async def step(self, action: str) -> StepResult:
         match = self._pattern.search(action)
         if match is None:
-            tags = " or ".join(f"<{t}> and </{t}>" for t in self.specs)
+            tags = " or ".join(f"<{t}> and </{t}>" for t in self.tools)
             info = {"invalid": True, "unknown_tool": self._mentions_unknown_tag(action)}
             return StepResult(observation=self.invalid_message.format(tool_tags=tags), info=info)
         tag, content = match.group(1), match.group(2).strip()
@@ -106,7 +97,7 @@ class TagEnvironment(Environment):
             self.answer = content
             return StepResult(terminated=True, info={"answer": content})
         output, info = await self._call_tool(tag, content)
-        observation = self.observation_template.format(tag=self.specs[tag].observation_tag, content=output)
+        observation = self.observation_template.format(tag=self.protocol.tools[tag], content=output)
         return StepResult(observation=observation, info=info)
 
     async def close(self) -> None:
@@ -121,7 +112,7 @@ class TagEnvironment(Environment):
         return bool(re.search(r"<([a-zA-Z_]\w*)>.*?</\1>", action, re.DOTALL))
 
     def _callable_for(self, tag: str) -> Callable[..., Any]:
-        fn = self.specs[tag].fn
+        fn = self.tools[tag]
         if hasattr(fn, "session") and callable(fn.session):
             if tag not in self._sessions:
                 self._sessions[tag] = fn.session()

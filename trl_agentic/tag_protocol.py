@@ -68,6 +68,51 @@ class TagProtocol:
         tags = "|".join(re.escape(t) for t in (*self.tools, self.answer))
         return re.compile(rf"<({tags})>(.*?)</\1>", re.DOTALL)
 
+    def split_transcript(self, text: str) -> tuple[list[str], list[str | None]]:
+        """Split a text-mode transcript (everything after the prompt) into actions and the observations after them.
+
+        An action ends at the first of :attr:`stop_strings` (``</search>``, ``</answer>``); after a tool call comes
+        its observation block (``<information>...</information>``, with the whitespace around it), or nothing (the
+        next action starts at once: the observation is ``None``, to be computed by an environment). The final
+        action may end at the closing answer tag or at the end of the text.
+
+        Returns:
+            ``(actions, observations)`` with ``len(observations) == len(actions) - 1``.
+
+        Raises:
+            ValueError: text after the final answer, an observation block of the wrong tag, or a transcript that
+                ends with an observation.
+        """
+        stops = re.compile("|".join(re.escape(s) for s in self.stop_strings))
+        answer_close = f"</{self.answer}>"
+        actions: list[str] = []
+        observations: list[str | None] = []
+        position = 0
+        while position < len(text):
+            match = stops.search(text, position)
+            if match is None:  # a last action without a closing tag
+                actions.append(text[position:])
+                break
+            actions.append(text[position : match.end()])
+            position = match.end()
+            if match.group(0) == answer_close:
+                if text[position:].strip():
+                    raise ValueError(f"text after the final {answer_close}: {text[position:position + 60]!r}")
+                break
+            if not text[position:].strip():
+                break
+            tag = self.tools[match.group(0)[2:-1]]
+            block = re.compile(rf"\s*<{re.escape(tag)}>.*?</{re.escape(tag)}>\s*", re.DOTALL).match(text, position)
+            if block is None and re.match(r"\s*<(?:" + "|".join(map(re.escape, self.observation_tags)) + ")>",
+                                          text[position:]):
+                raise ValueError(f"after {match.group(0)} the observation must be <{tag}>...</{tag}>: "
+                                 f"{text[position:position + 60]!r}")
+            observations.append(block.group(0) if block else None)
+            position = block.end() if block else position
+        if len(observations) == len(actions):  # the transcript ended on a tool call's observation
+            raise ValueError("the transcript ends with an observation; end it with the model's final action")
+        return actions, observations
+
 
 SEARCH_R1_TAGS = TagProtocol(think="think", tools={"search": "information"}, answer="answer")
 """Search-R1 (arXiv 2503.09516): ``<think>``, ``<search>`` -> ``<information>``, ``<answer>``."""

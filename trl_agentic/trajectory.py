@@ -7,11 +7,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Literal, get_args
 
-StopReason = Literal["terminated", "truncated", "eos", "max_turns", "max_tokens", "env_error", "env_timeout"]
+StopReason = Literal["terminated", "env_truncated", "eos", "max_turns", "max_tokens", "env_error", "env_timeout"]
 """Why a trajectory ended:
 
 - ``"terminated"``: the environment said the task ended (``StepResult.terminated``, e.g. an answer was given);
-- ``"truncated"``: the environment cut the episode short for a reason of its own (``StepResult.truncated``);
+- ``"env_truncated"``: the environment cut the episode short for a reason of its own (``StepResult.truncated``);
 - ``"eos"``: text mode, the model ended its text with an end-of-sequence id and the environment did not end the
   episode;
 - ``"max_turns"``: ``max_turns`` model turns without an end;
@@ -21,7 +21,7 @@ StopReason = Literal["terminated", "truncated", "eos", "max_turns", "max_tokens"
 """
 
 STOP_REASONS: tuple[str, ...] = get_args(StopReason)
-TRUNCATING: frozenset[str] = frozenset({"truncated", "max_turns", "max_tokens", "env_error", "env_timeout"})
+TRUNCATING: frozenset[str] = frozenset({"env_truncated", "max_turns", "max_tokens", "env_error", "env_timeout"})
 """Stop reasons after which the trajectory is ``truncated`` (it did not end on its own)."""
 ENV_FAILURES: frozenset[str] = frozenset({"env_error", "env_timeout"})
 
@@ -117,8 +117,6 @@ class Trajectory:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Trajectory":
         fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        if fields.get("stop_reason") == "done":  # files written before 0.2
-            fields["stop_reason"] = "terminated"
         fields["turn_spans"] = [tuple(span) for span in fields.get("turn_spans", [])]
         return cls(**fields)
 

@@ -233,7 +233,7 @@ def run_sft(task: Task, args: argparse.Namespace) -> dict[str, Any]:
     trainer.model.save_pretrained(str(args.out / "sft" / "adapter"))
     metrics = evaluate_stage(with_adapters(args, args.out / "sft" / "adapter"), tokenizer, task, args)
     return {**metrics, "demonstrations": len(dataset), "train_loss": result.training_loss,
-            "trained_tokens": sum(sum(m) for m in dataset["completion_mask"])}
+            "trained_tokens": sum(sum(label != -100 for label in labels) for labels in dataset["labels"])}
 
 
 def run_rl(task: Task, args: argparse.Namespace, algo: str, mask_observations: bool = True) -> dict[str, Any]:

@@ -8,12 +8,14 @@ import json
 import pytest
 
 from helpers import EchoEnvironment, ScriptedGenerator, run_isolated
-from trl_agentic import RolloutConfig, RolloutEngine, StepResult
+from trl_agentic import RolloutConfig, StepResult
+from trl_agentic.rollout.engine import RolloutEngine
 
 PRELUDE = """
 import json, sys, time, asyncio
 from helpers import EchoEnvironment, ScriptedGenerator
-from trl_agentic import RolloutConfig, RolloutEngine, StepResult
+from trl_agentic import RolloutConfig, StepResult
+from trl_agentic.rollout.engine import RolloutEngine
 from trl_agentic.toy import build_tokenizer
 tok = build_tokenizer()
 
@@ -193,7 +195,8 @@ def test_garbage_tool_output_is_an_error_observation_not_a_crash(tokenizer):
 
 
 def test_trajectories_with_lone_surrogates_are_saved_and_loaded_back(tmp_path):
-    from trl_agentic import Trajectory, load_trajectories, save_trajectories
+    from trl_agentic import Trajectory
+    from trl_agentic.trajectory import load_trajectories, save_trajectories
 
     t = Trajectory(prompt_ids=[1], actions=["bad \ud800 text"], observations=["ok"])
     save_trajectories([t], tmp_path / "t.jsonl")

@@ -80,7 +80,8 @@ def test_trainer_turns_bad_rewards_into_unscorable_rows(tiny_model_dir, tokenize
 
 def test_garbage_configuration_gives_one_line_errors(tokenizer, tmp_path):
     from helpers import EchoEnvironment, ScriptedGenerator
-    from trl_agentic import RolloutConfig, RolloutEngine
+    from trl_agentic import RolloutConfig
+    from trl_agentic.rollout.engine import RolloutEngine
 
     with pytest.raises(ValueError, match="max_turns must be an integer >= 1, got '3'"):
         RolloutConfig(max_turns="3")

@@ -120,6 +120,8 @@ def test_configs_hold_the_papers_settings(recipe, algo, expected):
 
 def test_config_keys_are_all_known():
     for path in CONFIGS.glob("*.yaml"):
+        if path.stem.startswith("rft_"):  # recipes/rft.py has its own parser: tests/recipes/test_rft.py
+            continue
         recipe = path.stem.rsplit("_", 1)[0]
         keys = set(yaml.safe_load(path.read_text()))
         flags = {a.lstrip("-") for a in make_parser(script_arguments(recipe), path.stem.rsplit("_", 1)[1])

@@ -2,7 +2,8 @@ import re
 
 import pytest
 
-from trl_agentic.rewards import RETOOL_TAGS, SEARCH_R1_TAGS, FormatReward, TagSpec, check_format
+from trl_agentic.rewards import RETOOL_TAGS, SEARCH_R1_TAGS, FormatReward, check_format
+from trl_agentic.tag_protocol import TagProtocol
 
 
 def search_r1_is_valid(text: str) -> bool:
@@ -95,7 +96,7 @@ def test_retool_spec_allows_free_reasoning():
 
 
 def test_multiple_tools_and_custom_tags():
-    spec = TagSpec(think="reason", tools={"search": "information", "code": "interpreter"}, answer="final")
+    spec = TagProtocol(think="reason", tools={"search": "information", "code": "interpreter"}, answer="final")
     text = "<reason>a</reason><search>q</search><information>d</information><reason>b</reason>" \
            "<code>1+1</code><interpreter>2</interpreter><reason>c</reason><final>2</final>"
     assert check_format(text, spec).valid

@@ -9,8 +9,8 @@ from trl_agentic.rewards import (
     LengthPenalty,
     LinearSchedule,
     MathAnswerReward,
-    TagSpec,
 )
+from trl_agentic.tag_protocol import TagProtocol
 
 
 def test_composite_reward_in_plain_grpo_trainer(tiny_model_dir, tokenizer, tmp_path):
@@ -21,7 +21,7 @@ def test_composite_reward_in_plain_grpo_trainer(tiny_model_dir, tokenizer, tmp_p
     data = Dataset.from_list([{"prompt": f"what is {i} + {i} ?", "answer": f"#### {2 * i}"} for i in range(4)])
     reward = CompositeReward([
         Component("math", MathAnswerReward(), outcome=True),
-        Component("format", FormatReward(TagSpec(tools={})), weight=LinearSchedule(0.5, 0.0)),
+        Component("format", FormatReward(TagProtocol(tools={})), weight=LinearSchedule(0.5, 0.0)),
         Component("length", LengthPenalty.overlong(max_length=8, cache_length=4), weight=0.1),
     ])
     args = GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, num_generations=2,

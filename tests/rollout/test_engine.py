@@ -3,7 +3,8 @@
 import pytest
 
 from helpers import EchoEnvironment, ScriptedGenerator
-from trl_agentic import RolloutConfig, RolloutEngine, run_rollouts
+from trl_agentic import RolloutConfig, run_rollouts
+from trl_agentic.rollout.engine import RolloutEngine
 from trl_agentic.rollout.generation import cut_at_stop
 from trl_agentic.toy import LookupEnvironment, make_lookup_dataset
 

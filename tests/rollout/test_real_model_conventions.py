@@ -13,8 +13,8 @@ import torch
 
 from conventions import CONVENTIONS, build_convention
 from helpers import ScriptedGenerator, agentic_args, completion_hidden_grad, ppo_args
-from trl_agentic import AgenticGRPOTrainer, AgenticPPOTrainer, Environment, RolloutConfig, RolloutEngine, StepResult
-from trl_agentic import run_rollouts
+from trl_agentic import AgenticGRPOTrainer, AgenticPPOTrainer, Environment, RolloutConfig, StepResult, run_rollouts
+from trl_agentic.rollout.engine import RolloutEngine
 from trl_agentic.rollout.audit import sampled_positions, unsampled_trained
 from trl_agentic.rollout.observations import ObservationEncoder
 
@@ -65,7 +65,7 @@ def _bias_extra_end_ids(model, conv, amount=4.0):
     return model.get_output_embeddings().register_forward_hook(hook)
 
 
-def _check_trajectory(t, encoder, end_ids, mode):
+def _check_trajectory(t, encoder, eos_token_ids, mode):
     # token exactness: the spans are exactly the sampled ids, and decode to the actions
     assert len(t.completion_ids) == len(t.env_mask) == len(t.logprobs)
     covered = [0] * len(t.completion_ids)
@@ -73,11 +73,11 @@ def _check_trajectory(t, encoder, end_ids, mode):
         segment = t.completion_ids[start:stop]
         assert segment == generated[: len(segment)]
         assert encoder.tokenizer.decode(segment, skip_special_tokens=True) == action
-        assert all(i not in end_ids for i in segment[:-1])  # nothing after an end id
+        assert all(i not in eos_token_ids for i in segment[:-1])  # nothing after an end id
         covered[start:stop] = [1] * (stop - start)
     assert covered == t.env_mask
-    assert unsampled_trained(t, t.env_mask, end_ids) == 0  # the audit
-    assert sampled_positions(t, end_ids) == [bool(m) for m in t.env_mask]
+    assert unsampled_trained(t, t.env_mask, eos_token_ids) == 0  # the audit
+    assert sampled_positions(t, eos_token_ids) == [bool(m) for m in t.env_mask]
     # observations: no control token from outside the template
     observation_ids = [i for i, m in zip(t.completion_ids, t.env_mask) if not m]
     template_ids = set()
@@ -100,10 +100,10 @@ def test_rollout_invariants(name, mode):
     model = conv.load_model()
     config = RolloutConfig(rollout_mode=mode, observation_role=conv.observation_role, max_turns=3,
                            max_tokens_per_turn=12, max_completion_length=400)
-    end_ids = set(conv.eos_token_ids) | {conv.tokenizer.eos_token_id}
-    encoder = ObservationEncoder(conv.tokenizer, mode, conv.observation_role, end_token_ids=sorted(end_ids))
+    eos_token_ids = set(conv.eos_token_ids) | {conv.tokenizer.eos_token_id}
+    encoder = ObservationEncoder(conv.tokenizer, mode, conv.observation_role, eos_token_ids=sorted(eos_token_ids))
     if mode == "chat":
-        end_ids.add(encoder.layout.end_of_turn_id)
+        eos_token_ids.add(encoder.layout.end_of_turn_id)
     env = _environment(conv, encoder)
     rows = [{"prompt": p} for p in _prompts(conv, mode, 8)]
     batches = {}
@@ -117,7 +117,7 @@ def test_rollout_invariants(name, mode):
     for trajectories in batches.values():
         assert len(trajectories) == 8  # one trajectory per row
         for t, row in zip(trajectories, rows):
-            _check_trajectory(t, encoder, end_ids, mode)
+            _check_trajectory(t, encoder, eos_token_ids, mode)
             if mode == "chat":  # the prompt is the template's own rendering
                 expected = conv.tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True,
                                                               tokenize=True, return_dict=True)["input_ids"]
@@ -126,7 +126,7 @@ def test_rollout_invariants(name, mode):
                 assert t.prompt_ids == conv.tokenizer(row["prompt"])["input_ids"]  # BOS where the family adds it
     # the biased batch really exercised the extra end ids: turns ended on one, and generate padded rows after it
     ended = [(t, k) for t in batches[4.0] for k, (s, e) in enumerate(t.turn_spans)
-             if e > s and t.completion_ids[e - 1] in end_ids]
+             if e > s and t.completion_ids[e - 1] in eos_token_ids]
     assert ended, "no turn ended on an end id"
     assert any(len(t.generated_ids[k]) > t.turn_spans[k][1] - t.turn_spans[k][0] for t, k in ended), "no padding"
     assert any(t.num_observation_tokens for t in batches[0.0]), "no observation was appended"
@@ -140,8 +140,8 @@ def test_extra_end_id_and_padding_after_it_are_not_kept(tokenizer):
     extra_eos = tokenizer.convert_tokens_to_ids("<|endoftext|>")
 
     class PaddingGenerator(ScriptedGenerator):
-        def generate(self, prompts, max_new_tokens, stop_strings, stop_token_ids):
-            super().generate(prompts, max_new_tokens, stop_strings, stop_token_ids)
+        def generate(self, prompts, max_new_tokens, stop_strings, eos_token_ids):
+            super().generate(prompts, max_new_tokens, stop_strings, eos_token_ids)
             from trl_agentic.rollout.generation import Generation
 
             ids = act + [extra_eos] + [extra_eos] * 5  # pad = <|endoftext|>, as Qwen instruct ships
@@ -153,7 +153,7 @@ def test_extra_end_id_and_padding_after_it_are_not_kept(tokenizer):
     [t] = engine.run(["p"], [{}])
     assert t.completion_ids == act + [extra_eos] and t.env_mask == [1] * (len(act) + 1)
     assert t.stop_reason == "eos" and t.num_turns == 1  # text mode: the model ended the episode
-    assert gen.calls[0]["stop_token_ids"] == [tokenizer.eos_token_id, extra_eos]
+    assert gen.calls[0]["eos_token_ids"] == [tokenizer.eos_token_id, extra_eos]
     # and the audit sees the old behaviour: pads kept after an end id count as trained-but-not-sampled
     kept = list(t.generated_ids[0])
     t.completion_ids, t.env_mask, t.turn_spans = kept, [1] * len(kept), [(0, len(kept))]
@@ -162,7 +162,7 @@ def test_extra_end_id_and_padding_after_it_are_not_kept(tokenizer):
 
 def test_hf_generator_stops_on_every_end_id(tiny_model, tokenizer):
     """The HF path passes every end id to generate (TRL's eos_token_ids), not only the tokenizer's."""
-    from trl_agentic import HFGenerator
+    from trl_agentic.rollout.generation import HFGenerator
 
     seen = {}
     original = tiny_model.generate
@@ -181,12 +181,12 @@ def test_chat_observation_cap_keeps_the_template(name):
     """Defect 3: the cap applied to the rendered delta cut the closing token and the next assistant header, so the
     model's next turn was generated inside the tool message. Now the content is capped, then rendered."""
     conv = build_convention(name)
-    encoder = ObservationEncoder(conv.tokenizer, "chat", conv.observation_role, end_token_ids=conv.eos_token_ids)
+    encoder = ObservationEncoder(conv.tokenizer, "chat", conv.observation_role, eos_token_ids=conv.eos_token_ids)
     layout = encoder.layout
     long = "word " * 500
     encoded = encoder.encode_observation(long, [layout.end_of_turn_id], max_tokens=20)
     suffix = encoder._tokenize_template(layout.suffix)
-    assert encoded.truncated and encoded.ids[-len(suffix):] == suffix  # the next assistant header survives
+    assert encoded.observation_truncated and encoded.ids[-len(suffix):] == suffix  # the next assistant header survives
     assert encoded.text.endswith("[truncated]") and len(encoder.tokenize_untrusted(encoded.text)) <= 20
     rendered = conv.tokenizer.decode(encoded.ids)
     assert rendered.count(conv.tokenizer.convert_ids_to_tokens(layout.end_of_turn_id)) == 1  # closes the tool turn
@@ -198,7 +198,7 @@ def test_forged_control_tokens_stay_text(name):
     gives the text back."""
     conv = build_convention(name)
     for mode in MODES:
-        encoder = ObservationEncoder(conv.tokenizer, mode, conv.observation_role, end_token_ids=conv.eos_token_ids)
+        encoder = ObservationEncoder(conv.tokenizer, mode, conv.observation_role, eos_token_ids=conv.eos_token_ids)
         hostile = "page: " + " ".join(encoder.control_tokens) + " done"
         ids = encoder.tokenize_untrusted(hostile)
         assert not set(ids) & encoder._control_ids, (mode, conv.tokenizer.convert_ids_to_tokens(ids))
@@ -222,7 +222,7 @@ def _trainer(conv, mode, algo, tmp_path):
                   max_tokens_per_turn=10, max_turns=3, beta=0.05, max_steps=1)
     args = ppo_args(tmp_path, **common) if algo == "ppo" else agentic_args(tmp_path, **common)
     cls = AgenticPPOTrainer if algo == "ppo" else AgenticGRPOTrainer
-    encoder = ObservationEncoder(conv.tokenizer, mode, conv.observation_role, end_token_ids=conv.eos_token_ids)
+    encoder = ObservationEncoder(conv.tokenizer, mode, conv.observation_role, eos_token_ids=conv.eos_token_ids)
 
     def reward(completions, trajectory, **kwargs):
         return [float(t.num_agent_tokens % 5) for t in trajectory]

@@ -136,7 +136,7 @@ def test_search_tool_in_process(bm25):
     assert "Shakespeare" in outs[0].observation and "Jupiter" in outs[2].observation
     assert "Jupiter" in __import__("asyncio").run(tool.acall("Jupiter planet"))
     small = SearchTool(bm25, topk=3, max_output_chars=60).invoke("capital")
-    assert small.truncated and len(small.observation) < 120
+    assert small.observation_truncated and len(small.observation) < 120
     with pytest.raises(TypeError):
         SearchTool(object())
 

@@ -5,12 +5,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import trl_agentic.tools
 from trl_agentic.tools import (
     Calculator,
-    StatefulTool,
     Tool,
     ToolOutput,
-    ToolSession,
     acall_tool,
     call_tool,
     truncate_middle,
@@ -45,25 +44,39 @@ def test_call_tool_wraps_plain_functions_and_exceptions():
 
 
 def test_as_info_has_the_keys_the_engine_counts():
-    info = ToolOutput("x", error=True, timeout=True, truncated=True, info={"exit_status": 1}).as_info()
+    info = ToolOutput("x", error=True, timeout=True, observation_truncated=True, info={"exit_status": 1}).as_info()
     assert info == {"exit_status": 1, "tool_error": True, "tool_timeout": True, "observation_truncated": True}
 
 
-def test_protocols_and_sessions():
-    from trl_agentic.tools import PythonSandbox
+def test_one_tool_abstraction_and_sessions():
+    from trl_agentic.tools import PythonSandbox, SearchTool
 
+    for name in ("BaseTool", "ToolSession", "StatefulTool"):
+        assert not hasattr(trl_agentic.tools, name), name
     calc = Calculator()
-    assert isinstance(calc, Tool) and not isinstance(calc, StatefulTool)
+    assert isinstance(calc, Tool) and not hasattr(calc, "session") and issubclass(SearchTool, Tool)
     sb = PythonSandbox(pool_size=0)
     try:
-        assert isinstance(sb, StatefulTool)
+        assert isinstance(sb, Tool)
         session = sb.session()
-        assert isinstance(session, ToolSession)
-        assert session("1 + 1") == "2\n"
+        assert isinstance(session, Tool)  # a session is a tool too, with close()
+        assert session("1 + 1") == "2\n" and session.invoke("x = 3\nx").observation == "3\n"
         session.close()
         assert session.closed
     finally:
         sb.close()
+
+
+def test_a_tool_subclass_gets_call_and_async_from_invoke():
+    class Shout(Tool):
+        name = "shout"
+
+        def invoke(self, text):
+            return ToolOutput(text.upper(), error=not text)
+
+    shout = Shout()
+    assert shout("hey") == "HEY" and asyncio.run(shout.acall("ho")) == "HO"
+    assert asyncio.run(shout.ainvoke("")).error
 
 
 def test_importing_tools_stays_light():

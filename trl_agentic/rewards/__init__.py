@@ -83,11 +83,3 @@ __all__ = [
     "token_f1",
     "training_progress",
 ]
-
-
-def __getattr__(name: str):
-    if name == "TagSpec":  # the name before 0.2
-        from . import format
-
-        return format.TagSpec
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

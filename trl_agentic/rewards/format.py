@@ -23,22 +23,12 @@ with Search-R1's ``is_valid_sequence`` (v0.3 ``qa_em_format.py``) for the Search
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from ..tag_protocol import RETOOL_TAGS, SEARCH_R1_TAGS, TagProtocol
 from .base import RewardFunction, Sample
 
 __all__ = ["FormatReport", "FormatReward", "ProtocolFormatReward", "RETOOL_TAGS", "SEARCH_R1_TAGS", "TagProtocol",
            "check_format"]
-
-
-def __getattr__(name: str) -> Any:
-    if name == "TagSpec":  # the name before 0.2
-        import warnings
-
-        warnings.warn("TagSpec is deprecated; use trl_agentic.TagProtocol", DeprecationWarning, stacklevel=2)
-        return TagProtocol
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,10 @@ from collections.abc import Iterable, Sequence
 from ..trajectory import Trajectory
 
 
-def sampled_positions(trajectory: Trajectory, end_token_ids: Iterable[int]) -> list[bool]:
+def sampled_positions(trajectory: Trajectory, eos_token_ids: Iterable[int]) -> list[bool]:
     """For each completion position, whether it may be trained: inside a turn, equal to what the generator
     returned at that offset, and not after an end id of that turn's generation."""
-    ends = set(end_token_ids)
+    ends = set(eos_token_ids)
     allowed = [False] * len(trajectory.completion_ids)
     for (start, stop), generated in zip(trajectory.turn_spans, trajectory.generated_ids):
         for offset in range(stop - start):
@@ -32,8 +32,8 @@ def sampled_positions(trajectory: Trajectory, end_token_ids: Iterable[int]) -> l
     return allowed
 
 
-def unsampled_trained(trajectory: Trajectory, trained: Sequence[bool | int], end_token_ids: Iterable[int]) -> int:
+def unsampled_trained(trajectory: Trajectory, trained: Sequence[bool | int], eos_token_ids: Iterable[int]) -> int:
     """How many positions ``trained`` marks (a row of the loss mask, possibly padded wider than the completion)
     that :func:`sampled_positions` does not allow."""
-    allowed = sampled_positions(trajectory, end_token_ids)
+    allowed = sampled_positions(trajectory, eos_token_ids)
     return sum(1 for i, flag in enumerate(trained) if flag and (i >= len(allowed) or not allowed[i]))

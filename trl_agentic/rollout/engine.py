@@ -33,14 +33,13 @@ from __future__ import annotations
 
 import logging
 import time
-import warnings
-from dataclasses import InitVar, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Sequence
 
 from ..environment import EnvironmentFactory
 from ..trajectory import StopReason, Trajectory
 from .env_calls import EnvFailure, PendingCalls, call_all, start_all
-from .generation import Generator, HFGenerator, cut_at_stop, end_token_ids
+from .generation import Generator, HFGenerator, cut_at_stop, get_eos_token_ids
 from .observations import ObservationEncoder, RolloutMode
 
 logger = logging.getLogger(__name__)
@@ -62,8 +61,6 @@ class RolloutConfig:
         chat_template_kwargs: Passed to ``apply_chat_template``.
         overlap_chunks: Generate a turn in this many chunks so that tool calls overlap generation (see the module
             docstring); ``"auto"`` measures the first turn, ``1`` turns it off.
-        mode: Deprecated alias of ``rollout_mode``.
-        stop: Deprecated alias of ``stop_strings``.
     """
 
     max_turns: int = 4
@@ -76,16 +73,8 @@ class RolloutConfig:
     env_timeout: float = 60.0
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     overlap_chunks: int | Literal["auto"] = "auto"
-    mode: InitVar[RolloutMode | None] = None
-    stop: InitVar[Sequence[str] | None] = None
 
-    def __post_init__(self, mode: RolloutMode | None, stop: Sequence[str] | None) -> None:
-        if mode is not None:
-            warnings.warn("RolloutConfig(mode=...) is deprecated; use rollout_mode=", DeprecationWarning, stacklevel=3)
-            self.rollout_mode = mode
-        if stop is not None:
-            warnings.warn("RolloutConfig(stop=...) is deprecated; use stop_strings=", DeprecationWarning, stacklevel=3)
-            self.stop_strings = stop
+    def __post_init__(self) -> None:
         for name in ("max_turns", "max_tokens_per_turn", "max_completion_length", "max_observation_tokens"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -97,6 +86,13 @@ class RolloutConfig:
         chunks = self.overlap_chunks
         if chunks != "auto" and (isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1):
             raise ValueError(f"overlap_chunks must be 'auto' or an integer >= 1, got {chunks!r}")
+
+    @classmethod
+    def from_arguments(cls, config: "RolloutConfig | None", fields: dict[str, Any]) -> "RolloutConfig":
+        """``config``, or a config built from ``fields`` (a function's ``**config_kwargs``), never both."""
+        if config is not None and fields:
+            raise TypeError("pass either config= or RolloutConfig fields as keyword arguments, not both")
+        return config if config is not None else cls(**fields)
 
 
 AUTO_OVERLAP_RATIO = 0.25
@@ -127,7 +123,7 @@ class RolloutEngine:
             (identity on one process).
         sync_max: Given an integer of this process, return the largest over all processes (identity on one
             process); the number of chunks is agreed with it.
-        eos_token_ids: Every id that ends the model's generation (:func:`~trl_agentic.rollout.generation.end_token_ids`);
+        eos_token_ids: Every id that ends the model's generation (:func:`~trl_agentic.rollout.generation.get_eos_token_ids`);
             by default read from the generator's ``generation_config`` and the tokenizer.
     """
 
@@ -149,7 +145,7 @@ class RolloutEngine:
         self.generator = generator
         self.config = config or RolloutConfig()
         if eos_token_ids is None:
-            eos_token_ids = end_token_ids(processing_class, getattr(generator, "generation_config", None))
+            eos_token_ids = get_eos_token_ids(processing_class, getattr(generator, "generation_config", None))
         cfg = self.config
         self.encoder = ObservationEncoder(
             processing_class, cfg.rollout_mode, cfg.observation_role, cfg.chat_template_kwargs, eos_token_ids
@@ -278,7 +274,7 @@ class RolloutEngine:
             t.turn_rewards.append(float(result.reward))
             t.turn_infos.append(dict(result.info))
             if result.terminated or result.truncated:
-                self._end(t, "terminated" if result.terminated else "truncated")
+                self._end(t, "terminated" if result.terminated else "env_truncated")
             elif self.config.rollout_mode == "text" and steps.ends[i] == "eos":
                 self._end(t, "eos")  # the model ended its text; the environment did not object
             elif t.num_turns >= self.config.max_turns:
@@ -298,7 +294,7 @@ class RolloutEngine:
             return True
         start, end = t.turn_spans[-1]
         encoded = self.encoder.encode_observation(text or "", t.completion_ids[start:end], cfg.max_observation_tokens)
-        if encoded.truncated:
+        if encoded.observation_truncated:
             t.count("observation_truncated")
         if len(t.completion_ids) + len(encoded.ids) >= cfg.max_completion_length:
             self._end(t, "max_tokens")
@@ -376,10 +372,7 @@ def run_rollouts(
         generation_config: transformers ``GenerationConfig`` for the default generator (default: the model's, with
             sampling on). Its ``eos_token_id`` (every end id) is where turns end.
     """
-    if config is None:
-        config = RolloutConfig(**config_kwargs)
-    elif config_kwargs:
-        raise TypeError("pass either config= or RolloutConfig fields as keyword arguments, not both")
+    config = RolloutConfig.from_arguments(config, config_kwargs)
     if generator is None:
         generator = HFGenerator(model, processing_class, generation_config, return_logprobs=True)
     engine = RolloutEngine(generator, processing_class, environment, config)

@@ -6,9 +6,9 @@ The rollout engine talks to generation only through :class:`Generator`. Implemen
 - ``trl_agentic.compat.TRLVLLMGenerator``: TRL's vLLM backend (colocate or server) inside a trainer;
 - scripted fakes in the tests.
 
-End of a turn: every backend stops on the model's end ids (``stop_token_ids``: all of
+End of a turn: every backend stops on the model's end ids (``eos_token_ids``: all of
 ``generation_config.eos_token_id`` and the tokenizer's EOS, as TRL's ``eos_token_ids``; see
-:func:`end_token_ids`) and on stop strings. A batched backend pads the rows that finished early, and transformers
+:func:`get_eos_token_ids`) and on stop strings. A batched backend pads the rows that finished early, and transformers
 ``generate`` may overshoot a stop string by part of a token, so every backend's output goes through
 :func:`cut_at_stop`, which keeps the shortest prefix of sampled ids that ends with an end id or whose text contains a
 stop string. Nothing after an end id is ever kept. The kept ids are exactly ids the model sampled: nothing is
@@ -36,19 +36,19 @@ class Generation:
 
 class Generator(Protocol):
     """Generate one continuation per prompt (all prompts of a turn in one batch), stopping at any of
-    ``stop_token_ids`` and ``stop_strings`` or after ``max_new_tokens``."""
+    ``eos_token_ids`` and ``stop_strings`` or after ``max_new_tokens``."""
 
     def generate(
-        self, prompts: list[list[int]], max_new_tokens: int, stop_strings: Sequence[str], stop_token_ids: Sequence[int]
+        self, prompts: list[list[int]], max_new_tokens: int, stop_strings: Sequence[str], eos_token_ids: Sequence[int]
     ) -> list[Generation]: ...
 
 
-def end_token_ids(tokenizer: Any, generation_config: Any = None) -> list[int]:
+def get_eos_token_ids(processing_class: Any, generation_config: Any = None) -> list[int]:
     """Every id that ends the model's generation: ``generation_config.eos_token_id`` (an int or a list: instruct
     models list several, e.g. Qwen ``<|im_end|>`` and ``<|endoftext|>``, Llama-3 ``<|eot_id|>``, ``<|eom_id|>`` and
     ``<|end_of_text|>``) plus the tokenizer's ``eos_token_id``, in that order, without duplicates. The same list as
     TRL's ``GRPOTrainer.eos_token_ids``."""
-    tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
+    tokenizer = getattr(processing_class, "tokenizer", processing_class)
     configured = getattr(generation_config, "eos_token_id", None) if generation_config is not None else None
     ids = [configured] if isinstance(configured, int) else list(configured or [])
     if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
@@ -59,24 +59,24 @@ def end_token_ids(tokenizer: Any, generation_config: Any = None) -> list[int]:
 
 
 def cut_at_stop(
-    ids: list[int], decode: Callable[[list[int]], str], stop: Sequence[str], eos_ids: Sequence[int]
+    ids: list[int], decode: Callable[[list[int]], str], stop_strings: Sequence[str], eos_token_ids: Sequence[int]
 ) -> tuple[int, str | None]:
     """Length of the prefix of ``ids`` to keep, and why it ends (``"stop"``, ``"eos"`` or ``None``).
 
     The prefix ends at the first end id (kept, as TRL keeps it) or at the first token after which the decoded text
     contains a stop string, whichever comes first. Nothing after an end id is kept.
     """
-    eos = set(eos_ids)
+    eos = set(eos_token_ids)
     end, reason = len(ids), None
     for i, token in enumerate(ids):
         if token in eos:
             end, reason = i + 1, "eos"
             break
-    if stop and any(s in decode(ids[:end]) for s in stop):
+    if stop_strings and any(s in decode(ids[:end]) for s in stop_strings):
         lo, hi = 1, end  # the smallest k with a stop string in decode(ids[:k]); containment is monotone in k
         while lo < hi:
             mid = (lo + hi) // 2
-            if any(s in decode(ids[:mid]) for s in stop):
+            if any(s in decode(ids[:mid]) for s in stop_strings):
                 hi = mid
             else:
                 lo = mid + 1
@@ -129,13 +129,13 @@ class HFGenerator:
     def __init__(
         self,
         model: Any,
-        tokenizer: Any,
+        processing_class: Any,
         generation_config: Any = None,
         unwrap: Callable[[], ContextManager[Any]] | None = None,
         return_logprobs: bool = False,
     ) -> None:
         self.model = model
-        self.tokenizer = tokenizer
+        self.tokenizer = getattr(processing_class, "tokenizer", processing_class)
         if generation_config is None:
             generation_config = copy.deepcopy(model.generation_config)
             generation_config.do_sample = True
@@ -157,9 +157,9 @@ class HFGenerator:
         return StoppingCriteriaList([self._stop_criteria[key]])
 
     def generate(
-        self, prompts: list[list[int]], max_new_tokens: int, stop_strings: Sequence[str], stop_token_ids: Sequence[int]
+        self, prompts: list[list[int]], max_new_tokens: int, stop_strings: Sequence[str], eos_token_ids: Sequence[int]
     ) -> list[Generation]:
-        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else stop_token_ids[0]
+        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos_token_ids[0]
         width = max(len(p) for p in prompts)
         input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
         attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
@@ -169,7 +169,7 @@ class HFGenerator:
         config = copy.deepcopy(self.generation_config)
         config.max_new_tokens = max_new_tokens
         config.pad_token_id = pad_id
-        config.eos_token_id = list(stop_token_ids)
+        config.eos_token_id = list(eos_token_ids)
         config.return_dict_in_generate = True
         config.output_scores = self.return_logprobs
         with self.unwrap() as model, torch.no_grad():

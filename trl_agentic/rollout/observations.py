@@ -66,7 +66,7 @@ class EncodedObservation:
 
     ids: list[int]
     text: str
-    truncated: bool
+    observation_truncated: bool
 
 
 @dataclass(frozen=True)
@@ -90,30 +90,30 @@ class ObservationEncoder:
     """Tokenizes prompts and observations for one tokenizer and rollout mode.
 
     Args:
-        tokenizer: The policy's tokenizer (or a processor with a ``tokenizer``).
+        processing_class: The policy's tokenizer (or a processor with a ``tokenizer``).
         rollout_mode: ``"text"`` or ``"chat"``.
         observation_role: Message role of observations in chat mode (``"tool"``; ``"user"`` for templates without a
             tool role, such as Gemma's).
         chat_template_kwargs: Extra keyword arguments for ``apply_chat_template`` (e.g. ``enable_thinking``).
-        end_token_ids: Ids that end a model turn (every end-of-sequence id of the model). In chat mode a turn that
+        eos_token_ids: Ids that end a model turn (every end-of-sequence id of the model). In chat mode a turn that
             ended on one of them is not closed again.
     """
 
     def __init__(
         self,
-        tokenizer: Any,
+        processing_class: Any,
         rollout_mode: RolloutMode = "text",
         observation_role: str = "tool",
         chat_template_kwargs: dict[str, Any] | None = None,
-        end_token_ids: Sequence[int] = (),
+        eos_token_ids: Sequence[int] = (),
     ) -> None:
         if rollout_mode not in ("text", "chat"):
             raise ValueError(f"rollout_mode must be 'text' or 'chat', got {rollout_mode!r}")
-        self.tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
+        self.tokenizer = getattr(processing_class, "tokenizer", processing_class)
         self.rollout_mode = rollout_mode
         self.observation_role = observation_role
         self.chat_template_kwargs = chat_template_kwargs or {}
-        self.end_token_ids = set(end_token_ids)
+        self.eos_token_ids = set(eos_token_ids)
         self.control_tokens = self._find_control_tokens()
         self._control_re = re.compile("(" + "|".join(map(re.escape, self.control_tokens)) + ")") if self.control_tokens else None
         self._control_ids = {self.tokenizer.convert_tokens_to_ids(t) for t in self.control_tokens}
@@ -213,7 +213,7 @@ class ObservationEncoder:
                    + self._tokenize_template(layout.suffix))
         else:  # no special-token string in the content: one call gives the template's own tokenization
             ids = self._tokenize_template(layout.prefix + written + layout.suffix)
-        if not last_action_ids or last_action_ids[-1] not in self.end_token_ids | {layout.end_of_turn_id}:
+        if not last_action_ids or last_action_ids[-1] not in self.eos_token_ids | {layout.end_of_turn_id}:
             ids = [layout.end_of_turn_id, *ids]
         return EncodedObservation(ids, content, truncated)
 
@@ -239,7 +239,7 @@ class ObservationEncoder:
         """The token that closes an assistant message: the last control token (a special token, or an added token
         the template writes) of the rendered assistant turn."""
         base = self._render_ids(dummy, add_generation_prompt=False)
-        candidates = self._control_ids | self.end_token_ids
+        candidates = self._control_ids | self.eos_token_ids
         for token in reversed(base):
             if token in candidates:
                 return token

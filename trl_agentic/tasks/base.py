@@ -2,7 +2,7 @@
 
 A :class:`Task` bundles the prompt, the environment factory (one fresh environment per trajectory), the training
 reward functions, the success check used for accuracy and pass@k, and the resources to release at the end (a
-sandbox's worker pool). ``task.rows(dataset, tokenizer)`` turns raw rows into rows with a ``prompt`` column (chat
+sandbox's worker pool). ``task.rows(dataset, processing_class)`` turns raw rows into rows with a ``prompt`` column (chat
 messages when the tokenizer has a chat template, plain text otherwise) plus the columns the rewards read.
 """
 
@@ -17,9 +17,9 @@ from ..rewards.base import RewardFunc
 from ..tag_protocol import TagProtocol
 
 
-def has_chat_template(tokenizer: Any) -> bool:
+def has_chat_template(processing_class: Any) -> bool:
     """Whether the tokenizer renders chat messages (instruct models) rather than plain text (base models)."""
-    return getattr(getattr(tokenizer, "tokenizer", tokenizer), "chat_template", None) is not None
+    return getattr(getattr(processing_class, "tokenizer", processing_class), "chat_template", None) is not None
 
 
 @dataclass
@@ -54,12 +54,12 @@ class Task:
     resources: list[Any] = field(default_factory=list)
     options: Any = None
 
-    def rows(self, dataset: Any, tokenizer: Any, flag: str = "--dataset_name") -> Any:
+    def rows(self, dataset: Any, processing_class: Any, flag: str = "--dataset_name") -> Any:
         """The dataset with a ``prompt`` column and the columns the rewards read (other columns are dropped)."""
         from .data import require_columns
 
         require_columns(dataset, list(self.required_columns), self.name, flag)
-        chat = has_chat_template(tokenizer)
+        chat = has_chat_template(processing_class)
 
         def convert(row: dict[str, Any]) -> dict[str, Any]:
             return {"prompt": self.make_prompt(row, chat), **self.prepare_row(row)}

@@ -1,8 +1,8 @@
 """Tools for agents: a sandboxed Python interpreter, a safe calculator, and retrieval (Search-R1).
 
-Every tool is a plain object: ``tool(text) -> observation text`` (never raising for bad input), ``await
-tool.acall(text)``, and ``tool.invoke(text) -> ToolOutput`` with the flags the rollout engine counts. Stateful
-tools (the interpreters) also have ``session()``: one per trajectory, closed when it ends. See
+Every tool is a :class:`Tool`: ``tool.invoke(text) -> ToolOutput`` with the flags the rollout engine counts, and
+``tool(text) -> observation text`` (never raising for bad input), ``await tool.acall(text)``. Stateful tools (the
+interpreters) also have ``session() -> Tool``: one per trajectory, closed when it ends. See
 :mod:`trl_agentic.tools.base` and ``docs/tools.md``.
 
 Importing this package imports only the standard library; optional extras (``bm25s``, ``faiss``,
@@ -10,11 +10,8 @@ Importing this package imports only the standard library; optional extras (``bm2
 """
 
 from .base import (
-    BaseTool,
-    StatefulTool,
     Tool,
     ToolOutput,
-    ToolSession,
     acall_tool,
     call_tool,
     truncate_middle,
@@ -50,10 +47,7 @@ from .retrieval import (
 
 __all__ = [
     "Tool",
-    "ToolSession",
-    "StatefulTool",
     "ToolOutput",
-    "BaseTool",
     "call_tool",
     "acall_tool",
     "truncate_middle",

@@ -1,36 +1,32 @@
-"""The small protocol every tool follows: text in, observation text out.
+"""The one tool abstraction: text in, observation text out.
 
-A *tool* is a plain Python object:
+A :class:`Tool` implements :meth:`Tool.invoke` (``text -> ToolOutput``: the observation with the flags the rollout
+engine counts, ``tool_error``, ``tool_timeout``, ``observation_truncated``); calling it (``tool(text) -> str``),
+``await tool.acall(text)`` and ``await tool.ainvoke(text)`` follow. A tool never raises for bad input: a malformed
+expression, a failing program, a retrieval server that is down all become an error *text* the model can read.
+``invoke`` is race-free, unlike ``last_result``/``last_error`` attributes, when one stateless tool is shared by many
+trajectories.
 
-- ``tool(text) -> str`` returns the observation text. It never raises for bad input: a malformed expression, a
-  failing program, a retrieval server that is down all become an error *text* the model can read.
-- ``await tool.acall(text) -> str`` is the same, without blocking the event loop.
-- ``tool.invoke(text) -> ToolOutput`` (optional, all tools here have it) returns the observation together with
-  flags the rollout engine counts (``tool_error``, ``tool_timeout``, ``observation_truncated``). It is race-free,
-  unlike ``last_result``/``last_error`` attributes, when one stateless tool is shared by many trajectories.
+A *stateful* tool (the Python interpreter) also has ``session() -> Tool``: the tag environment calls it once per
+trajectory and ``close()`` on the session when the trajectory ends; the session's state (variables, imports)
+persists between calls.
 
-A *stateful* tool (the Python interpreter) also has ``session() -> ToolSession``: the tag environment calls it once
-per trajectory and ``close()`` on the session when the trajectory ends. A session is itself a tool (callable,
-``acall``, ``invoke``) whose state (variables, imports) persists between calls.
-
-:func:`call_tool` and :func:`acall_tool` call any tool (one of ours, or a plain function) and always return a
-:class:`ToolOutput`; exceptions raised by foreign callables become error outputs.
+Wherever a tool is accepted, a plain callable ``str -> str`` (sync or async) works too: :func:`call_tool` and
+:func:`acall_tool` call either and always return a :class:`ToolOutput`; exceptions raised by foreign callables
+become error outputs.
 """
 
 from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from ..workers import run_in_thread
 
 __all__ = [
     "Tool",
-    "ToolSession",
-    "StatefulTool",
     "ToolOutput",
-    "BaseTool",
     "call_tool",
     "acall_tool",
     "truncate_middle",
@@ -45,14 +41,14 @@ class ToolOutput:
         observation: The text shown to the model.
         error: The call failed (bad input, exception in the program, server down...).
         timeout: The call ran out of time.
-        truncated: The observation was shortened to fit a size limit.
+        observation_truncated: The observation was shortened to fit a size limit.
         info: Extra details (e.g. the exit status of a program), kept on the trajectory.
     """
 
     observation: str
     error: bool = False
     timeout: bool = False
-    truncated: bool = False
+    observation_truncated: bool = False
     info: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -66,50 +62,22 @@ class ToolOutput:
         out = dict(self.info)
         out["tool_error"] = bool(self.error or self.timeout)
         out["tool_timeout"] = bool(self.timeout)
-        out["observation_truncated"] = bool(self.truncated)
+        out["observation_truncated"] = bool(self.observation_truncated)
         return out
 
 
-@runtime_checkable
-class Tool(Protocol):
-    """A callable ``text -> observation text`` that never raises for bad input, with an async twin."""
+class Tool:
+    """A tool: implement :meth:`invoke`; ``__call__``, ``acall`` and ``ainvoke`` follow (module docstring).
 
-    def __call__(self, text: str) -> str: ...
-
-    async def acall(self, text: str) -> str: ...
-
-
-@runtime_checkable
-class ToolSession(Protocol):
-    """One trajectory's view of a stateful tool; release it with :meth:`close`."""
-
-    def __call__(self, text: str) -> str: ...
-
-    async def acall(self, text: str) -> str: ...
-
-    def close(self) -> None: ...
-
-
-@runtime_checkable
-class StatefulTool(Protocol):
-    """A tool whose calls share state within a trajectory: ``session()`` opens that state."""
-
-    def __call__(self, text: str) -> str: ...
-
-    def session(self) -> ToolSession: ...
-
-
-class BaseTool:
-    """Convenience base: implement :meth:`invoke`; ``__call__``, ``acall`` and ``ainvoke`` follow.
-
-    ``acall``/``ainvoke`` run :meth:`invoke` on a daemon thread of its own (``run_in_thread``), so a blocking tool does not
-    hold up the other trajectories of a turn, and one that hangs past its caller's timeout is abandoned without holding
-    a shared thread pool.
+    ``acall``/``ainvoke`` run :meth:`invoke` on a daemon thread of its own (``run_in_thread``), so a blocking tool does
+    not hold up the other trajectories of a turn, and one that hangs past its caller's timeout is abandoned without
+    holding a shared thread pool.
     """
 
     name: str = "tool"
 
     def invoke(self, text: str) -> ToolOutput:  # pragma: no cover - abstract
+        """The observation for ``text`` and its flags; never raises for bad input."""
         raise NotImplementedError
 
     def __call__(self, text: str) -> str:

@@ -21,7 +21,7 @@ import math
 import operator
 from typing import Any, Callable
 
-from .base import BaseTool, ToolOutput
+from .base import Tool, ToolOutput
 
 __all__ = ["Calculator", "CalculatorError", "safe_eval"]
 
@@ -214,7 +214,7 @@ def format_number(value: int | float, significant_digits: int = 12) -> str:
     return f"{value:.{significant_digits}g}"
 
 
-class Calculator(BaseTool):
+class Calculator(Tool):
     """Safe arithmetic as a tool: ``Calculator()("3 * (4 + 5)") == "27"``.
 
     Args:

@@ -100,7 +100,7 @@ def test_output_truncated_to_max_chars_keeping_head_and_tail():
     sb = PythonSandbox(pool_size=0, max_output_chars=200)
     try:
         out = sb.invoke("print('START')\nfor i in range(5000): print(i)\nprint('END')")
-        assert out.truncated and not out.error
+        assert out.observation_truncated and not out.error
         assert out.observation.startswith("START") and out.observation.rstrip().endswith("END")
         assert "truncated" in out.observation
         assert len(out.observation) < 300

@@ -235,7 +235,7 @@ def test_gigabytes_of_python_output(strict):
     start = time.monotonic()
     out = strict.invoke("s = 'x' * 1_000_000\nfor _ in range(1000):\n    print(s)\nprint('DONE')")
     assert time.monotonic() - start < 15
-    assert out.truncated and len(out.observation) < 1200
+    assert out.observation_truncated and len(out.observation) < 1200
     assert out.observation.rstrip().endswith("DONE") or out.timeout
 
 
@@ -243,7 +243,7 @@ def test_gigabytes_of_fd_output(strict):
     start = time.monotonic()
     out = strict.invoke("import os\nchunk = b'y' * 1_000_000\nfor _ in range(3000):\n    os.write(1, chunk)")
     assert time.monotonic() - start < 15
-    assert out.error and out.truncated and "OutputLimitError" in out.observation
+    assert out.error and out.observation_truncated and "OutputLimitError" in out.observation
     assert len(out.observation) < 1500
     _assert_sandbox_still_works(strict)
 

@@ -2,7 +2,7 @@
 
 A *sandbox* (:class:`CodeSandbox`) hands out *sessions* (:class:`CodeSession`), one per trajectory, whose state
 persists between calls; a stateless call on the sandbox is a one-shot session. Both are tools
-(:class:`~trl_agentic.tools.base.BaseTool`): ``invoke(text)`` runs the code extracted from the text and returns a
+(:class:`~trl_agentic.tools.base.Tool`): ``invoke(text)`` runs the code extracted from the text and returns a
 :class:`~trl_agentic.tools.base.ToolOutput`. A new backend implements :meth:`CodeSandbox.session`,
 :meth:`CodeSession._run_locked`, :meth:`CodeSession._release` and
 :meth:`CodeSandbox.close`.
@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from ..base import BaseTool, ToolOutput
+from ..base import Tool, ToolOutput
 from .extract import extract_code
 from .result import ExecutionResult
 
@@ -22,7 +22,7 @@ class SandboxError(RuntimeError):
     """The sandbox could not be set up (bad configuration, or a requested backend that does not work here)."""
 
 
-class CodeTool(BaseTool):
+class CodeTool(Tool):
     """``invoke`` runs the code extracted from the text, and ``with`` closes the object. Subclasses implement
     ``run(code)`` and ``close()``."""
 

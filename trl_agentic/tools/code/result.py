@@ -21,7 +21,7 @@ class ExecutionResult:
         exit_status: None while the interpreter lives on; the process' exit status when it ended during this block
             (negative: killed by that signal).
         timed_out: The block ran past the wall-time limit (the worker was killed).
-        truncated: Some output was dropped to respect the size limits.
+        output_truncated: Some output was dropped to respect the size limits.
         state_lost: The interpreter was (or had been) restarted: variables from earlier blocks are gone.
         duration_s: Wall time of the block, seconds.
         dropped_bytes: Output bytes dropped before the text was assembled (counted in the truncation marker).
@@ -32,7 +32,7 @@ class ExecutionResult:
     error: str | None = None
     exit_status: int | None = None
     timed_out: bool = False
-    truncated: bool = False
+    output_truncated: bool = False
     state_lost: bool = False
     duration_s: float = 0.0
     dropped_bytes: int = 0
@@ -66,7 +66,7 @@ class ExecutionResult:
             text += part
         limit = self.max_output_chars if max_chars is None else max_chars
         text, cut = truncate_middle(text, limit, omitted_extra=self.dropped_bytes)
-        return text, cut or self.truncated
+        return text, cut or self.output_truncated
 
     def to_tool_output(self, max_chars: int | None = None) -> ToolOutput:
         """The observation plus the flags the engine counts (``tool_error``, ``tool_timeout``, ...)."""
@@ -76,6 +76,5 @@ class ExecutionResult:
             info["exit_status"] = self.exit_status
         if self.state_lost:
             info["state_lost"] = True
-        return ToolOutput(
-            observation=text, error=self.error is not None, timeout=self.timed_out, truncated=truncated, info=info
-        )
+        return ToolOutput(observation=text, error=self.error is not None, timeout=self.timed_out,
+                          observation_truncated=truncated, info=info)

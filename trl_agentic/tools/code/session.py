@@ -147,7 +147,7 @@ def _to_result(outcome: Outcome, notice: str, sandbox: Any, closed: bool, timeou
         else:
             result.error = _death_message(result.exit_status, sandbox)
     result.dropped_bytes = dropped
-    result.truncated = dropped > 0
+    result.output_truncated = dropped > 0
     return result
 
 

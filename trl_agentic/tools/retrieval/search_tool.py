@@ -16,7 +16,7 @@ import threading
 from typing import Any, Sequence
 
 from ...workers import run_in_thread
-from ..base import BaseTool, ToolOutput, truncate_middle
+from ..base import Tool, ToolOutput, truncate_middle
 from .corpus import split_title
 
 __all__ = ["SearchTool", "format_search_results"]
@@ -34,7 +34,7 @@ def format_search_results(hits: Sequence[Any], strip_title_quotes: bool = False)
     return "\n".join(lines)
 
 
-class SearchTool(BaseTool):
+class SearchTool(Tool):
     """``query -> formatted passages`` over any retriever (BM25, dense, or a :class:`RetrievalClient`).
 
     Args:
@@ -88,7 +88,7 @@ class SearchTool(BaseTool):
             return ToolOutput(observation=self.empty_message, info={"num_results": 0})
         text = format_search_results(hits, self.strip_title_quotes)
         text, truncated = truncate_middle(text, self.max_output_chars)
-        return ToolOutput(observation=text, truncated=truncated, info={"num_results": len(hits)})
+        return ToolOutput(observation=text, observation_truncated=truncated, info={"num_results": len(hits)})
 
     def search_batch(self, queries: Sequence[str]) -> list[ToolOutput]:
         """One retriever call for all ``queries``; one :class:`ToolOutput` per query (never raises)."""

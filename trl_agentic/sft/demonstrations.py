@@ -1,0 +1,227 @@
+"""Demonstrations -> :class:`~trl_agentic.Trajectory`, replayed through the rollout engine.
+
+A demonstration is *replayed through the rollout engine* (:class:`~trl_agentic.rollout.engine.RolloutEngine`): a
+scripted generator "samples" each action's ids (the action text tokenized as the model would sample it: no BOS; in
+chat mode followed by the template's end-of-turn id), the engine cuts them at the stop strings and budgets as in RL,
+and observations are appended by the engine's own :class:`~trl_agentic.rollout.observations.ObservationEncoder` (text
+mode: untrusted text; chat mode: the chat template's message delta), so they are byte-identical to what RL appends. A
+demonstration RL could not produce (an action that would be cut earlier, a turn over budget) is refused with a
+:class:`DemonstrationError` that says why.
+
+Demonstrations come as TRL's prompt-completion rows (``{"prompt", "completion"}``):
+
+- text mode: ``completion`` is the text after the prompt, turns ended by the protocol's stop strings (``</search>``,
+  ``</answer>``), each tool call followed by its observation block (``\\n\\n<information>...</information>\\n\\n``;
+  whitespace around the block belongs to the observation), split by
+  :meth:`~trl_agentic.tag_protocol.TagProtocol.split_transcript`. With ``environment=`` the observations are left out
+  and the environment computes them (the demonstration is replayed against the real tool).
+- chat mode: ``completion`` is a list of messages: ``assistant`` messages are the actions, the message after each
+  (role ``observation_role``) its observation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..environment import EnvironmentFactory, StepResult
+from ..rollout.engine import RolloutConfig, RolloutEngine
+from ..rollout.generation import Generation
+from ..tag_protocol import SEARCH_R1_TAGS, TagProtocol
+from ..trajectory import Trajectory
+
+__all__ = ["DemonstrationError", "demonstration_to_trajectory", "transcript_to_trajectory"]
+
+
+class DemonstrationError(ValueError):
+    """A demonstration that the rollout engine could not have produced; the message says which turn and why."""
+
+
+class _ScriptedGenerator:
+    """The generation seam, replaying one demonstration's action ids (one trajectory per engine run)."""
+
+    def __init__(self, turns: list[list[int]], generation_config: Any = None) -> None:
+        self.turns = turns
+        self.generation_config = generation_config  # the engine reads the model's end ids from it
+        self.calls = 0
+
+    def generate(self, prompts: list[list[int]], max_new_tokens: int, stop_strings: Sequence[str],
+                 eos_token_ids: Sequence[int]) -> list[Generation]:
+        if self.calls >= len(self.turns):
+            raise DemonstrationError(
+                f"the environment did not end the episode after the demonstration's last action (turn "
+                f"{len(self.turns)}): it expected another turn; end the demonstration with an answer"
+            )
+        ids = self.turns[self.calls][:max_new_tokens]
+        self.calls += 1
+        return [Generation(ids=list(ids)) for _ in prompts]
+
+
+class _ScriptedEnvironment:
+    """Returns the demonstration's observations in order, and ends the episode after the last action."""
+
+    def __init__(self, observations: Sequence[str | None], stop_strings: Sequence[str]) -> None:
+        self.observations = list(observations)
+        self.stop_strings = list(stop_strings)
+        self.turn = 0
+
+    def reset(self, **row: Any) -> None:
+        self.turn = 0
+
+    def step(self, action: str) -> StepResult:
+        k, self.turn = self.turn, self.turn + 1
+        if k < len(self.observations):
+            return StepResult(observation=self.observations[k])
+        return StepResult(terminated=True)
+
+
+def _tokenizer(processing_class: Any) -> Any:
+    return getattr(processing_class, "tokenizer", processing_class)
+
+
+def demonstration_to_trajectory(
+    processing_class: Any,
+    prompt: Any,
+    actions: Sequence[str],
+    observations: Sequence[str] | None = None,
+    *,
+    environment: EnvironmentFactory | None = None,
+    row: dict[str, Any] | None = None,
+    protocol: TagProtocol | None = SEARCH_R1_TAGS,
+    generation_config: Any = None,
+    config: RolloutConfig | None = None,
+    **config_kwargs: Any,
+) -> Trajectory:
+    """Replay a demonstration through the rollout engine and return its :class:`~trl_agentic.Trajectory`.
+
+    Args:
+        processing_class: The policy's tokenizer.
+        prompt: The prompt as the trainers receive it (text, or chat messages).
+        actions: The model's text of each turn. Text mode: tokenized as is (``add_special_tokens=False``); chat
+            mode: the assistant message content, followed by the template's end-of-turn id (unless the content ends
+            at a stop string: the engine stops there, as in RL).
+        observations: The observation after each action but the last (``len(actions) - 1`` of them); ``None`` to
+            have ``environment`` compute them.
+        environment: Replay against this environment (class or factory): it receives ``row`` in ``reset`` and each
+            action in ``step``, and must end the episode after the last action.
+        row: The dataset row passed to ``reset`` (default ``{}``).
+        protocol: With scripted observations, the stop strings that end a turn (``protocol.stop_strings``), as the
+            environment that serves the protocol declares them; ``None`` for none.
+        generation_config: The model's generation config (``model.generation_config``): its ``eos_token_id`` lists
+            every id that ends a turn, as in RL (default: the tokenizer's EOS alone).
+        config: A :class:`~trl_agentic.RolloutConfig` (use the one RL uses, so that budgets, ``rollout_mode``,
+            ``observation_role`` and ``max_observation_tokens`` match), or its fields as keyword arguments.
+
+    Raises:
+        DemonstrationError: an action would be cut earlier or is over a budget, the environment failed or did not
+            end the episode, or the observations do not fit the actions.
+    """
+    config = RolloutConfig.from_arguments(config, config_kwargs)
+    if not actions:
+        raise DemonstrationError("a demonstration needs at least one action")
+    if (observations is None) == (environment is None):
+        raise DemonstrationError("pass either observations= (scripted) or environment= (replayed), exactly one")
+    if observations is not None:
+        if len(observations) != len(actions) - 1:
+            raise DemonstrationError(f"{len(actions)} actions need {len(actions) - 1} observations (one after each "
+                                     f"action but the last), got {len(observations)}")
+        stop = protocol.stop_strings if protocol is not None else []
+        scripted = list(observations)
+        environment = lambda: _ScriptedEnvironment(scripted, stop)  # noqa: E731
+    tokenizer = _tokenizer(processing_class)
+    generator = _ScriptedGenerator([], generation_config)
+    engine = RolloutEngine(generator, processing_class, environment, config)
+    end_of_turn = [engine.encoder.layout.end_of_turn_id] if config.rollout_mode == "chat" else []
+    generator.turns = [list(tokenizer(a, add_special_tokens=False)["input_ids"]) + end_of_turn for a in actions]
+    trajectory = engine.run([prompt], [dict(row or {})])[0]
+    _check_replay(trajectory, generator.turns, actions, config)
+    return trajectory
+
+
+def _check_replay(t: Trajectory, turns: list[list[int]], actions: Sequence[str], config: RolloutConfig) -> None:
+    """The engine kept every action whole, and the episode ended after the last one, by the environment.
+
+    In chat mode an action whose content ends at a stop string is kept without its end-of-turn id, as in RL: the
+    engine stops there, and the encoder adds the end-of-turn id with the observation (masked)."""
+    if t.env_failed:
+        raise DemonstrationError(f"the environment failed during the demonstration: {t.error}")
+    for k, (kept, wanted) in enumerate(zip(t.agent_segments(), turns)):
+        if kept != wanted and not (config.rollout_mode == "chat" and kept == wanted[:-1]):
+            if len(wanted) > min(config.max_tokens_per_turn, config.max_completion_length):
+                why = f"it has {len(wanted)} tokens, more than max_tokens_per_turn={config.max_tokens_per_turn}"
+            else:
+                why = (f"the engine ends the turn after {len(kept)} of its {len(wanted)} tokens (a stop string or an "
+                       "end id inside it; end each action at its first closing tool or answer tag)")
+            raise DemonstrationError(f"action {k} ({actions[k][:60]!r}...) cannot be sampled as one turn: {why}")
+    if t.num_turns < len(turns) or t.stop_reason != "terminated":
+        raise DemonstrationError(
+            f"the episode ended with {t.stop_reason!r} after {t.num_turns} of {len(turns)} actions; raise the budget "
+            f"(max_turns={config.max_turns}, max_completion_length={config.max_completion_length}) or shorten it"
+        )
+
+def _split_messages(messages: Sequence[dict[str, Any]], observation_role: str) -> tuple[list[str], list[str]]:
+    actions: list[str] = []
+    observations: list[str] = []
+    for k, message in enumerate(messages):
+        role, content = message.get("role"), message.get("content")
+        if not isinstance(content, str):
+            raise DemonstrationError(f"message {k} has no text content (content={content!r})")
+        expected = "assistant" if k % 2 == 0 else observation_role
+        if role != expected:
+            raise DemonstrationError(
+                f"message {k} has role {role!r} where {expected!r} was expected: a chat completion alternates "
+                f"assistant messages and observations (role observation_role={observation_role!r}), starting and "
+                "ending with an assistant message"
+            )
+        (actions if k % 2 == 0 else observations).append(content)
+    if len(observations) != len(actions) - 1:
+        raise DemonstrationError("a chat completion must end with an assistant message")
+    return actions, observations
+
+
+def transcript_to_trajectory(
+    processing_class: Any,
+    prompt: Any,
+    completion: str | Sequence[dict[str, Any]],
+    *,
+    environment: EnvironmentFactory | None = None,
+    row: dict[str, Any] | None = None,
+    protocol: TagProtocol | None = SEARCH_R1_TAGS,
+    generation_config: Any = None,
+    config: RolloutConfig | None = None,
+    **config_kwargs: Any,
+) -> Trajectory:
+    """A demonstration written as TRL's prompt-completion pair, as a :class:`~trl_agentic.Trajectory`.
+
+    ``completion`` is text (``rollout_mode="text"``, split with
+    :meth:`~trl_agentic.tag_protocol.TagProtocol.split_transcript`) or a list of messages (``rollout_mode="chat"``:
+    assistant messages alternating with observation messages). With ``environment=`` the
+    observations are computed by replaying the actions against it (a text transcript then leaves them out);
+    otherwise they are read from the transcript. See :func:`demonstration_to_trajectory` for the other arguments.
+    """
+    config = RolloutConfig.from_arguments(config, config_kwargs)
+    if isinstance(completion, str):
+        if config.rollout_mode != "text":
+            raise DemonstrationError("a text completion needs rollout_mode='text'; pass chat messages for 'chat'")
+        try:
+            actions, observations = (protocol or SEARCH_R1_TAGS).split_transcript(completion)
+        except ValueError as exc:
+            raise DemonstrationError(str(exc)) from None
+        given = [o for o in observations if o is not None]
+        if environment is not None and given:
+            raise DemonstrationError("with environment= the environment computes the observations: leave them out "
+                                     "of the transcript, or pass environment=None to use them")
+        if environment is None and len(given) != len(observations):
+            raise DemonstrationError("the transcript has a tool call without an observation after it; write the "
+                                     "observation block, or pass environment= to compute it")
+    else:
+        if config.rollout_mode != "chat":
+            raise DemonstrationError("a message-list completion needs rollout_mode='chat'; pass text for 'text'")
+        actions, observations = _split_messages(list(completion), config.observation_role)
+        if environment is not None and observations:
+            raise DemonstrationError("with environment= the environment computes the observations: pass only the "
+                                     "assistant messages' turns without environment=, or the messages without it")
+    return demonstration_to_trajectory(
+        processing_class, prompt, actions, None if environment is not None else observations,
+        environment=environment, row=row, protocol=protocol, generation_config=generation_config, config=config,
+    )
