@@ -1,4 +1,4 @@
-"""Render trajectories as one self-contained HTML page, to see what the model sampled and what it was trained on.
+r"""Render trajectories as one self-contained HTML page, to see what the model sampled and what it was trained on.
 
     python -m trl_agentic.render out/trajectories/trajectories-rank0.jsonl -o rollouts.html --tokenizer out/model
 

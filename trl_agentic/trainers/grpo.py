@@ -72,7 +72,7 @@ class AgenticGRPOConfig(GRPOConfig):
     overlap_chunks: str = field(
         default="auto",
         metadata={"help": "Generate each turn in this many chunks so that one chunk's tool calls run while the next "
-                  "generates: 'auto' (two chunks when the first turn's tools took >= 25% of its generation time), "
+                  "generates: 'auto' (two chunks when the first turn's tools took at least a quarter of its generation time), "
                   "1 (off), or a number."},
     )
     kl_estimator: str = field(
