@@ -30,6 +30,7 @@ from ..rollout.engine import RolloutConfig, RolloutEngine
 from ..rollout.generation import Generator, HFGenerator
 from ..rollout.metrics import metrics_from_sums, rollout_sums
 from ..trajectory import Trajectory, save_trajectories
+from .checks import DegenerateStepMonitor, DegenerateTrainingError, run_construction_checks
 from .zero_variance import merge_rounds, pick_groups
 
 ZERO_VARIANCE_POLICIES = ("keep", "std_floor", "dynamic_sampling")
@@ -103,6 +104,12 @@ class AgenticGRPOConfig(GRPOConfig):
     max_extra_generation_rounds: int = field(
         default=2, metadata={"help": "Dynamic sampling: most extra generation rounds per step."}
     )
+    max_degenerate_steps: int = field(
+        default=3,
+        metadata={"help": "Stop training after this many generation rounds in a row in which no completion could be "
+                  "scored (every trajectory ended env_error/env_timeout, or every reward was None): such a round "
+                  "trains nothing. The error quotes the first failure and where the trajectories are. 0: never stop."},
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -130,6 +137,10 @@ class AgenticGRPOConfig(GRPOConfig):
                              f"{self.zero_variance_groups!r}")
         if self.zero_variance_groups == "std_floor" and self.scale_rewards != "group":
             raise ValueError("zero_variance_groups='std_floor' needs scale_rewards='group'")
+        if isinstance(self.max_degenerate_steps, bool) or not isinstance(self.max_degenerate_steps, int) \
+                or self.max_degenerate_steps < 0:
+            raise ValueError(f"max_degenerate_steps must be an integer >= 0 (0: never stop), got "
+                             f"{self.max_degenerate_steps!r}")
         self.max_tokens_per_turn = min(self.max_tokens_per_turn, self.max_completion_length)
         self.rollout_config()  # validates the budgets and stop strings
 
@@ -192,6 +203,7 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
         self.environment = environment
         self.task = task
         if environment is not None:
+            run_construction_checks(environment, args, kwargs)  # trainers/checks.py: fail before training
             if kwargs.get("rollout_func") is not None:
                 raise ValueError("pass either environment= or rollout_func=, not both")
             if kwargs.get("tools") or kwargs.get("environment_factory"):
@@ -209,6 +221,7 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
         super().__init__(*args, **kwargs)
         if environment is not None:
             self._check_agentic_args()
+            self._degenerate = DegenerateStepMonitor(self.args.max_degenerate_steps, self.args.trajectory_dir)
 
     def _check_agentic_args(self) -> None:
         if not isinstance(self.args, AgenticGRPOConfig):
@@ -322,6 +335,12 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
         scored = self.score_round(rows)
         if self.environment is not None:
             self._log_mask_audit(scored)
+            if self.model.training:  # trainers/checks.py: stop a run that can only train on nothing
+                unscorable = torch.isnan(scored.rewards_per_func).all(dim=1).tolist()
+                stop = self._degenerate.observe(unscorable, scored.trajectories)
+                if stop is not None:
+                    self._record(scored)
+                    raise DegenerateTrainingError(stop)
         return scored
 
     def _local(self, global_values: torch.Tensor) -> torch.Tensor:
