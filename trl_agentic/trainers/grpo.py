@@ -112,6 +112,8 @@ class AgenticGRPOConfig(GRPOConfig):
     )
 
     def __post_init__(self) -> None:
+        if self.activation_checkpointing is None:  # TRL's default sets the name transformers deprecates: pass the new
+            self.activation_checkpointing = self.gradient_checkpointing  # one, so no FutureWarning nobody can act on
         super().__post_init__()
         self._check_agentic_fields()
         if self.kl_estimator == "k1" and self.beta != 0.0 and type(self) is AgenticGRPOConfig:
@@ -218,7 +220,9 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
                 kwargs["reward_funcs"] = guarded
             else:
                 args = (args[0], guarded, *args[2:])
-        super().__init__(*args, **kwargs)
+        with warnings.catch_warnings():  # TRL's "rollout_func is experimental": ours is pinned and contract-tested
+            warnings.filterwarnings("ignore", message="You are using 'rollout_func'", category=UserWarning)
+            super().__init__(*args, **kwargs)
         if environment is not None:
             self._check_agentic_args()
             self._degenerate = DegenerateStepMonitor(self.args.max_degenerate_steps, self.args.trajectory_dir)
