@@ -399,6 +399,12 @@ class GRPOTrainerBoundary(GRPOTrainer):
         """Append a metric for the current mode; TRL averages and logs it with its own metrics."""
         self._metrics["train" if self.model.training else "eval"][name].append(value)
 
+    def log_completion_columns(self, columns: dict[str, list[Any]]) -> None:
+        """Add columns (one value per completion of this process's round) to TRL's completions table: what TRL
+        gives reward functions as ``log_extra``. Call it during the round (the rollout), before TRL gathers it."""
+        for name, values in columns.items():
+            self._log_completion_extra(name, values)
+
     def training_step(self, model: Any, inputs: dict[str, Any], num_items_in_batch: Any = None) -> torch.Tensor:
         """TRL's step; then, on the last micro-batch of an optimizer step, the gradients of the extra parameters
         (which DDP does not wrap) are averaged over processes."""

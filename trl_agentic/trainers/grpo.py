@@ -29,6 +29,7 @@ from ..rollout.audit import unsampled_trained
 from ..rollout.engine import RolloutConfig, RolloutEngine
 from ..rollout.generation import Generator, HFGenerator
 from ..rollout.metrics import metrics_from_sums, rollout_sums
+from ..trackers import trajectory_columns
 from ..trajectory import Trajectory, save_trajectories
 from .checks import DegenerateStepMonitor, DegenerateTrainingError, run_construction_checks
 from .zero_variance import merge_rounds, pick_groups
@@ -279,6 +280,8 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
                                sync_max=self._sync_max)
         trajectories = engine.run(prompts, [dict(row) for row in self.rollout_rows()])
         self._log_rollout_metrics(trajectories)
+        if self.args.log_completions:  # trl_agentic/trackers.py: turns, tools, observations in the completions table
+            self.log_completion_columns(trajectory_columns(trajectories))
         return self._to_trl_rollout(trajectories)
 
     def _to_trl_rollout(self, trajectories: list[Trajectory]) -> dict[str, Any]:
