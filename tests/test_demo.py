@@ -18,6 +18,24 @@ def test_shortened_demo_learns_and_writes_its_outputs(tmp_path, capsys):
     assert sum(r["reward"] == 1.0 for r in rows) / len(rows) == summary["success_after"]
     page = (tmp_path / "trajectories.html").read_text()
     assert page.count('<section class="traj"') in (1, 2) and "lookup" in page
+    # the saved tokenizer lets render show the tokens of the JSONL, as the README says
+    from trl_agentic.render import main as render
+
+    html = render([str(tmp_path / "heldout_trajectories.jsonl"), "--tokenizer", str(tmp_path / "tokenizer"),
+                   "-o", str(tmp_path / "all.html")]).read_text()
+    assert html.count('<section class="traj"') == len(rows) and 'class="tok' in html
     out = capsys.readouterr().out
     assert "after SFT + GRPO" in out and "{'loss'" not in out  # compact lines, no raw metric dictionaries
     assert "Truncating" not in out
+
+
+def test_page_title_says_what_it_shows():
+    from trl_agentic.demo import showcase
+    from trl_agentic.trajectory import Trajectory
+
+    ts = [Trajectory(prompt_ids=[i]) for i in range(3)]
+    assert showcase(ts, [1.0, 0.0, 1.0])[1].endswith("a success and a failure after training")
+    shown, title = showcase(ts, [1.0, 1.0, 1.0])
+    assert len(shown) == 1 and "a success (every held-out prompt succeeded)" in title and "failure" not in title
+    shown, title = showcase(ts, [0.0, 0.0, 0.0])
+    assert len(shown) == 1 and "a failure (no held-out prompt succeeded)" in title

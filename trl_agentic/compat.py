@@ -396,6 +396,12 @@ class GRPOTrainerBoundary(GRPOTrainer):
         """Append a metric for the current mode; TRL averages and logs it with its own metrics."""
         self._metrics["train" if self.model.training else "eval"][name].append(value)
 
+    def log_completion_columns(self, columns: dict[str, list[Any]]) -> None:
+        """Add columns (one value per completion of this process's round) to TRL's completions table: what TRL
+        gives reward functions as ``log_extra``. Call it during the round (the rollout), before TRL gathers it."""
+        for name, values in columns.items():
+            self._log_completion_extra(name, values)
+
     # -- TRL's private methods, overridden here and only here ------------------------------------------------
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         return self.training_batch(inputs).data

@@ -11,8 +11,10 @@ The pipeline is the one a user runs: a tokenizer and a 2-layer Qwen2 built on th
 agentic SFT warm start on a handful of demonstrations (:func:`trl_agentic.sft.sft_dataset` replays them through the
 rollout engine against the real tool, observations masked, then TRL's ``SFTTrainer``), then ``AgenticGRPOTrainer``
 with the environment and the outcome reward, with :func:`trl_agentic.evaluate.evaluate` on held-out prompts before,
-after SFT and after GRPO. It writes to the output directory a reward curve (``reward_curve.png``), one successful
-and one failed trajectory (``trajectories.html``) and ``summary.json``. The same seed gives the same numbers on the
+after SFT and after GRPO. It writes to the output directory a reward curve (``reward_curve.png``), a successful and
+a failed trajectory where there are both (``trajectories.html``), every held-out trajectory
+(``heldout_trajectories.jsonl``), the tokenizer (``tokenizer/``, for ``python -m trl_agentic.render ... --tokenizer``)
+and ``summary.json``. The same seed gives the same numbers on the
 same machine (one thread, deterministic algorithms).
 """
 
@@ -173,6 +175,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return summary
 
 
+def showcase(trajectories: list[Any], rewards: list[float]) -> tuple[list[dict[str, Any]], str]:
+    """The first success and the first failure (those that exist) as rows for ``render_html``, and a page title
+    that says which are shown."""
+    success = next((t for t, r in zip(trajectories, rewards) if r == 1.0), None)
+    failure = next((t for t, r in zip(trajectories, rewards) if r != 1.0), None)
+    shown = [{**t.to_dict(), "reward": r, "success": r == 1.0} for t, r in zip(trajectories, rewards)
+             if t is success or t is failure]
+    if success is not None and failure is not None:
+        what = "a success and a failure"
+    elif success is not None:
+        what = "a success (every held-out prompt succeeded)"
+    else:
+        what = "a failure (no held-out prompt succeeded)"
+    return shown, f"trl-agentic demo: {what} after training"
+
+
 def _write_outputs(output_dir, summary, curve, trajectories, rewards, tokenizer) -> list[str]:
     from trl_agentic.render import render_html
     from trl_agentic.trajectory import save_trajectories
@@ -187,13 +205,13 @@ def _write_outputs(output_dir, summary, curve, trajectories, rewards, tokenizer)
         os.remove(path)  # save_trajectories appends
     save_trajectories(trajectories, path, extra={"reward": list(rewards)})
     paths.append(path)
-    success = next((t for t, r in zip(trajectories, rewards) if r == 1.0), None)
-    failure = next((t for t, r in zip(trajectories, rewards) if r != 1.0), None)
-    shown = [{**t.to_dict(), "reward": r, "success": r == 1.0} for t, r in zip(trajectories, rewards)
-             if t is success or t is failure]
+    shown, title = showcase(trajectories, rewards)
     path = os.path.join(output_dir, "trajectories.html")
     with open(path, "w", encoding="utf-8") as f:
-        f.write(render_html(shown, tokenizer, title="trl-agentic demo: a success and a failure after training"))
+        f.write(render_html(shown, tokenizer, title=title))
+    paths.append(path)
+    path = os.path.join(output_dir, "tokenizer")  # python -m trl_agentic.render ... --tokenizer <this>
+    tokenizer.save_pretrained(path)
     paths.append(path)
     try:
         import matplotlib

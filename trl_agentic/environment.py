@@ -13,6 +13,7 @@ naming the environment, the field and the type.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from dataclasses import dataclass, field
@@ -69,6 +70,41 @@ class Environment:
     def close(self) -> None:
         """Release resources (a sandbox session, a connection). Called once when the trajectory ends, also after an
         error; the default does nothing."""
+
+
+def check_stop_strings(value: Any, where: str) -> list[str]:
+    """``value`` as a list of stop strings; a bare string (which would stop at each of its characters) or a
+    non-string entry raises a ``TypeError`` naming ``where`` and the fix."""
+    if isinstance(value, str):
+        raise TypeError(f"{where} is the string {value!r}, which would stop generation at each of its characters; "
+                        f"write [{value!r}]")
+    if not all(isinstance(s, str) and s for s in value):
+        raise TypeError(f"{where} must be a list of non-empty strings, got {value!r}")
+    return list(value)
+
+
+def environment_class(environment: Any) -> type | None:
+    """The class ``environment`` builds, when that is known without calling it: the class itself, or the class
+    inside (nested) ``functools.partial``; ``None`` for any other factory."""
+    while isinstance(environment, functools.partial):
+        environment = environment.func
+    return environment if isinstance(environment, type) else None
+
+
+def check_environment_factory(environment: Any) -> None:
+    """``environment`` must make a fresh environment per trajectory: a class or a zero-argument factory, not an
+    instance; a class's declared ``stop_strings`` must be a list. Raises a one-line ``TypeError`` with the fix."""
+    if not isinstance(environment, type) and hasattr(environment, "reset") and hasattr(environment, "step"):
+        name = type(environment).__name__
+        raise TypeError(f"environment= got an instance of {name}; pass {name} (the class) or a zero-argument factory "
+                        "such as functools.partial(...): each trajectory needs a fresh environment")
+    if not callable(environment):
+        raise TypeError("environment must be an Environment class or a zero-argument factory (e.g. "
+                        f"functools.partial(TagEnvironment, tools=...)), got {type(environment).__name__}")
+    cls = environment_class(environment)
+    declared = getattr(cls, "stop_strings", ())
+    if cls is not None and isinstance(declared, (str, list, tuple)):  # a property is read per instance, by the engine
+        check_stop_strings(declared, f"{cls.__name__}.stop_strings")
 
 
 EnvironmentFactory = Callable[[], Any]

@@ -1,4 +1,4 @@
-"""Render trajectories as one self-contained HTML page, to see what the model sampled and what it was trained on.
+r"""Render trajectories as one self-contained HTML page, to see what the model sampled and what it was trained on.
 
     python -m trl_agentic.render out/trajectories/trajectories-rank0.jsonl -o rollouts.html --tokenizer out/model
 
@@ -12,9 +12,10 @@ Untrusted text is shown as it is, never interpreted: it is HTML-escaped, C0 cont
 (U+2400 block), and characters that would hide or reorder text are shown as badges instead of written raw: Unicode
 bidi controls (U+061C, U+200E/F, U+202A-U+202E, U+2066-U+2069, "Trojan Source", CVE-2021-42574) and C1 controls as
 ``<U+202E>``, lone surrogates (not encodable as UTF-8, e.g. from a JSON ``"\ud800"`` escape or undecodable bytes)
-as ``\ud800``. The command line skips a line of the JSONL file that is not a JSON object, with a warning naming
-the file and line (bytes that are not UTF-8 are kept as lone surrogates, so they are shown, not fatal); a row that
-is no trajectory costs only its own section, which shows the error.
+as ``\ud800``. The command line skips a line of the JSONL file that is not a JSON object or not a trajectory (no
+``prompt_ids``, a field of the wrong type), with a warning naming the file, the line and the field (bytes that are
+not UTF-8 are kept as lone surrogates, so they are shown, not fatal); in :func:`render_html` a row that is no
+trajectory costs only its own section, which shows the error.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from .trajectory import Trajectory
+from .trajectory import Trajectory, row_problem
 
 logger = logging.getLogger(__name__)
 
@@ -382,8 +383,9 @@ def _read_rows(path: str | Path) -> Iterator[dict[str, Any]]:
             except RecursionError:
                 logger.warning("%s:%d: skipped: JSON nested too deeply", path, line_no)
                 continue
-            if not isinstance(row, dict):
-                logger.warning("%s:%d: skipped: a JSON %s, not an object", path, line_no, type(row).__name__)
+            problem = row_problem(row)
+            if problem is not None:
+                logger.warning("%s:%d: skipped: %s", path, line_no, problem)
                 continue
             yield row
 

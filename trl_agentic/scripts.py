@@ -79,7 +79,9 @@ def make_parser(script_arguments: type, algo: str = "grpo", prog: str | None = N
     """``TrlParser((script_arguments, <algo's config>, ModelConfig))``."""
     from trl import ModelConfig, TrlParser
 
-    return TrlParser((script_arguments, config_class(algo), ModelConfig), prog=prog)
+    usage_note = ("--config FILE.yaml sets any of the flags below (a flag given on the command line overrides it); "
+                  "--algo grpo|ppo (or algo: in the YAML) picks the trainer and so the flags listed.")
+    return TrlParser((script_arguments, config_class(algo), ModelConfig), prog=prog, description=usage_note)
 
 
 def parse_args(script_arguments: type, argv: Sequence[str] | None = None, prog: str | None = None) -> tuple[Any, ...]:

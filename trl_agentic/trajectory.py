@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Literal, get_args
+from typing import Any, Callable, Iterable, Iterator, Literal, get_args
 
 StopReason = Literal["terminated", "env_truncated", "eos", "max_turns", "max_tokens", "env_error", "env_timeout"]
 """Why a trajectory ended:
@@ -116,9 +116,57 @@ class Trajectory:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Trajectory":
+        """The trajectory of a row written by :meth:`to_dict`; a missing or ill-typed field raises ``ValueError``
+        naming it (:func:`row_problem`)."""
+        problem = row_problem(data)
+        if problem is not None:
+            raise ValueError(problem)
         fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         fields["turn_spans"] = [tuple(span) for span in fields.get("turn_spans", [])]
         return cls(**fields)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+# field -> (what it must be, a check of one element); every one of them is a list
+_LIST_FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "prompt_ids": ("integers", _is_int),
+    "completion_ids": ("integers", _is_int),
+    "env_mask": ("0s and 1s", lambda v: _is_int(v) and v in (0, 1)),
+    "logprobs": ("numbers", _is_number),
+    "turn_spans": ("[start, end] pairs of integers",
+                   lambda v: isinstance(v, (list, tuple)) and len(v) == 2 and all(_is_int(x) for x in v)),
+    "actions": ("strings", lambda v: isinstance(v, str)),
+    "observations": ("strings or null", lambda v: v is None or isinstance(v, str)),
+    "turn_rewards": ("numbers", _is_number),
+    "turn_infos": ("objects", lambda v: isinstance(v, dict)),
+}
+
+
+def row_problem(data: Any) -> str | None:
+    """What makes ``data`` (a JSONL row) no trajectory, naming the field, or ``None`` when it is one: it needs
+    ``prompt_ids``; each list field holds elements of its type; ``env_mask`` is as long as ``completion_ids``."""
+    if not isinstance(data, dict):
+        return f"a trajectory row is a JSON object, got {type(data).__name__}"
+    if "prompt_ids" not in data:
+        return "field 'prompt_ids' is missing"
+    for name, (what, ok) in _LIST_FIELDS.items():
+        if name in data:
+            value = data[name]
+            if not isinstance(value, list) or not all(ok(v) for v in value):
+                return f"field {name!r} must be a list of {what}, got {json.dumps(value, default=str)[:60]}"
+    for name, kind in (("stop_reason", (str, type(None))), ("error", str), ("events", dict)):
+        if name in data and not isinstance(data[name], kind):
+            return f"field {name!r} has the wrong type ({type(data[name]).__name__})"
+    if len(data.get("env_mask", [])) != len(data.get("completion_ids", [])):
+        return "field 'env_mask' must be as long as 'completion_ids'"
+    return None
 
 
 def save_trajectories(trajectories: Iterable[Trajectory], path: str | Path, extra: dict[str, Any] | None = None) -> None:

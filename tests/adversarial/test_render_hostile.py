@@ -1,5 +1,6 @@
 """The HTML renderer against hostile text and files: lone surrogates and bidi controls in any text field are shown
-escaped (never raised, never written raw), and a malformed JSONL line is skipped with a warning naming its line."""
+escaped (never raised, never written raw), and a malformed JSONL line (not JSON, or
+not a trajectory) is skipped with a warning naming its line and field."""
 
 from __future__ import annotations
 
@@ -103,7 +104,10 @@ def test_cli_skips_malformed_lines_and_names_them(tmp_path, caplog, capsys):
         _line(hostile.to_dict()),  # 5: surrogates and bidi controls as JSON escapes
         b'{"prompt_ids": [], "prompt": "caf\xff\xfe", "actions": ["x"]}\n',  # 6: bytes that are not UTF-8
         b'{"prompt_ids": [1], "actions": 3}\n',  # 7: an object that is no trajectory
-        b"not json at all",  # 8: no newline at the end of the file
+        b'{"completion_ids": [1, 2], "env_mask": [1, 1]}\n',  # 8: no prompt_ids
+        b'{"prompt_ids": "abc", "completion_ids": [1], "env_mask": [1]}\n',  # 9: a string of ids
+        b'{"prompt_ids": [1], "completion_ids": [1, 2], "env_mask": [1]}\n',  # 10: mask and ids differ in length
+        b"not json at all",  # 11: no newline at the end of the file
     ]
     path = tmp_path / "trajectories.jsonl"
     path.write_bytes(b"".join(lines))
@@ -111,11 +115,15 @@ def test_cli_skips_malformed_lines_and_names_them(tmp_path, caplog, capsys):
     with caplog.at_level(logging.WARNING):
         assert main([str(path), "-o", str(out)]) == out
     warned = "\n".join(r.getMessage() for r in caplog.records)
-    for line_no in (2, 4, 8):
+    for line_no in (2, 4, 7, 8, 9, 10, 11):
         assert f"{path}:{line_no}:" in warned
+    assert f"{path}:7: skipped: field 'actions' must be a list of strings, got 3" in warned
+    assert f"{path}:8: skipped: field 'prompt_ids' is missing" in warned
+    assert f"{path}:9: skipped: field 'prompt_ids' must be a list of integers" in warned
+    assert f"{path}:10: skipped: field 'env_mask' must be as long as 'completion_ids'" in warned
     assert f"{path}:3:" not in warned and f"{path}:5:" not in warned and f"{path}:6:" not in warned
     page = out.read_text(encoding="utf-8")
     _check_page(page)
-    # lines 1, 5, 6 render; line 7 costs only its own section, shown as an error
-    assert page.count('<section class="traj') == 4
-    assert "could not be rendered" in page and "\\udcff" in _visible(page)
+    # lines 1, 5, 6 render; the others are skipped, each with its warning
+    assert page.count('<section class="traj') == 3
+    assert "could not be rendered" not in page and "\\udcff" in _visible(page)

@@ -207,3 +207,32 @@ def test_env_secrets_are_not_on_any_command_line(small):
             assert session("import os\nprint(os.environ['API_TOKEN'])") == secret + "\n"  # the program gets it
     finally:
         sb.close()
+
+
+def _write_on_reply_pipe(payload: str) -> str:
+    """A block that writes ``payload`` (Python bytes literal) on the worker's private reply pipe."""
+    return ("import json, os, struct, sys\ncfg = json.loads(sys.argv[1])\n"
+            f"os.write(cfg['out_fd'], {payload})\n")
+
+
+FORGED_REPLY = "(lambda d: struct.pack('>I', len(d)) + d)(json.dumps({'error': None, 'dropped': {}}).encode())"
+FORGERIES = {
+    "a well-formed reply": _write_on_reply_pipe(FORGED_REPLY) + "1 / 0",
+    "a reply with a guessed nonce": _write_on_reply_pipe(FORGED_REPLY.replace("'error': None", "'nonce': None, 'error': None")) + "1 / 0",
+    "three replies": _write_on_reply_pipe(f"{FORGED_REPLY} * 3") + "1 / 0",
+    "a garbled frame": _write_on_reply_pipe("b'\\x00\\x00\\x00\\x05abc'") + "1 / 0",
+}
+
+
+@pytest.mark.parametrize("name", sorted(FORGERIES))
+def test_forged_reply_never_shifts_results(small, name):
+    """A program that writes on the protocol channel fails its own block; the next blocks get their own results
+    (before the nonce, block 2 reported block 1's ZeroDivisionError)."""
+    with small.session() as session:
+        first = session.invoke(FORGERIES[name])
+        assert not first.ok, first
+        assert "ZeroDivisionError" in first.observation or "reply" in first.observation, first
+        second = session.invoke("print('two')")
+        assert second.ok and "two" in second.observation and "ZeroDivisionError" not in second.observation, second
+        third = session.invoke("print('three')")
+        assert third.ok and "three" in third.observation, third

@@ -50,10 +50,34 @@ def test_notebook_install_and_parameters(path):
     nbformat.validate(notebook)
     parameters = [c for c in notebook.cells if "parameters" in c.metadata.get("tags", [])]
     assert len(parameters) == 1 and "SMOKE = False" in parameters[0].source
-    assert 'TRL_AGENTIC_SOURCE = "trl-agentic"' in parameters[0].source  # the one variable to change
+    assert "TRL_AGENTIC_SOURCE = None" in parameters[0].source  # the one variable to change (on Colab)
     code = "\n".join(_code(path))
     assert "<ORG>" not in code and '.to("cuda")' not in code and "vllm]" not in code
     install = next(c for c in _code(path) if "pip" in c and "install" in c)
     assert '"[math,retrieval]"' in install and "vllm" not in install.split("extras =")[1].split("\n")[0]
     assert 'DEVICE = "cuda" if torch.cuda.is_available() else "cpu"' in code and "model.to(DEVICE)" in code
     assert "from trl_agentic.evaluate import evaluate" in code and "render_html" in code
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_install_cell_installs_the_checkout_or_says_what_to_set(path, monkeypatch):
+    """trl-agentic is not on PyPI: run from a clone, the install cell pip-installs that checkout; elsewhere it stops
+    with one line saying what to set (it never asks pip for a package no index has)."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    install = next(c for c in _code(path) if "pip" in c and "install" in c and "find_spec" in c)
+    calls = []
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "trl_agentic" else real_find_spec(name, *a))
+    monkeypatch.setattr(subprocess, "check_call", lambda args: calls.append(args))
+    monkeypatch.chdir(REPO / "notebooks")
+    exec(compile(install, "install cell", "exec"), {"TRL_AGENTIC_SOURCE": None, "__name__": "__nb__"})  # noqa: S102
+    assert calls == [[sys.executable, "-m", "pip", "install", "-q", f"{REPO}[math,retrieval]"]]
+    calls.clear()
+    exec(compile(install, "install cell", "exec"), {"TRL_AGENTIC_SOURCE": "git+https://example.org/trl-agentic.git"})  # noqa: S102
+    assert calls[0][-1] == "trl-agentic[math,retrieval] @ git+https://example.org/trl-agentic.git"
+    monkeypatch.chdir("/")
+    with pytest.raises(RuntimeError, match="not on PyPI.*set TRL_AGENTIC_SOURCE"):
+        exec(compile(install, "install cell", "exec"), {"TRL_AGENTIC_SOURCE": None})  # noqa: S102

@@ -125,3 +125,16 @@ def test_picklable():
     clone = pickle.loads(pickle.dumps(reward))
     assert clone(prompts=["q"], completions=["<think>a</think><answer>x</answer>"], golden_answers=[["x"]]) == [1.5]
     pickle.dumps(LengthPenalty.overlong(10, 5))
+
+
+@pytest.mark.parametrize("weight", [float("nan"), float("inf"), -float("inf"), "0.5", None])
+def test_non_finite_weight_is_refused(weight):
+    with pytest.raises(ValueError, match="component 'em': weight must be finite numbers"):
+        CompositeReward([Component("em", Counting([1.0], "em"), weight)])
+
+
+@pytest.mark.parametrize("schedule", [lambda: LinearSchedule(start=float("nan")),
+                                      lambda: LinearSchedule(end=float("inf"))])
+def test_non_finite_schedule_is_refused(schedule):
+    with pytest.raises(ValueError, match="must be finite numbers"):
+        schedule()

@@ -89,7 +89,12 @@ class CompositeReward:
             raise ValueError(f"component names must be unique, got {names}")
         self.__name__ = name
         self.components = list(components)
-        self.schedules = {c.name: as_schedule(c.weight) for c in self.components}
+        self.schedules = {}
+        for c in self.components:
+            try:
+                self.schedules[c.name] = as_schedule(c.weight)
+            except ValueError as exc:
+                raise ValueError(f"component {c.name!r}: {exc}") from None
         self.metric_prefix = metric_prefix
         self.check_balance = check_balance
         self._warned = False

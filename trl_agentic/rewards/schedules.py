@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import numbers
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,6 +38,14 @@ def _position(step: int, max_steps: int, unit: Unit) -> float:
     if unit == "fraction":
         return step / max_steps if max_steps > 0 else 0.0
     raise ValueError(f"unit must be 'fraction' or 'steps', got {unit!r}")
+
+
+def _check_finite(**weights: Any) -> None:
+    """A NaN or infinite weight would make every total NaN (or infinite): refuse it."""
+    for name, value in weights.items():
+        values = list(value) if isinstance(value, Sequence) else [value]
+        if any(isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) for v in values):
+            raise ValueError(f"{name} must be finite numbers, got {value!r}")
 
 
 class Schedule(ABC):
@@ -65,6 +74,10 @@ class ConstantSchedule(Schedule):
 
     value: float
 
+    def __post_init__(self) -> None:
+        _check_finite(weight=self.value)
+        object.__setattr__(self, "value", float(self.value))
+
     def __call__(self, step: int, max_steps: int) -> float:
         return self.value
 
@@ -79,6 +92,7 @@ class _Ramp(Schedule):
 
     def __post_init__(self) -> None:
         _position(0, 1, self.unit)  # validate the unit
+        _check_finite(start=self.start, end=self.end, begin=self.begin, until=self.until)
         if self.until <= self.begin:
             raise ValueError(f"need begin < until, got {self.begin}, {self.until}")
 
@@ -116,6 +130,7 @@ class PiecewiseSchedule(Schedule):
 
     def __post_init__(self) -> None:
         _position(0, 1, self.unit)  # validate the unit
+        _check_finite(values=self.values, boundaries=self.boundaries)
         if len(self.values) != len(self.boundaries) + 1:
             raise ValueError("need exactly one more value than boundaries")
         if list(self.boundaries) != sorted(self.boundaries):
@@ -127,4 +142,4 @@ class PiecewiseSchedule(Schedule):
 
 def as_schedule(weight: float | Schedule) -> Schedule:
     """A constant weight as a :class:`ConstantSchedule`; a schedule unchanged."""
-    return weight if isinstance(weight, Schedule) else ConstantSchedule(float(weight))
+    return weight if isinstance(weight, Schedule) else ConstantSchedule(weight)

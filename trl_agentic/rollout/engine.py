@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Sequence
 
-from ..environment import EnvironmentFactory
+from ..environment import EnvironmentFactory, check_environment_factory, check_stop_strings
 from ..trajectory import StopReason, Trajectory
 from .env_calls import EnvFailure, PendingCalls, call_all, start_all
 from .generation import Generator, HFGenerator, cut_at_stop, get_eos_token_ids
@@ -79,8 +79,7 @@ class RolloutConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        if isinstance(self.stop_strings, str) or not all(isinstance(s, str) and s for s in self.stop_strings):
-            raise TypeError(f"stop_strings must be a list of non-empty strings, got {self.stop_strings!r}")
+        check_stop_strings(self.stop_strings, "stop_strings")
         if not isinstance(self.env_timeout, (int, float)) or not self.env_timeout > 0:
             raise ValueError(f"env_timeout must be a positive number of seconds, got {self.env_timeout!r}")
         chunks = self.overlap_chunks
@@ -137,9 +136,7 @@ class RolloutEngine:
         eos_token_ids: Sequence[int] | None = None,
         sync_max: Callable[[int], int] | None = None,
     ) -> None:
-        if not callable(environment):
-            raise TypeError(f"environment must be an Environment class or a zero-argument factory (e.g. "
-                            f"functools.partial(TagEnvironment, tools=...)), got {type(environment).__name__}")
+        check_environment_factory(environment)
         if config is not None and not isinstance(config, RolloutConfig):
             raise TypeError(f"config must be a RolloutConfig, got {type(config).__name__}")
         self.generator = generator
@@ -339,7 +336,8 @@ class RolloutEngine:
         stop = list(self.config.stop_strings)
         for env in envs:  # one environment class per batch: read its declared stop strings once
             if not isinstance(env, EnvFailure):
-                stop += [s for s in getattr(env, "stop_strings", ()) if s not in stop]
+                declared = check_stop_strings(getattr(env, "stop_strings", ()), f"{type(env).__name__}.stop_strings")
+                stop += [s for s in declared if s not in stop]
                 break
         return stop
 

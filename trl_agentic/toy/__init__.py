@@ -3,7 +3,7 @@
 Used by the CPU demo (``python -m trl_agentic.demo``) and the tests; nothing here touches the Hugging Face Hub.
 """
 
-from .model import build_tiny_model
+from .model import build_tiny_model, save_tiny_model
 from .task import LOOKUP_TAGS, LookupEnvironment, lookup_reward, lookup_success, make_lookup_dataset
 from .tokenizer import CHATML_TEMPLATE, build_tokenizer
 
@@ -16,4 +16,5 @@ __all__ = [
     "lookup_reward",
     "lookup_success",
     "make_lookup_dataset",
+    "save_tiny_model",
 ]

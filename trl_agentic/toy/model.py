@@ -29,3 +29,14 @@ def build_tiny_model(tokenizer: Any, hidden_size: int = 64, num_layers: int = 2,
         do_sample=True, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id
     )
     return model
+
+
+def save_tiny_model(path: str, seed: int = 0) -> str:
+    """Write a tiny random Qwen2 and its tokenizer (:func:`~trl_agentic.toy.build_tokenizer`) to ``path`` and return
+    ``path``: a model id for any ``from_pretrained``, made offline in a second (the README's examples use it)."""
+    from .tokenizer import build_tokenizer
+
+    tokenizer = build_tokenizer()
+    build_tiny_model(tokenizer, seed=seed).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path

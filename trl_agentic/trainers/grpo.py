@@ -30,7 +30,9 @@ from ..rollout.audit import unsampled_trained
 from ..rollout.engine import RolloutConfig, RolloutEngine
 from ..rollout.generation import Generator, HFGenerator
 from ..rollout.metrics import metrics_from_sums, rollout_sums
+from ..trackers import trajectory_columns
 from ..trajectory import Trajectory, save_trajectories
+from .checks import DegenerateStepMonitor, DegenerateTrainingError, run_construction_checks
 from .zero_variance import merge_rounds, pick_groups
 
 ZERO_VARIANCE_POLICIES = ("keep", "std_floor", "dynamic_sampling")
@@ -110,8 +112,16 @@ class AgenticGRPOConfig(GRPOConfig):
     max_extra_generation_rounds: int = field(
         default=2, metadata={"help": "Dynamic sampling: most extra generation rounds per step."}
     )
+    max_degenerate_steps: int = field(
+        default=3,
+        metadata={"help": "Stop training after this many generation rounds in a row in which no completion could be "
+                  "scored (every trajectory ended env_error/env_timeout, or every reward was None): such a round "
+                  "trains nothing. The error quotes the first failure and where the trajectories are. 0: never stop."},
+    )
 
     def __post_init__(self) -> None:
+        if self.activation_checkpointing is None:  # TRL's default sets the name transformers deprecates: pass the new
+            self.activation_checkpointing = self.gradient_checkpointing  # one, so no FutureWarning nobody can act on
         super().__post_init__()
         self._check_agentic_fields()
         if (self.kl_estimator == "k1" and self.beta != 0.0 and not self.use_bias_correction_kl
@@ -139,6 +149,10 @@ class AgenticGRPOConfig(GRPOConfig):
                              f"{self.zero_variance_groups!r}")
         if self.zero_variance_groups == "std_floor" and self.scale_rewards != "group":
             raise ValueError("zero_variance_groups='std_floor' needs scale_rewards='group'")
+        if isinstance(self.max_degenerate_steps, bool) or not isinstance(self.max_degenerate_steps, int) \
+                or self.max_degenerate_steps < 0:
+            raise ValueError(f"max_degenerate_steps must be an integer >= 0 (0: never stop), got "
+                             f"{self.max_degenerate_steps!r}")
         self.max_tokens_per_turn = min(self.max_tokens_per_turn, self.max_completion_length)
         self.rollout_config()  # validates the budgets and stop strings
 
@@ -201,6 +215,7 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
         self.environment = environment
         self.task = task
         if environment is not None:
+            run_construction_checks(environment, args, kwargs)  # trainers/checks.py: fail before training
             if kwargs.get("rollout_func") is not None:
                 raise ValueError("pass either environment= or rollout_func=, not both")
             if kwargs.get("tools") or kwargs.get("environment_factory"):
@@ -215,9 +230,12 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
                 kwargs["reward_funcs"] = guarded
             else:
                 args = (args[0], guarded, *args[2:])
-        super().__init__(*args, **kwargs)
+        with warnings.catch_warnings():  # TRL's "rollout_func is experimental": ours is pinned and contract-tested
+            warnings.filterwarnings("ignore", message="You are using 'rollout_func'", category=UserWarning)
+            super().__init__(*args, **kwargs)
         if environment is not None:
             self._check_agentic_args()
+            self._degenerate = DegenerateStepMonitor(self.args.max_degenerate_steps, self.args.trajectory_dir)
         if self.beta != 0.0 and getattr(self.args, "kl_estimator", "k3") != "k3":
             self._check_clipped_loss_settings()
 
@@ -273,6 +291,8 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
                                sync_max=self._sync_max)
         trajectories = engine.run(prompts, [dict(row) for row in self.rollout_rows()])
         self._log_rollout_metrics(trajectories)
+        if self.args.log_completions:  # trl_agentic/trackers.py: turns, tools, observations in the completions table
+            self.log_completion_columns(trajectory_columns(trajectories))
         return self._to_trl_rollout(trajectories)
 
     def _to_trl_rollout(self, trajectories: list[Trajectory]) -> dict[str, Any]:
@@ -334,6 +354,12 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
         scored = self.score_round(rows)
         if self.environment is not None:
             self._log_mask_audit(scored)
+            if self.model.training:  # trainers/checks.py: stop a run that can only train on nothing
+                unscorable = torch.isnan(scored.rewards_per_func).all(dim=1).tolist()
+                stop = self._degenerate.observe(unscorable, scored.trajectories)
+                if stop is not None:
+                    self._record(scored)
+                    raise DegenerateTrainingError(stop)
         return scored
 
     def _local(self, global_values: torch.Tensor) -> torch.Tensor:

@@ -241,11 +241,12 @@ def test_non_utf8_output_is_replaced(sandbox):
     assert "a\ufffd\ufffdb" in text and "\ufffdc" in text and "\\udcff" in text
 
 
-def test_fallback_warns_once_and_names_what_is_not_isolated(monkeypatch):
+def test_fallback_warns_once_and_names_what_is_not_isolated(monkeypatch, capsys, caplog):
     monkeypatch.setattr(backends, "detect_sandbox_backend", lambda python=None: ("subprocess", "no bwrap"))
     monkeypatch.setattr(isolation, "_WARNED_FALLBACK", False)
     with pytest.warns(RuntimeWarning, match="subprocess fallback") as record:
         sb = PythonSandbox(pool_size=0)
+    assert len(record) == 1 and "subprocess fallback" not in caplog.text + capsys.readouterr().err  # printed once
     message = str(record[0].message)
     assert "Not isolated" in message and "filesystem" in message
     assert sb.backend == "subprocess" and not sb.isolation.filesystem

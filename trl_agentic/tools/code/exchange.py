@@ -29,6 +29,7 @@ class Outcome:
         timed_out, cpu_limit, output_limit, closed, protocol_error, eof: Why there was no reply: the deadline
             passed, the block used more CPU time than allowed, the program wrote too much, the session was closed
             meanwhile, the reply was malformed, the worker exited.
+        forged: Messages without the request's nonce (the program wrote them on the reply pipe); ignored.
         returncode: The worker's exit status when it ended during the exchange.
         duration_s: Wall time of the exchange.
     """
@@ -41,6 +42,7 @@ class Outcome:
     output_limit: bool = False
     closed: bool = False
     protocol_error: bool = False
+    forged: int = 0
     eof: bool = False
     returncode: int | None = None
     duration_s: float = 0.0
@@ -73,6 +75,7 @@ class Exchange:
         read_limit: Most bytes of stdout + stderr (``outcome.output_limit``).
         dead: Says whether the worker was killed from another thread (``outcome.closed``).
         on_rpc: Answers the worker's questions; None: a question counts as the reply.
+        nonce: The request's nonce: a message that does not carry it is not the worker's (``outcome.forged``).
     """
 
     def __init__(
@@ -83,8 +86,10 @@ class Exchange:
         read_limit: int,
         dead: Callable[[], bool],
         on_rpc: RpcHandler | None = None,
+        nonce: str | None = None,
     ):
         self.req_w, self.resp_r, out_r, err_r = fds
+        self.nonce = nonce
         self.outcome = outcome
         self.deadline = deadline
         self.read_limit = read_limit
@@ -165,6 +170,9 @@ class Exchange:
             if message is BAD:
                 self.outcome.protocol_error = True
                 return True
+            if message.get("nonce") != self.nonce:  # written by the program, not the worker: never a reply
+                self.outcome.forged += 1
+                continue
             if self.on_rpc is not None and "rpc" in message:
                 self._send(frame({"rpc_reply": self.on_rpc(message["rpc"], self.deadline)}))
                 continue

@@ -3,14 +3,12 @@ the warning given once when the unisolated fallback is chosen automatically."""
 
 from __future__ import annotations
 
-import logging
 import os
 import warnings
 from dataclasses import dataclass
 
 from .host import python_dirs, readable_by_others
 
-logger = logging.getLogger(__name__)
 
 _WARNED_FALLBACK = False
 
@@ -147,5 +145,4 @@ def warn_fallback(isolation: SandboxIsolation) -> None:
         + ("; ".join(missing) if missing else "nothing beyond the resource limits")
         + ". Install bubblewrap (apt-get install bubblewrap) or use E2BSandbox for untrusted code."
     )
-    warnings.warn(message, RuntimeWarning, stacklevel=3)
-    logger.warning(message)
+    warnings.warn(message, RuntimeWarning, stacklevel=3)  # once: not also logged

@@ -124,6 +124,9 @@ def _to_result(outcome: Outcome, notice: str, sandbox: Any, closed: bool, timeou
         dropped += sum(int(v) for v in worker_dropped.values() if isinstance(v, (int, float)))
         error = message.get("error")
         result.error = str(error) if error is not None else None
+        if outcome.forged:
+            result.error = (f"SandboxError: the program wrote {outcome.forged} message(s) on the interpreter's "
+                            "private reply channel; they were ignored" + (f"\n{result.error}" if result.error else ""))
     else:
         result.state_lost = True
         result.exit_status = _exit_status(outcome.returncode)

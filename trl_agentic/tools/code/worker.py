@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import functools
 import json
+import secrets
 import logging
 import os
 import shutil
@@ -180,8 +181,9 @@ class Worker:
             self._busy = True
         try:
             fds = (self.req_w, self.resp_r, self.out_r, self.err_r)
-            exchange = Exchange(fds, outcome, start + timeout, read_limit, lambda: self.dead, on_rpc)
-            exchange.run(frame(request) if request is not None else None, self.tree, cpu_limit)
+            nonce = secrets.token_hex(16) if request is not None else None  # the ready message has none
+            exchange = Exchange(fds, outcome, start + timeout, read_limit, lambda: self.dead, on_rpc, nonce)
+            exchange.run(frame({**request, "nonce": nonce}) if request is not None else None, self.tree, cpu_limit)
         finally:
             with self._fd_lock:
                 self._busy = False

@@ -119,10 +119,12 @@ class BM25Retriever:
         return len(self.documents)
 
     def search(self, queries: Sequence[str] | str, topk: int = 3) -> list[list[dict[str, Any]]]:
-        """For each query, the ``topk`` best documents as ``{"document": {...}, "score": float}``, best first."""
+        """For each query, up to ``topk`` best documents as ``{"document": {...}, "score": float}``, best first. A
+        document that shares no word with the query (BM25 score 0) is no hit: fewer than ``topk`` come back then."""
         if self._model is None:
             raise RuntimeError("the BM25 index is empty: call index(corpus) or load(dir) first")
-        return search_documents(self.documents, queries, topk, self._retrieve)
+        return [[hit for hit in row if hit["score"] > 0]
+                for row in search_documents(self.documents, queries, topk, self._retrieve)]
 
     def _retrieve(self, queries: list[str], k: int) -> tuple[Any, Any]:
         return self._model.retrieve(self._tokenize(queries), k=k, show_progress=False)

@@ -29,7 +29,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--topk", type=int, default=3, help="default topk when a request has none")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO)
+    logging.basicConfig(format="%(levelname)s: %(message)s")  # warnings of every library; info of ours only
+    logging.getLogger("trl_agentic").setLevel(logging.INFO)
+    logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs its steps at DEBUG
     if args.index:
         from .loader import load_retriever
 

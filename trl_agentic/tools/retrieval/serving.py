@@ -19,7 +19,6 @@ Bound to 127.0.0.1 by default: the server has no authentication, do not expose i
 
 from __future__ import annotations
 
-import logging
 import socket
 import threading
 import time
@@ -27,7 +26,6 @@ from typing import Any
 
 __all__ = ["RetrievalServer", "serve"]
 
-logger = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 16 << 20
 _HINT = "RetrievalServer needs fastapi and uvicorn: pip install trl-agentic[retrieval]"
@@ -194,8 +192,7 @@ def serve(
     the started :class:`RetrievalServer` (call ``stop()`` when done). ``kwargs`` go to :class:`RetrievalServer`."""
     server = RetrievalServer(retriever, host, port, default_topk=default_topk, **kwargs)
     if block:
-        logger.info("retrieval server listening on %s", server.url)
-        print(f"retrieval server listening on {server.url}", flush=True)
+        print(f"retrieval server listening on {server.url}", flush=True)  # once: not also logged
         try:
             server.serve_forever()
         except KeyboardInterrupt:

@@ -2,7 +2,11 @@
 
 :func:`serve` reads length-prefixed JSON requests ``{"code": ...}`` from a private pipe, executes each block with
 ``exec`` in one persistent globals dict (so variables survive between blocks, like a notebook; the value of a final
-bare expression is printed), and answers ``{"error": traceback-or-null, "dropped": {...}}`` on another pipe.
+bare expression is printed), and answers ``{"error": traceback-or-null, "dropped": {...}, "nonce": ...}`` on another
+pipe. Every message of a block (the reply, a question to the parent) carries the request's ``nonce``: the program
+runs in this process and can write on the reply pipe, but not know the nonce of a block the parent has not sent
+yet, so what it writes can never pass for another block's reply (the parent ignores messages with a wrong nonce and
+fails the block that wrote them).
 
 Program output goes to file descriptors 1 and 2, which the parent reads. Python-level ``sys.stdout``/``sys.stderr``
 keep the first and last ``output_limit`` bytes of each block and drop the middle (with a marker), so a print loop
@@ -264,8 +268,10 @@ def serve(cfg, seccomp, load_calls):
         except Exception:  # noqa: BLE001
             pass
 
+    nonce = [None]  # the current request's: every message of this block carries it
+
     def rpc(question):
-        _send(out_fd, {"rpc": question})
+        _send(out_fd, {"rpc": question, "nonce": nonce[0]})
         reply = _recv(in_fd)
         return reply.get("rpc_reply") if isinstance(reply, dict) else None
 
@@ -277,11 +283,12 @@ def serve(cfg, seccomp, load_calls):
         if request is None:
             os._exit(0)
         if not stdio.restore():
-            _send(out_fd, {"error": _STDIO_LOST, "dropped": {}, "restart": True})
+            _send(out_fd, {"error": _STDIO_LOST, "dropped": {}, "restart": True, "nonce": request.get("nonce")})
             os._exit(0)
         cell += 1
+        nonce[0] = request.pop("nonce", None)
         sys.stdin = open(os.devnull)  # noqa: SIM115
-        reply = {"error": None}
+        reply = {"error": None, "nonce": nonce[0]}
         if ("call" in request or request.get("test")) and calls is None:
             calls = load_calls()
         if "call" in request:

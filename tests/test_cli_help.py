@@ -1,0 +1,60 @@
+"""``--help`` of every command-line entry point: each ``python -m trl_agentic...`` module and each script that the
+README, the docs, the notebooks, the recipes or the benchmarks name prints its usage and exits 0.
+
+The list is read from those files, so a command added to the docs is tested without editing this file."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+_COMMAND = re.compile(r"python (-m trl_agentic[a-z_.]*|[a-z0-9_/]+\.py)\b")
+
+
+def _named_commands() -> list[str]:
+    files = [ROOT / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("notebooks/*.ipynb"), *ROOT.glob("recipes/*.py"),
+             *ROOT.glob("benchmarks/**/*.py"), *ROOT.glob("trl_agentic/**/*.py")]
+    found = {match.group(1) for path in files for match in _COMMAND.finditer(path.read_text(encoding="utf-8"))}
+    return sorted(found)
+
+
+COMMANDS = _named_commands()
+_RECIPE_FLAGS = ("--config", "--max_turns", "--overlap_chunks", "--kl_estimator", "--learning_rate")
+
+
+def test_the_list_is_complete():
+    """Every recipe and every ``__main__`` of the package is among the commands the docs name."""
+    recipes = {f"recipes/{p.name}" for p in ROOT.glob("recipes/*.py")}
+    modules = {
+        "-m " + ".".join(p.relative_to(ROOT).with_suffix("").parts)
+        for p in ROOT.glob("trl_agentic/**/*.py")
+        if 'if __name__ == "__main__"' in p.read_text(encoding="utf-8")
+    }
+    assert recipes | modules <= set(COMMANDS), (recipes | modules) - set(COMMANDS)
+    assert len(COMMANDS) >= 15
+
+
+def test_help_of_every_command(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "PYTHONIOENCODING": "utf-8"}
+    # all at once: most of the time is each process importing torch and TRL
+    running = {
+        command: subprocess.Popen([sys.executable, *command.split(), "--help"], cwd=ROOT, env=env, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for command in COMMANDS
+    }
+    failures = []
+    for command, process in running.items():
+        try:
+            out, err = process.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            out, err = process.communicate()
+        if process.returncode != 0 or "usage:" not in out:
+            failures.append(f"python {command} --help: exit {process.returncode}: {err.strip()[-300:]}")
+        elif command.startswith("recipes/"):  # docs/recipes.md: --help lists every flag, ours and TRL's
+            failures += [f"python {command} --help lacks {flag}" for flag in _RECIPE_FLAGS if flag not in out]
+    assert not failures, "\n".join(failures)

@@ -1,0 +1,159 @@
+"""Refuse, before training, a run that could only train on nothing, and stop one that turns out to.
+
+Each mistake below lets TRL's ``train()`` run to the end at loss 0 and grad norm 0 (every trajectory ends
+``env_error``, every reward is ``None``, so every advantage is 0), or fails deep inside TRL. The construction checks
+are pure functions of what the trainer is given; each raises one line that names the fix:
+
+- :func:`~trl_agentic.environment.check_environment_factory`: ``environment=`` is a class or a zero-argument factory, not an instance, and its
+  declared ``stop_strings`` are a list (a string would stop at each of its characters);
+- :func:`check_prompt_column`: the dataset has the ``prompt`` column TRL's sampler reads;
+- :func:`check_reset_parameters`: every required parameter of ``reset()`` is a dataset column;
+- :func:`check_reward_signatures`: each reward function can bind the keyword arguments TRL passes it.
+
+What only training can show (the environment fails on every row, a reward returns ``None`` for everything) is
+watched by :class:`DegenerateStepMonitor`: ``max_degenerate_steps`` generation rounds in a row in which no
+completion can be scored stop the run with :class:`DegenerateTrainingError`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from ..environment import check_environment_factory, environment_class
+
+# What TRL 1.16's GRPOTrainer passes every reward function, besides the dataset's columns (but "prompt") and the
+# extra fields of a rollout_func (our "trajectory"); tests/trainers/test_checks.py checks it against a real step.
+TRL_REWARD_KWARGS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric")
+
+
+class DegenerateTrainingError(RuntimeError):
+    """Training stopped: no completion could be scored for ``max_degenerate_steps`` rounds in a row."""
+
+
+def _columns(dataset: Any) -> list[str] | None:
+    columns = getattr(dataset, "column_names", None)
+    if isinstance(columns, dict):  # a DatasetDict: TRL wants one split
+        return None
+    return list(columns) if columns is not None else None
+
+
+def check_prompt_column(dataset: Any, name: str = "train_dataset") -> None:
+    """TRL's sampler reads each row's ``prompt``; a dataset without it fails inside TRL with ``KeyError``."""
+    columns = _columns(dataset)
+    if columns is not None and "prompt" not in columns:
+        hint = next((c for c in ("question", "query", "problem", "input", "text", "instruction") if c in columns), None)
+        fix = f"dataset.rename_column({hint!r}, 'prompt')" if hint else "dataset.map(lambda row: {'prompt': ...})"
+        raise ValueError(f"{name} has no 'prompt' column (it has {', '.join(columns) or 'none'}); add one, e.g. {fix}")
+
+
+def _required_keywords(func: Any) -> tuple[list[str], bool]:
+    """The parameters of ``func`` that have no default, and whether it takes ``**kwargs``."""
+    try:
+        params = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: nothing to check
+        return [], True
+    required = [p.name for p in params
+                if p.default is inspect.Parameter.empty
+                and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+    return required, any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def check_reset_parameters(environment: Any, dataset: Any) -> None:
+    """``reset(**row)`` is called with the row's columns: a required parameter no column fills (a typo in a column
+    name) would end every trajectory with ``env_error``."""
+    cls, columns = environment_class(environment), _columns(dataset)
+    if cls is None or columns is None or not callable(getattr(cls, "reset", None)):
+        return
+    required, _ = _required_keywords(cls.reset)
+    missing = [name for name in required[1:] if name not in columns]  # [0] is self
+    if missing:
+        raise ValueError(f"{cls.__name__}.reset() needs {', '.join(missing)}, which no dataset column provides "
+                         f"(columns: {', '.join(columns)}); rename the column or give the parameter a default")
+
+
+def check_reward_signatures(reward_funcs: Any, dataset: Any, extra_fields: Iterable[str] = ()) -> None:
+    """Each reward function is called as ``f(prompts=..., completions=..., completion_ids=..., trainer_state=...,
+    log_extra=..., log_metric=..., <every dataset column but prompt>=..., <extra_fields>=...)``; one that cannot
+    take these would fail on every call, leaving every reward ``None``."""
+    funcs = reward_funcs if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
+    columns = _columns(dataset)
+    passed = [*TRL_REWARD_KWARGS, *extra_fields, *[c for c in columns or () if c not in ("prompt", "completion")]]
+    for func in funcs:
+        if isinstance(func, str) or not callable(func) or _is_module(func):
+            continue
+        name = getattr(func, "__name__", type(func).__name__)
+        try:
+            params = inspect.signature(func).parameters
+        except (TypeError, ValueError):
+            continue
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            missing = []
+        else:
+            missing = [k for k in passed if k not in params] if columns is not None else []
+        required, _ = _required_keywords(func)
+        unfilled = [k for k in required if k not in passed] if columns is not None else []
+        if missing or unfilled:
+            what = (f"does not accept {', '.join(missing)}" if missing
+                    else f"needs {', '.join(unfilled)}, which TRL does not pass (no such dataset column)")
+            raise TypeError(f"reward function {name!r} {what}; TRL calls it with keyword arguments "
+                            f"({', '.join(passed)}): add **kwargs to its signature")
+
+
+def _is_module(func: Any) -> bool:
+    import torch
+
+    return isinstance(func, torch.nn.Module)
+
+
+class DegenerateStepMonitor:
+    """Counts generation rounds in a row in which no completion of the (global) batch could be scored: every
+    trajectory ended ``env_error``/``env_timeout`` or every reward function returned ``None``. Such a round has
+    every advantage 0 and trains nothing; ``max_steps`` of them in a row stop the run (``0`` never stops it)."""
+
+    def __init__(self, max_steps: int, trajectory_dir: str | None) -> None:
+        self.max_steps = max_steps
+        self.trajectory_dir = trajectory_dir
+        self.in_a_row = 0
+
+    def observe(self, unscorable: Sequence[bool], trajectories: Sequence[Any]) -> str | None:
+        """Count one round; return the error message when the run must stop, else ``None``.
+
+        Args:
+            unscorable: Per completion of the global batch, whether no reward function could score it.
+            trajectories: This process's trajectories (their ``error`` is quoted).
+        """
+        if not unscorable or not all(unscorable):
+            self.in_a_row = 0
+            return None
+        self.in_a_row += 1
+        if self.max_steps <= 0 or self.in_a_row < self.max_steps:
+            return None
+        failed = [t for t in trajectories if getattr(t, "env_failed", False)]
+        if failed:
+            cause = f"every trajectory ended {failed[0].stop_reason}; the first error: {failed[0].error or '(none)'}"
+        else:
+            cause = ("every reward function returned None (or raised) for every completion; their warnings above "
+                     "say why")
+        where = (f"the trajectories are in {self.trajectory_dir}/trajectories-rank*.jsonl" if self.trajectory_dir
+                 else "set trajectory_dir= to keep the trajectories")
+        return (f"stopped after {self.in_a_row} generation rounds in a row in which no completion could be scored "
+                f"({cause}); {where}; max_degenerate_steps=0 turns this check off")
+
+
+def run_construction_checks(environment: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+    """Every construction check, on the arguments given to ``GRPOTrainer(*args, **kwargs)`` with an environment."""
+    from trl import GRPOTrainer
+
+    given = inspect.signature(GRPOTrainer.__init__).bind_partial(None, *args, **kwargs).arguments
+    check_environment_factory(environment)
+    datasets = {"train_dataset": given.get("train_dataset")}
+    evals = given.get("eval_dataset")
+    datasets.update({f"eval_dataset[{k!r}]": v for k, v in evals.items()} if isinstance(evals, dict)
+                    else {"eval_dataset": evals})
+    for name, dataset in datasets.items():
+        if dataset is not None:
+            check_prompt_column(dataset, name)
+            check_reset_parameters(environment, dataset)
+    check_reward_signatures(given.get("reward_funcs"), datasets["train_dataset"], extra_fields=("trajectory",))
