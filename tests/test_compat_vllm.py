@@ -9,7 +9,7 @@ import pytest
 
 from helpers import EchoEnvironment, agentic_args, lookup_dataset
 from trl_agentic import AgenticGRPOTrainer
-from trl_agentic.compat import TRLVLLMGenerator
+from trl_agentic.rollout.vllm import TRLVLLMGenerator
 from trl_agentic.toy import lookup_reward
 
 

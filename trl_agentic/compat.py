@@ -29,7 +29,7 @@ Private TRL names used (each has a contract test in ``tests/test_compat.py``): t
 ``REQUIRED_SIGNATURES``; ``GRPOTrainer._metrics``, ``._step``, ``._buffered_inputs``, ``._dist``;
 ``trl.trainer.utils.shuffle_sequence_dict`` / ``split_tensor_dict`` / ``split_pixel_values_by_grid`` /
 ``unsplit_pixel_values_by_grid``; ``VLLMGeneration.max_completion_length`` / ``.generation_kwargs`` /
-``.generate(...)``. From transformers' ``Trainer``: ``_clip_grad_norm``.
+``.generate(...)`` (in :func:`vllm_generate`). From transformers' ``Trainer``: ``_clip_grad_norm``.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import inspect
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator
 
 import torch
 import trl
@@ -48,7 +48,6 @@ from transformers import TrainerCallback
 from trl import GRPOTrainer
 
 from .algorithms.masked import zero_masked
-from .rollout.generation import Generation
 
 TESTED_TRL = (Version("1.15.0"), Version("1.17.0"))  # [min, max)
 
@@ -481,32 +480,19 @@ def unwrap_for_generation(trainer: Any) -> contextlib.AbstractContextManager[Any
     return ctx()
 
 
-class TRLVLLMGenerator:
-    """The generation seam over TRL's vLLM backend (colocate or server).
-
-    Per call it sets vLLM's ``max_tokens`` to the turn budget, the stop strings (with ``include_stop_str_in_output``
-    so the closing tag is part of the sampled ids) and ``stop_token_ids`` (every end id), then restores TRL's
-    settings. Weight sync is TRL's: ``GRPOTrainer._generate`` syncs before calling ``rollout_func`` when the step
-    changed.
-    """
-
-    def __init__(self, trainer: Any) -> None:
-        self.vllm = trainer.vllm_generation
-
-    def generate(
-        self, prompts: list[list[int]], max_new_tokens: int, stop_strings: Sequence[str], stop_token_ids: Sequence[int]
-    ) -> list[Generation]:
-        saved_max, saved_kwargs = self.vllm.max_completion_length, self.vllm.generation_kwargs
-        extra: dict[str, Any] = {"stop_token_ids": list(stop_token_ids)}
-        if stop_strings:
-            extra.update(stop=list(stop_strings), include_stop_str_in_output=True)
-        self.vllm.max_completion_length = max_new_tokens
-        self.vllm.generation_kwargs = {**saved_kwargs, **extra}
-        try:
-            _, completion_ids, logprobs, _ = self.vllm.generate(prompts=prompts, images=None, num_generations=1)
-        finally:
-            self.vllm.max_completion_length, self.vllm.generation_kwargs = saved_max, saved_kwargs
-        return [
-            Generation(ids=list(ids), logprobs=[lp[0] for lp in lps] if logprobs is not None else None)
-            for ids, lps in zip(completion_ids, logprobs if logprobs is not None else [None] * len(completion_ids))
-        ]
+def vllm_generate(
+    trainer: Any, prompts: list[list[int]], max_tokens: int, sampling_kwargs: dict[str, Any]
+) -> tuple[list[list[int]], list[list[float]] | None]:
+    """One batched call to TRL's vLLM backend (``trainer.vllm_generation``, colocate or server) with this call's
+    ``max_tokens`` and extra ``SamplingParams`` fields, TRL's own settings restored afterwards. Returns the sampled
+    ids of each prompt and, when TRL asked vLLM for them, the sampling log-prob of each sampled id."""
+    backend = trainer.vllm_generation
+    saved_max, saved_kwargs = backend.max_completion_length, backend.generation_kwargs
+    backend.max_completion_length = max_tokens
+    backend.generation_kwargs = {**saved_kwargs, **sampling_kwargs}
+    try:
+        _, completion_ids, logprobs, _ = backend.generate(prompts=prompts, images=None, num_generations=1)
+    finally:
+        backend.max_completion_length, backend.generation_kwargs = saved_max, saved_kwargs
+    ids = [list(row) for row in completion_ids]
+    return ids, None if logprobs is None else [[lp[0] for lp in row] for row in logprobs]

@@ -22,13 +22,13 @@ from ..algorithms.advantages import group_advantages, zero_std_groups
 from ..algorithms.kl import KL_ESTIMATORS, kl_penalty
 from ..algorithms.masked import masked_sum
 from ..compat import GRPOTrainerBoundary, ScoredRound, TRLBatch, check_trl_version, unwrap_for_generation
-from ..compat import TRLVLLMGenerator
 from ..environment import EnvironmentFactory
 from ..rewards.guard import guard_reward
 from ..rollout.audit import unsampled_trained
 from ..rollout.engine import RolloutConfig, RolloutEngine
 from ..rollout.generation import Generator, HFGenerator
 from ..rollout.metrics import metrics_from_sums, rollout_sums
+from ..rollout.vllm import TRLVLLMGenerator
 from ..trajectory import Trajectory, save_trajectories
 from .zero_variance import merge_rounds, pick_groups
 
