@@ -110,7 +110,7 @@ def test_errors_are_one_line(argv, message, tiny_model_dir):
 def test_vllm_generator_maps_the_turn_to_sampling_params(monkeypatch):
     """The --use_vllm seam against vLLM's offline API (LLM.generate with token prompts and SamplingParams): the turn
     budget, the stop strings kept in the output, every end id, greedy as temperature 0, the sampled token's
-    log-prob. A stand-in module records the call here (the default suite has no vLLM); tests/vllm/ runs the real
+    log-prob. A stand-in module records the call here (the default suite has no vLLM); tests/vllm_engine/ runs the real
     engine."""
     import types
 

