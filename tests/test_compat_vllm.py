@@ -48,13 +48,20 @@ def test_trainer_uses_vllm_seam_once_per_turn_and_syncs_once_per_step(tiny_model
                                  environment=lambda: EchoEnvironment(turns=3))
     fake = FakeVLLMGeneration(tokenizer)
     trainer.use_vllm, trainer.vllm_generation, trainer._last_loaded_step = True, fake, -1
-    trainer.vllm_importance_sampling_correction = False
+    trainer.vllm_importance_sampling_correction = True
     trainer.model.train()
+    logged = {}
+    trainer.log_metric = lambda name, value: logged.setdefault(name, value)
     batch = trainer._generate_and_score_completions([trainer.train_dataset[i] for i in range(4)])
     assert fake.syncs == 1  # TRL's _generate syncs before our rollout, once per step
     assert [c["n"] for c in fake.calls] == [4, 4, 4]  # one batched call per turn
     assert all(c["max_tokens"] == 12 for c in fake.calls)
     assert "sampling_per_token_logps" in batch  # vLLM logprobs reach TRL (for importance sampling)
+    # the fake samples every token at log-prob -0.1: the gap is |logp_trainer + 0.1| over agent tokens only
+    mask = (batch["completion_mask"] * batch["tool_mask"]).bool()
+    expected = (batch["old_per_token_logps"] + 0.1).abs()[mask]
+    assert abs(logged["agentic/vllm_logprob_gap"] - expected.mean().item()) < 1e-5
+    assert abs(logged["agentic/vllm_logprob_gap_max"] - expected.max().item()) < 1e-5
 
 
 @pytest.mark.gpu

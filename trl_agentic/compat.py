@@ -128,6 +128,7 @@ class TRLBatch:
     ``loss_mask``                   ``completion_mask * env_mask``: the positions the loss trains
     ``advantages``                  (B,) group advantages, or (B, C) per-token advantages
     ``old_logps`` / ``ref_logps``   (B, C) or None (``old_per_token_logps`` / ``ref_per_token_logps``)
+    ``sampling_logps``              (B, C) or None: the log-probs vLLM sampled with (``sampling_per_token_logps``)
     ``num_items_in_batch``          scalar: trained positions over all processes (for ``loss_type="dapo"``)
     =============================  =======================================================================
     """
@@ -193,6 +194,10 @@ class TRLBatch:
     @property
     def ref_logps(self) -> torch.Tensor | None:
         return self.data.get("ref_per_token_logps")
+
+    @property
+    def sampling_logps(self) -> torch.Tensor | None:
+        return self.data.get("sampling_per_token_logps")
 
     def pop_ref_logps(self) -> torch.Tensor | None:
         """Remove the reference log-probs (PPO puts the KL in the reward, so TRL's loss must not see them)."""

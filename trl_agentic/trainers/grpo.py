@@ -27,7 +27,7 @@ from ..rewards.guard import guard_reward
 from ..rollout.audit import unsampled_trained
 from ..rollout.engine import RolloutConfig, RolloutEngine
 from ..rollout.generation import Generator, HFGenerator
-from ..rollout.metrics import metrics_from_sums, rollout_sums
+from ..rollout.metrics import logprob_gap, metrics_from_sums, rollout_sums
 from ..rollout.vllm import TRLVLLMGenerator
 from ..trajectory import Trajectory, save_trajectories
 from .zero_variance import merge_rounds, pick_groups
@@ -322,6 +322,8 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
         scored = self.score_round(rows)
         if self.environment is not None:
             self._log_mask_audit(scored)
+        if scored.batch.old_logps is not None and scored.batch.sampling_logps is not None:
+            self._log_logprob_gap(scored.batch)
         return scored
 
     def _local(self, global_values: torch.Tensor) -> torch.Tensor:
@@ -385,6 +387,18 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
             bad += unsampled_trained(t, row, self.eos_token_ids)
         total = self.accelerator.gather(torch.tensor([bad], device=self.accelerator.device)).sum().item()
         self.log_metric("agentic/mask_audit", float(total))
+
+    def _log_logprob_gap(self, batch: TRLBatch) -> None:
+        """The trainer/vLLM log-prob gap on trained (agent) tokens, over all processes
+        (:func:`~trl_agentic.rollout.metrics.logprob_gap`): ``agentic/vllm_logprob_gap`` (mean |delta| per token) and
+        ``agentic/vllm_logprob_gap_max``."""
+        mask = batch.loss_mask
+        mean, largest = logprob_gap(batch.old_logps, batch.sampling_logps, mask)
+        count = float(mask.sum())
+        local = torch.tensor([[mean * count, count, largest]], device=self.accelerator.device)
+        total = self.accelerator.gather(local)
+        self.log_metric("agentic/vllm_logprob_gap", (total[:, 0].sum() / total[:, 1].sum().clamp(min=1.0)).item())
+        self.log_metric("agentic/vllm_logprob_gap_max", total[:, 2].max().item())
 
     def _record(self, scored: ScoredRound) -> None:
         """Append the round's trajectories, with their rewards and advantage, to ``trajectory_dir``."""
