@@ -201,3 +201,12 @@ def test_on_policy_round_computes_old_logps_only_for_the_kl_reward(tiny_model_di
     assert torch.isfinite(loss)
     loss.backward()
     assert trainer.critic.head.weight.grad is not None
+
+
+@pytest.mark.parametrize("critic", ["separate", "shared"])
+def test_lora_on_all_linear_layers_builds_the_critic(tiny_model_dir, tokenizer, tmp_path, critic):
+    """PEFT rewrites target_modules="all-linear" in place into the policy's module paths; the critic's adapter must
+    start from the config the user passed (found by the real-vLLM suite: NoMatchingPeftModuleError)."""
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM")
+    trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, peft_config=lora, critic=critic)
+    assert any(p.requires_grad for p in trainer.extra_parameters())
