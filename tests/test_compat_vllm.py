@@ -2,10 +2,8 @@
 
 What TRL's vLLM backend needs from a multi-turn rollout: per-turn ``max_tokens`` and ``stop`` strings reach
 SamplingParams (through ``generation_kwargs``), TRL's own settings are restored afterwards, weights are synced once
-per training step (not once per turn), and every turn is one batched call. A real vLLM runs in the ``gpu`` test.
+per training step (not once per turn), and every turn is one batched call. A real vLLM engine runs in tests/vllm_engine/ (marker ``vllm``).
 """
-
-import pytest
 
 from helpers import EchoEnvironment, agentic_args, lookup_dataset
 from trl_agentic import AgenticGRPOTrainer
@@ -62,24 +60,3 @@ def test_trainer_uses_vllm_seam_once_per_turn_and_syncs_once_per_step(tiny_model
     expected = (batch["old_per_token_logps"] + 0.1).abs()[mask]
     assert abs(logged["agentic/vllm_logprob_gap"] - expected.mean().item()) < 1e-5
     assert abs(logged["agentic/vllm_logprob_gap_max"] - expected.max().item()) < 1e-5
-
-
-@pytest.mark.gpu
-def test_real_vllm_colocate_rollout(tmp_path):  # pragma: no cover - needs a GPU and vLLM
-    pytest.importorskip("vllm")
-    import torch
-
-    if not torch.cuda.is_available():
-        pytest.skip("needs CUDA")
-    from trl_agentic.toy import LookupEnvironment, build_tiny_model, build_tokenizer
-
-    tok = build_tokenizer()
-    path = tmp_path / "m"
-    build_tiny_model(tok).save_pretrained(path)
-    tok.save_pretrained(path)
-    args = agentic_args(tmp_path, use_cpu=False, use_vllm=True, vllm_mode="colocate", max_steps=1,
-                        vllm_gpu_memory_utilization=0.2)
-    trainer = AgenticGRPOTrainer(model=str(path), reward_funcs=lookup_reward, args=args,
-                                 train_dataset=lookup_dataset(8), processing_class=tok, environment=LookupEnvironment)
-    trainer.train()
-    assert trainer.state.log_history[0]["agentic/mask_audit"] == 0
