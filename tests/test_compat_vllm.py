@@ -5,6 +5,8 @@ SamplingParams (through ``generation_kwargs``), TRL's own settings are restored 
 per training step (not once per turn), and every turn is one batched call. A real vLLM engine runs in tests/vllm_engine/ (marker ``vllm``).
 """
 
+import pytest
+
 from helpers import EchoEnvironment, agentic_args, lookup_dataset
 from trl_agentic import AgenticGRPOTrainer
 from trl_agentic.rollout.vllm import TRLVLLMGenerator
@@ -60,3 +62,8 @@ def test_trainer_uses_vllm_seam_once_per_turn_and_syncs_once_per_step(tiny_model
     expected = (batch["old_per_token_logps"] + 0.1).abs()[mask]
     assert abs(logged["agentic/vllm_logprob_gap"] - expected.mean().item()) < 1e-5
     assert abs(logged["agentic/vllm_logprob_gap_max"] - expected.max().item()) < 1e-5
+
+
+def test_sleep_mode_with_several_turns_warns_about_the_per_turn_cost(tmp_path):
+    with pytest.warns(UserWarning, match="each turn of a multi-turn rollout pushes the weights again"):
+        agentic_args(tmp_path, use_vllm=True, vllm_enable_sleep_mode=True, max_turns=3)

@@ -60,6 +60,8 @@ def test_colocate_training_syncs_weights_every_step(case, vllm_model_dir, tokeni
                                 float(len(c)) / 50 for c in completions],
                             environment=lambda: EchoEnvironment(turns=2), peft_config=peft_config,
                             callbacks=[drift])
+    # TRL leaves vLLM's default on: the turns of a rollout share the prefix cache (reset once per step, at the sync)
+    assert trainer.vllm_generation.llm.llm_engine.vllm_config.cache_config.enable_prefix_caching
     trainer.train()
     logs = [entry for entry in trainer.state.log_history if "agentic/vllm_logprob_gap" in entry]
     assert [entry["agentic/mask_audit"] for entry in logs] == [0.0, 0.0]

@@ -113,6 +113,13 @@ class AgenticGRPOConfig(GRPOConfig):
                 "towards the reference; use 'k3' (TRL's) or 'k2', or put k1 in the reward with AgenticPPOTrainer.",
                 stacklevel=3,
             )
+        if self.use_vllm and self.vllm_enable_sleep_mode and self.max_turns > 1:
+            warnings.warn(
+                "vllm_enable_sleep_mode=True: TRL puts vLLM to sleep (level 2) after every generate call, so each turn "
+                "of a multi-turn rollout pushes the weights again and loses the prefix cache of the earlier turns; "
+                "keep the default False unless GPU memory forces it.",
+                stacklevel=3,
+            )
         if not self.mask_observations:
             warnings.warn(
                 "mask_observations=False: observation tokens (tool output) are trained on, as in Search-R1's "
