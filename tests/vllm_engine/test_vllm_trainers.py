@@ -10,8 +10,6 @@ from transformers import TrainerCallback
 
 from trl_agentic import AgenticGRPOTrainer, AgenticPPOTrainer
 
-from conftest import in_process_rank
-
 pytestmark = pytest.mark.vllm
 
 
@@ -42,9 +40,8 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_colocate_training_syncs_weights_every_step(case, vllm_model_dir, tokenizer, tmp_path):
+def test_colocate_training_syncs_weights_every_step(case, vllm_model_dir, tokenizer, tmp_path, in_process_rank):
     trainer_class, make_args, lora = CASES[case]
-    in_process_rank(29621)
     peft_config = None
     if lora:
         from peft import LoraConfig
