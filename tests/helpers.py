@@ -174,3 +174,8 @@ def completion_hidden_grad(model: Any, batch: Any, loss_fn: Any) -> Any:
         handle.remove()
     prompt_len, width = data["prompt_ids"].size(1), data["completion_ids"].size(1)
     return captured["hidden"].grad[:, prompt_len - 1 : prompt_len - 1 + width].abs().sum(-1)
+
+
+def agent_tokens_reward(completions, trajectory, **kwargs):
+    """Varies between completions of a group, so that every step has non-zero advantages."""
+    return [t.num_agent_tokens / 10 for t in trajectory]

@@ -2,14 +2,14 @@
 
 What TRL's vLLM backend needs from a multi-turn rollout: per-turn ``max_tokens`` and ``stop`` strings reach
 SamplingParams (through ``generation_kwargs``), TRL's own settings are restored afterwards, weights are synced once
-per training step (not once per turn), and every turn is one batched call. A real vLLM runs in the ``gpu`` test.
+per training step (not once per turn), and every turn is one batched call. A real vLLM engine runs in tests/vllm_engine/ (marker ``vllm``).
 """
 
 import pytest
 
 from helpers import EchoEnvironment, agentic_args, lookup_dataset
 from trl_agentic import AgenticGRPOTrainer
-from trl_agentic.compat import TRLVLLMGenerator
+from trl_agentic.rollout.vllm import TRLVLLMGenerator
 from trl_agentic.toy import lookup_reward
 
 
@@ -48,31 +48,22 @@ def test_trainer_uses_vllm_seam_once_per_turn_and_syncs_once_per_step(tiny_model
                                  environment=lambda: EchoEnvironment(turns=3))
     fake = FakeVLLMGeneration(tokenizer)
     trainer.use_vllm, trainer.vllm_generation, trainer._last_loaded_step = True, fake, -1
-    trainer.vllm_importance_sampling_correction = False
+    trainer.vllm_importance_sampling_correction = True
     trainer.model.train()
+    logged = {}
+    trainer.log_metric = lambda name, value: logged.setdefault(name, value)
     batch = trainer._generate_and_score_completions([trainer.train_dataset[i] for i in range(4)])
     assert fake.syncs == 1  # TRL's _generate syncs before our rollout, once per step
     assert [c["n"] for c in fake.calls] == [4, 4, 4]  # one batched call per turn
     assert all(c["max_tokens"] == 12 for c in fake.calls)
     assert "sampling_per_token_logps" in batch  # vLLM logprobs reach TRL (for importance sampling)
+    # the fake samples every token at log-prob -0.1: the gap is |logp_trainer + 0.1| over agent tokens only
+    mask = (batch["completion_mask"] * batch["tool_mask"]).bool()
+    expected = (batch["old_per_token_logps"] + 0.1).abs()[mask]
+    assert abs(logged["agentic/vllm_logprob_gap"] - expected.mean().item()) < 1e-5
+    assert abs(logged["agentic/vllm_logprob_gap_max"] - expected.max().item()) < 1e-5
 
 
-@pytest.mark.gpu
-def test_real_vllm_colocate_rollout(tmp_path):  # pragma: no cover - needs a GPU and vLLM
-    pytest.importorskip("vllm")
-    import torch
-
-    if not torch.cuda.is_available():
-        pytest.skip("needs CUDA")
-    from trl_agentic.toy import LookupEnvironment, build_tiny_model, build_tokenizer
-
-    tok = build_tokenizer()
-    path = tmp_path / "m"
-    build_tiny_model(tok).save_pretrained(path)
-    tok.save_pretrained(path)
-    args = agentic_args(tmp_path, use_cpu=False, use_vllm=True, vllm_mode="colocate", max_steps=1,
-                        vllm_gpu_memory_utilization=0.2)
-    trainer = AgenticGRPOTrainer(model=str(path), reward_funcs=lookup_reward, args=args,
-                                 train_dataset=lookup_dataset(8), processing_class=tok, environment=LookupEnvironment)
-    trainer.train()
-    assert trainer.state.log_history[0]["agentic/mask_audit"] == 0
+def test_sleep_mode_with_several_turns_warns_about_the_per_turn_cost(tmp_path):
+    with pytest.warns(UserWarning, match="each turn of a multi-turn rollout pushes the weights again"):
+        agentic_args(tmp_path, use_vllm=True, vllm_enable_sleep_mode=True, max_turns=3)

@@ -109,11 +109,12 @@ def test_errors_are_one_line(argv, message, tiny_model_dir):
 
 def test_vllm_generator_maps_the_turn_to_sampling_params(monkeypatch):
     """The --use_vllm seam against vLLM's offline API (LLM.generate with token prompts and SamplingParams): the turn
-    budget, the stop strings kept in the output, every end id, greedy as temperature 0. vLLM itself needs CUDA, so
-    a stand-in module records the call here."""
+    budget, the stop strings kept in the output, every end id, greedy as temperature 0, the sampled token's
+    log-prob. A stand-in module records the call here (the default suite has no vLLM); tests/vllm_engine/ runs the real
+    engine."""
     import types
 
-    from trl_agentic.evaluate_cli import VLLMGenerator
+    from trl_agentic.rollout.vllm import VLLMGenerator
 
     recorded = {}
 
@@ -124,13 +125,15 @@ def test_vllm_generator_maps_the_turn_to_sampling_params(monkeypatch):
     class LLM:
         def generate(self, prompts, params, use_tqdm):
             recorded["prompts"] = prompts
-            return [types.SimpleNamespace(outputs=[types.SimpleNamespace(token_ids=(7, 8, 9))]) for _ in prompts]
+            steps = [{t: types.SimpleNamespace(logprob=-t / 10)} for t in (7, 8, 9)]
+            return [types.SimpleNamespace(outputs=[types.SimpleNamespace(token_ids=(7, 8, 9), logprobs=steps)])
+                    for _ in prompts]
 
     monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(SamplingParams=SamplingParams))
     out = VLLMGenerator(LLM(), greedy=True, temperature=0.7, top_p=0.9, seed=3).generate(
         [[1, 2], [3]], 16, ["</calc>", "</answer>"], [5, 6])
-    assert [g.ids for g in out] == [[7, 8, 9], [7, 8, 9]] and out[0].logprobs is None
+    assert [g.ids for g in out] == [[7, 8, 9], [7, 8, 9]] and out[0].logprobs == [-0.7, -0.8, -0.9]
     assert recorded["prompts"] == [{"prompt_token_ids": [1, 2]}, {"prompt_token_ids": [3]}]
-    assert recorded["params"] == {"max_tokens": 16, "stop": ["</calc>", "</answer>"],
+    assert recorded["params"] == {"max_tokens": 16, "logprobs": 0, "stop": ["</calc>", "</answer>"],
                                   "include_stop_str_in_output": True, "stop_token_ids": [5, 6], "temperature": 0.0,
                                   "top_p": 1.0, "seed": 3}

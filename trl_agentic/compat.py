@@ -34,6 +34,8 @@ TRL internal                                           used for
 ``REQUIRED_SIGNATURES`` lists the parameters we call the private methods with. Nothing here replaces a method on an
 instance or writes a TRL attribute that TRL also writes, except ``_buffered_inputs`` (as TRL's own
 ``_prepare_inputs``) and ``model_wrapped`` (``end_training``).
+TRL's vLLM backend (``VLLMGeneration.max_completion_length`` / ``.generation_kwargs`` / ``.generate(...)``) is
+reached only through :func:`vllm_generate`.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ import inspect
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator
 
 import torch
 import trl
@@ -51,7 +53,6 @@ from packaging.version import Version
 from trl import GRPOTrainer
 
 from .algorithms.masked import zero_masked
-from .rollout.generation import Generation
 
 TESTED_TRL = (Version("1.15.0"), Version("1.17.0"))  # [min, max)
 
@@ -132,6 +133,7 @@ class TRLBatch:
     ``loss_mask``                   ``completion_mask * env_mask``: the positions the loss trains
     ``advantages``                  (B,) group advantages, or (B, C) per-token advantages
     ``old_logps`` / ``ref_logps``   (B, C) or None (``old_per_token_logps`` / ``ref_per_token_logps``)
+    ``sampling_logps``              (B, C) or None: the log-probs vLLM sampled with (``sampling_per_token_logps``)
     ``num_items_in_batch``          scalar: trained positions over all processes (for ``loss_type="dapo"``)
     =============================  =======================================================================
     """
@@ -197,6 +199,10 @@ class TRLBatch:
     @property
     def ref_logps(self) -> torch.Tensor | None:
         return self.data.get("ref_per_token_logps")
+
+    @property
+    def sampling_logps(self) -> torch.Tensor | None:
+        return self.data.get("sampling_per_token_logps")
 
     def pop_ref_logps(self) -> torch.Tensor | None:
         """Remove the reference log-probs (PPO puts the KL in the reward, so TRL's loss must not see them)."""
@@ -462,32 +468,19 @@ def unwrap_for_generation(trainer: Any) -> contextlib.AbstractContextManager[Any
     return ctx()
 
 
-class TRLVLLMGenerator:
-    """The generation seam over TRL's vLLM backend (colocate or server).
-
-    Per call it sets vLLM's ``max_tokens`` to the turn budget, the stop strings (with ``include_stop_str_in_output``
-    so the closing tag is part of the sampled ids) and ``stop_token_ids`` (every end id), then restores TRL's
-    settings. Weight sync is TRL's: ``GRPOTrainer._generate`` syncs before calling ``rollout_func`` when the step
-    changed.
-    """
-
-    def __init__(self, trainer: Any) -> None:
-        self.vllm = trainer.vllm_generation
-
-    def generate(
-        self, prompts: list[list[int]], max_new_tokens: int, stop_strings: Sequence[str], stop_token_ids: Sequence[int]
-    ) -> list[Generation]:
-        saved_max, saved_kwargs = self.vllm.max_completion_length, self.vllm.generation_kwargs
-        extra: dict[str, Any] = {"stop_token_ids": list(stop_token_ids)}
-        if stop_strings:
-            extra.update(stop=list(stop_strings), include_stop_str_in_output=True)
-        self.vllm.max_completion_length = max_new_tokens
-        self.vllm.generation_kwargs = {**saved_kwargs, **extra}
-        try:
-            _, completion_ids, logprobs, _ = self.vllm.generate(prompts=prompts, images=None, num_generations=1)
-        finally:
-            self.vllm.max_completion_length, self.vllm.generation_kwargs = saved_max, saved_kwargs
-        return [
-            Generation(ids=list(ids), logprobs=[lp[0] for lp in lps] if logprobs is not None else None)
-            for ids, lps in zip(completion_ids, logprobs if logprobs is not None else [None] * len(completion_ids))
-        ]
+def vllm_generate(
+    trainer: Any, prompts: list[list[int]], max_tokens: int, sampling_kwargs: dict[str, Any]
+) -> tuple[list[list[int]], list[list[float]] | None]:
+    """One batched call to TRL's vLLM backend (``trainer.vllm_generation``, colocate or server) with this call's
+    ``max_tokens`` and extra ``SamplingParams`` fields, TRL's own settings restored afterwards. Returns the sampled
+    ids of each prompt and, when TRL asked vLLM for them, the sampling log-prob of each sampled id."""
+    backend = trainer.vllm_generation
+    saved_max, saved_kwargs = backend.max_completion_length, backend.generation_kwargs
+    backend.max_completion_length = max_tokens
+    backend.generation_kwargs = {**saved_kwargs, **sampling_kwargs}
+    try:
+        _, completion_ids, logprobs, _ = backend.generate(prompts=prompts, images=None, num_generations=1)
+    finally:
+        backend.max_completion_length, backend.generation_kwargs = saved_max, saved_kwargs
+    ids = [list(row) for row in completion_ids]
+    return ids, None if logprobs is None else [[lp[0] for lp in row] for row in logprobs]

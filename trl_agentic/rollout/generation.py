@@ -3,7 +3,7 @@
 The rollout engine talks to generation only through :class:`Generator`. Implementations:
 
 - :class:`HFGenerator`: transformers ``generate`` (evaluation, the CPU demo, the trainer's non-vLLM path);
-- ``trl_agentic.compat.TRLVLLMGenerator``: TRL's vLLM backend (colocate or server) inside a trainer;
+- ``trl_agentic.rollout.vllm.TRLVLLMGenerator``: TRL's vLLM backend (colocate or server) inside a trainer;
 - scripted fakes in the tests.
 
 End of a turn: every backend stops on the model's end ids (``eos_token_ids``: all of

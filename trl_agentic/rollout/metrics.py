@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Iterable
 
+import torch
+
 from ..trajectory import Trajectory
 
 EVENT_KEYS = ("env_error", "env_timeout", "observation_truncated", "env_close_error")
@@ -50,3 +52,18 @@ def metrics_from_sums(sums: Counter) -> dict[str, float]:
         if key.startswith("tool_calls/"):
             metrics[f"agentic/{key}_per_trajectory"] = value / n
     return metrics
+
+
+def logprob_gap(trainer_logps: torch.Tensor, sampling_logps: torch.Tensor, mask: torch.Tensor) -> tuple[float, float]:
+    """Mean and max of ``|log pi_train(y_t) - log pi_sample(y_t)|`` over the positions where ``mask`` is 1.
+
+    The trainer's log-prob of a sampled token and the one the inference engine (vLLM) sampled it with differ by
+    kernels, precision and batching; the gap is the training/inference mismatch that importance-sampling
+    corrections address (Yao et al. 2025, "Your efficient RL framework secretly brings you off-policy RL
+    training"; TRL's ``vllm_importance_sampling_correction``). Only agent tokens count: observation tokens were
+    never sampled. ``(0.0, 0.0)`` when the mask is empty."""
+    mask = mask.bool()
+    if not mask.any():
+        return 0.0, 0.0
+    delta = (trainer_logps.float() - sampling_logps.float()).abs()[mask]
+    return delta.mean().item(), delta.max().item()

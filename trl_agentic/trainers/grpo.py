@@ -23,13 +23,13 @@ from ..algorithms.kl import KL_ESTIMATORS, kl_penalty
 from ..algorithms.losses import clipped_policy_loss
 from ..algorithms.masked import masked_sum, zero_masked
 from ..compat import GRPOTrainerBoundary, ScoredRound, TRLBatch, check_trl_version, unwrap_for_generation
-from ..compat import TRLVLLMGenerator
 from ..environment import EnvironmentFactory
 from ..rewards.guard import guard_reward
 from ..rollout.audit import unsampled_trained
 from ..rollout.engine import RolloutConfig, RolloutEngine
 from ..rollout.generation import Generator, HFGenerator
-from ..rollout.metrics import metrics_from_sums, rollout_sums
+from ..rollout.metrics import logprob_gap, metrics_from_sums, rollout_sums
+from ..rollout.vllm import TRLVLLMGenerator
 from ..trackers import trajectory_columns
 from ..trajectory import Trajectory, save_trajectories
 from .checks import DegenerateStepMonitor, DegenerateTrainingError, run_construction_checks
@@ -130,6 +130,13 @@ class AgenticGRPOConfig(GRPOConfig):
                 "kl_estimator='k1' with use_bias_correction_kl=False has zero expected gradient as a GRPO loss term, "
                 "so it does not pull the policy towards the reference; keep use_bias_correction_kl=True (then its "
                 "gradient is that of KL(pi||ref)), use 'k3' or 'k2', or put k1 in the reward with AgenticPPOTrainer.",
+                stacklevel=3,
+            )
+        if self.use_vllm and self.vllm_enable_sleep_mode and self.max_turns > 1:
+            warnings.warn(
+                "vllm_enable_sleep_mode=True: TRL puts vLLM to sleep (level 2) after every generate call, so each turn "
+                "of a multi-turn rollout pushes the weights again and loses the prefix cache of the earlier turns; "
+                "keep the default False unless GPU memory forces it.",
                 stacklevel=3,
             )
         if not self.mask_observations:
@@ -360,6 +367,8 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
                 if stop is not None:
                     self._record(scored)
                     raise DegenerateTrainingError(stop)
+        if scored.batch.old_logps is not None and scored.batch.sampling_logps is not None:
+            self._log_logprob_gap(scored.batch)
         return scored
 
     def _local(self, global_values: torch.Tensor) -> torch.Tensor:
@@ -429,6 +438,18 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
             bad += unsampled_trained(t, row, self.eos_token_ids)
         total = self.accelerator.gather(torch.tensor([bad], device=self.accelerator.device)).sum().item()
         self.log_metric("agentic/mask_audit", float(total))
+
+    def _log_logprob_gap(self, batch: TRLBatch) -> None:
+        """The trainer/vLLM log-prob gap on trained (agent) tokens, over all processes
+        (:func:`~trl_agentic.rollout.metrics.logprob_gap`): ``agentic/vllm_logprob_gap`` (mean |delta| per token) and
+        ``agentic/vllm_logprob_gap_max``."""
+        mask = batch.loss_mask
+        mean, largest = logprob_gap(batch.old_logps, batch.sampling_logps, mask)
+        count = float(mask.sum())
+        local = torch.tensor([[mean * count, count, largest]], device=self.accelerator.device)
+        total = self.accelerator.gather(local)
+        self.log_metric("agentic/vllm_logprob_gap", (total[:, 0].sum() / total[:, 1].sum().clamp(min=1.0)).item())
+        self.log_metric("agentic/vllm_logprob_gap_max", total[:, 2].max().item())
 
     def _record(self, scored: ScoredRound) -> None:
         """Append the round's trajectories, with their rewards and advantage, to ``trajectory_dir``."""

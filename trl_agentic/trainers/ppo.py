@@ -19,6 +19,7 @@ Observation tokens carry no reward, no value target and no TD step, and get no p
 
 from __future__ import annotations
 
+import copy
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -135,11 +136,13 @@ class AgenticPPOTrainer(AgenticGRPOTrainer):
     reshuffle_each_pass = True  # a new mini-batch permutation for every PPO epoch (cleanrl, TRL's former PPO)
 
     def __init__(self, *args: Any, value_model: ValueModel | str | None = None, **kwargs: Any) -> None:
+        # PEFT resolves target_modules="all-linear" in place into the policy's module paths, which the critic lacks
+        peft_config = copy.deepcopy(kwargs.get("peft_config"))
         super().__init__(*args, **kwargs)
         if not isinstance(self.args, AgenticPPOConfig):
             raise TypeError(f"AgenticPPOTrainer needs args=AgenticPPOConfig(...), got {type(self.args).__name__}")
         self._check_clipped_loss_settings()
-        self.critic = self._build_critic(value_model, kwargs.get("peft_config"))
+        self.critic = self._build_critic(value_model, peft_config)
         self.critic_gradients = CriticGradients(self.extra_parameters)
         self.add_callback(self.critic_gradients)
         # The coefficient of the KL in the reward: args.beta, adapted by the controller (its only writer) when

@@ -1,0 +1,70 @@
+"""Both trainers in TRL's colocate mode on a real vLLM engine: the rollouts are token-exact (the mask audit, autouse
+in tests/conftest.py, fails any step with a trained token vLLM did not sample), vLLM's sampling log-probs reach
+TRL's importance-sampling correction, and the weights reach vLLM after every optimizer step: the gap between the
+trainer's and vLLM's log-probs of the sampled tokens stays far below how much one step moved the model."""
+
+import pytest
+import torch
+from helpers import EchoEnvironment, agentic_args, lookup_dataset, ppo_args
+from transformers import TrainerCallback
+
+from trl_agentic import AgenticGRPOTrainer, AgenticPPOTrainer
+
+pytestmark = pytest.mark.vllm
+
+
+class Drift(TrainerCallback):
+    """Mean |delta log-prob| of a fixed sequence under the model, from before training to after each step."""
+
+    def __init__(self, ids):
+        self.ids, self.before, self.after_step = ids, None, {}
+
+    def _logps(self, model):
+        with torch.no_grad():
+            logits = model(input_ids=self.ids).logits[:, :-1].float()
+        return torch.log_softmax(logits, -1).gather(-1, self.ids[:, 1:, None]).squeeze(-1)
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self.before = self._logps(model)
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        self.after_step[state.global_step] = (self._logps(model) - self.before).abs().mean().item()
+
+
+CASES = {
+    "grpo": (AgenticGRPOTrainer, agentic_args, False),
+    "grpo-lora": (AgenticGRPOTrainer, agentic_args, True),
+    "ppo": (AgenticPPOTrainer, ppo_args, False),
+    "ppo-lora": (AgenticPPOTrainer, ppo_args, True),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_colocate_training_syncs_weights_every_step(case, vllm_model_dir, tokenizer, tmp_path, in_process_rank):
+    trainer_class, make_args, lora = CASES[case]
+    peft_config = None
+    if lora:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=8, lora_alpha=32, target_modules="all-linear", task_type="CAUSAL_LM")
+    args = make_args(tmp_path, use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=0.3,
+                     vllm_max_model_length=256, max_steps=2, learning_rate=3e-2 if lora else 1e-2,
+                     vllm_importance_sampling_correction=True)
+    drift = Drift(torch.tensor([tokenizer("find key k12 <lookup>k12</lookup> 7 answer", add_special_tokens=False)
+                                ["input_ids"]]))
+    trainer = trainer_class(model=vllm_model_dir, args=args, train_dataset=lookup_dataset(8),
+                            processing_class=tokenizer, reward_funcs=lambda completions, **_: [
+                                float(len(c)) / 50 for c in completions],
+                            environment=lambda: EchoEnvironment(turns=2), peft_config=peft_config,
+                            callbacks=[drift])
+    # TRL leaves vLLM's default on: the turns of a rollout share the prefix cache (reset once per step, at the sync)
+    assert trainer.vllm_generation.llm.llm_engine.vllm_config.cache_config.enable_prefix_caching
+    trainer.train()
+    logs = [entry for entry in trainer.state.log_history if "agentic/vllm_logprob_gap" in entry]
+    assert [entry["agentic/mask_audit"] for entry in logs] == [0.0, 0.0]
+    gap_after_step_1 = logs[1]["agentic/vllm_logprob_gap"]
+    print(f"{case}: drift {drift.after_step}, gap {[(e['agentic/vllm_logprob_gap'], e['agentic/vllm_logprob_gap_max']) for e in logs]}, "
+          f"IS {[e['sampling/importance_sampling_ratio/mean'] for e in logs]}")
+    # step 2 sampled with the weights after step 1: had they not been synced, the gap would be about the drift
+    assert drift.after_step[1] > 10 * gap_after_step_1, (drift.after_step, [e["agentic/vllm_logprob_gap"] for e in logs])
+    assert all(0.5 < entry["sampling/importance_sampling_ratio/mean"] < 2.0 for entry in logs)
