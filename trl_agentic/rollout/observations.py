@@ -118,6 +118,7 @@ class ObservationEncoder:
         self._control_re = re.compile("(" + "|".join(map(re.escape, self.control_tokens)) + ")") if self.control_tokens else None
         self._control_ids = {self.tokenizer.convert_tokens_to_ids(t) for t in self.control_tokens}
         self.layout: ChatLayout | None = self._probe_template() if rollout_mode == "chat" else None
+        self._message_layouts: dict[tuple[tuple[str, str], ...], tuple[list[str], str]] = {}
 
     # -- tokenization ----------------------------------------------------------------------------------------
     def tokenize_untrusted(self, text: str) -> list[int]:
@@ -160,26 +161,34 @@ class ObservationEncoder:
         return sorted((s for s in strings if s), key=len, reverse=True)
 
     # -- prompts ---------------------------------------------------------------------------------------------
-    def encode_prompt(self, prompt: Any, suffix: str | None = None) -> list[int]:
+    def encode_prompt(self, prompt: Any, suffix: str | None = None, tools: Sequence[Any] = ()) -> list[int]:
         """Token ids of a prompt: a string (tokenized as the tokenizer does, BOS included where it adds one), or
-        chat messages rendered with the generation prompt. ``suffix`` (text returned by ``Environment.reset``) is
-        appended to the string or to the last message's content, as untrusted text."""
+        chat messages rendered with the generation prompt (and the JSON schemas of ``tools``, for native tool
+        calls). ``suffix`` (text returned by ``Environment.reset``) is appended to the string or to the last
+        message's content, as untrusted text."""
         if not is_conversational(prompt):
+            if tools:
+                raise ValueError("native tool calls need conversational prompts (a list of chat messages), got text")
             ids = list(self.tokenizer(text=prompt)["input_ids"])
             return ids + self.tokenize_untrusted(suffix) if suffix else ids
         messages = [dict(m) for m in prompt]
         if not suffix or not self._has_control(suffix):
             if suffix:
                 messages[-1]["content"] = messages[-1]["content"] + suffix
-            return self._render_ids(messages, add_generation_prompt=True)
+            return self._render_ids(messages, add_generation_prompt=True, tools=tools)
         messages[-1]["content"] = messages[-1]["content"] + _SENTINEL
-        before, after = self._render_text(messages, add_generation_prompt=True).split(_SENTINEL)
+        before, after = self._render_text(messages, add_generation_prompt=True, tools=tools).split(_SENTINEL)
         return self._tokenize_template(before) + self.tokenize_untrusted(suffix) + self._tokenize_template(after)
 
     # -- observations ----------------------------------------------------------------------------------------
-    def encode_observation(self, text: str, last_action_ids: Sequence[int], max_tokens: int) -> EncodedObservation:
-        """Ids to append after a turn whose sampled ids were ``last_action_ids``; see the module docstring."""
+    def encode_observation(self, text: str | list[dict[str, Any]], last_action_ids: Sequence[int],
+                           max_tokens: int) -> EncodedObservation:
+        """Ids to append after a turn whose sampled ids were ``last_action_ids``; see the module docstring. In chat
+        mode ``text`` may be a list of messages (native tool results), rendered together; ``max_tokens`` then caps
+        each content."""
         if self.rollout_mode == "text":
+            if not isinstance(text, str):
+                raise TypeError("an observation given as messages needs rollout_mode='chat'")
             return self._encode_text(text, max_tokens)
         return self._encode_chat(text, last_action_ids, max_tokens)
 
@@ -203,33 +212,78 @@ class ObservationEncoder:
             ids = self.tokenize_untrusted(text)
         return EncodedObservation(ids, self.tokenizer.decode(ids, skip_special_tokens=False), truncated)
 
-    def _encode_chat(self, text: str, last_action_ids: Sequence[int], max_tokens: int) -> EncodedObservation:
-        layout = self.layout
-        content_ids, truncated = self._cap(text, max_tokens)
-        content = self.tokenizer.decode(content_ids, skip_special_tokens=False) if truncated else text
-        written = _CONTENT_TRANSFORMS[layout.transform](content)
-        if self._has_control(written):
-            ids = (self._tokenize_template(layout.prefix) + self.tokenize_untrusted(written)
-                   + self._tokenize_template(layout.suffix))
-        else:  # no special-token string in the content: one call gives the template's own tokenization
-            ids = self._tokenize_template(layout.prefix + written + layout.suffix)
-        if not last_action_ids or last_action_ids[-1] not in self.end_token_ids | {layout.end_of_turn_id}:
-            ids = [layout.end_of_turn_id, *ids]
-        return EncodedObservation(ids, content, truncated)
+    def _encode_chat(self, observation: str | list[dict[str, Any]], last_action_ids: Sequence[int],
+                     max_tokens: int) -> EncodedObservation:
+        if isinstance(observation, str):
+            layout = self.layout
+            pieces, transform, contents = [layout.prefix, layout.suffix], layout.transform, [observation]
+        else:
+            pieces, transform = self._message_layout(tuple((m["role"], m.get("name", "")) for m in observation))
+            contents = [m.get("content") or "" for m in observation]
+        capped, truncated = [], False
+        for content in contents:
+            content_ids, cut = self._cap(content, max_tokens)
+            capped.append(self.tokenizer.decode(content_ids, skip_special_tokens=False) if cut else content)
+            truncated = truncated or cut
+        written = [_CONTENT_TRANSFORMS[transform](content) for content in capped]
+        if any(self._has_control(w) for w in written):
+            ids = self._tokenize_template(pieces[0])
+            for content, piece in zip(written, pieces[1:]):
+                ids += self.tokenize_untrusted(content) + self._tokenize_template(piece)
+        else:  # no special-token string in the contents: one call gives the template's own tokenization
+            ids = self._tokenize_template(pieces[0] + "".join(w + p for w, p in zip(written, pieces[1:])))
+        if not last_action_ids or last_action_ids[-1] not in self.end_token_ids | {self.layout.end_of_turn_id}:
+            ids = [self.layout.end_of_turn_id, *ids]
+        return EncodedObservation(ids, "\n".join(capped), truncated)
+
+    def _message_layout(self, roles_names: tuple[tuple[str, str], ...]) -> tuple[list[str], str]:
+        """How the template renders these messages (``(role, name)`` each) after an assistant turn that called a
+        tool: the template text around and between their contents (``len + 1`` pieces), and the content transform.
+        Probed once per sequence of roles and names."""
+        if roles_names in self._message_layouts:
+            return self._message_layouts[roles_names]
+        call = {"type": "function", "function": {"name": roles_names[0][1] or "tool", "arguments": {}}}
+        dummy = [{"role": "user", "content": "Hello."}, {"role": "assistant", "content": "", "tool_calls": [call]}]
+
+        def render(content: str) -> str:
+            messages = dummy + [{"role": r, "name": n, "content": content} for r, n in roles_names]
+            return self._render_text(messages, add_generation_prompt=True)
+
+        base = self._render_text(dummy, add_generation_prompt=False)
+        end_string = self.tokenizer.convert_ids_to_tokens(self.layout.end_of_turn_id)
+        cut = base.rfind(end_string) + len(end_string)
+        full = render(_SENTINEL)
+        if cut < len(end_string) or not full.startswith(base[:cut]) or full.count(_SENTINEL) != len(roles_names):
+            raise TemplateNotPrefixPreservingError(
+                f"The chat template of {self._template_name()} does not render tool messages after an assistant "
+                "tool call as an appendable suffix; use a template that renders earlier turns unchanged"
+            )
+        pieces = full[cut:].split(_SENTINEL)
+        probe = render(_PROBE)[cut:]
+        for name, transform in _CONTENT_TRANSFORMS.items():
+            if probe == transform(_PROBE).join(pieces):
+                self._message_layouts[roles_names] = (pieces, name)
+                return pieces, name
+        raise ChatTemplateError(
+            f"the chat template of {self._template_name()} rewrites tool message content in a way trl-agentic cannot "
+            "reproduce token for token"
+        )
 
     # -- chat template ---------------------------------------------------------------------------------------
     def _template_name(self) -> str:
         return getattr(self.tokenizer, "name_or_path", "") or type(self.tokenizer).__name__
 
-    def _render_text(self, messages: list[dict[str, Any]], add_generation_prompt: bool) -> str:
+    def _render_text(self, messages: list[dict[str, Any]], add_generation_prompt: bool, tools: Sequence[Any] = ()) -> str:
         return self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=add_generation_prompt, **self.chat_template_kwargs
-        )
-
-    def _render_ids(self, messages: list[dict[str, Any]], add_generation_prompt: bool) -> list[int]:
-        ids = self.tokenizer.apply_chat_template(
-            messages, tokenize=True, add_generation_prompt=add_generation_prompt, return_dict=True,
+            messages, tools=list(tools) or None, tokenize=False, add_generation_prompt=add_generation_prompt,
             **self.chat_template_kwargs,
+        )  # tools=None, not []: Llama's template writes its tool boilerplate for an empty list
+
+    def _render_ids(self, messages: list[dict[str, Any]], add_generation_prompt: bool,
+                    tools: Sequence[Any] = ()) -> list[int]:
+        ids = self.tokenizer.apply_chat_template(
+            messages, tools=list(tools) or None, tokenize=True, add_generation_prompt=add_generation_prompt,
+            return_dict=True, **self.chat_template_kwargs,
         )["input_ids"]
         if ids and isinstance(ids[0], list):
             ids = ids[0]
