@@ -294,7 +294,7 @@ class RolloutEngine:
                 still_active.append(i)
         return still_active
 
-    def _append_observation(self, t: Trajectory, text: str | None) -> bool:
+    def _append_observation(self, t: Trajectory, text: str | list[dict[str, Any]] | None) -> bool:
         """Tokenize and append one observation; False (and ``max_tokens``) when the budget leaves no room."""
         cfg = self.config
         if text is None and cfg.rollout_mode == "text":
@@ -311,6 +311,8 @@ class RolloutEngine:
             self._end(t, "max_tokens")
             return False
         t.observations.append(encoded.text)
+        if isinstance(text, list):
+            t.messages.extend(text)
         t.completion_ids.extend(encoded.ids)
         t.env_mask.extend([0] * len(encoded.ids))
         t.logprobs.extend([0.0] * len(encoded.ids))
@@ -323,7 +325,9 @@ class RolloutEngine:
         if not tools:
             return t.actions[-1]
         start, end = t.turn_spans[-1]
-        return parse_turn(self.tokenizer, t.completion_ids[start:end], t.prompt_ids + t.completion_ids[:start], tools)
+        message = parse_turn(self.tokenizer, t.completion_ids[start:end], t.prompt_ids + t.completion_ids[:start], tools)
+        t.messages.append({k: v for k, v in message.items() if k != "malformed"})
+        return message
 
     # -- environments ----------------------------------------------------------------------------------------
     def _make_environment(self) -> Any:

@@ -24,12 +24,14 @@ from ..algorithms.masked import masked_sum
 from ..compat import GRPOTrainerBoundary, ScoredRound, TRLBatch, check_trl_version, unwrap_for_generation
 from ..compat import TRLVLLMGenerator
 from ..environment import EnvironmentFactory
+from ..native_tools import ensure_response_parser
 from ..rewards.guard import guard_reward
 from ..rollout.audit import unsampled_trained
 from ..rollout.engine import RolloutConfig, RolloutEngine
 from ..rollout.generation import Generator, HFGenerator
 from ..rollout.metrics import metrics_from_sums, rollout_sums
 from ..trajectory import Trajectory, save_trajectories
+from ..trl_environments import TRLEnvironments, agentic_config, from_trainer_kwargs, with_message_completions
 from .zero_variance import merge_rounds, pick_groups
 
 ZERO_VARIANCE_POLICIES = ("keep", "std_floor", "dynamic_sampling")
@@ -189,19 +191,24 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
     def __init__(self, *args: Any, environment: EnvironmentFactory | None = None, task: Any = None,
                  **kwargs: Any) -> None:
         check_trl_version()
+        # TRL's tools= / environment_factory= run through our engine, as native tool calls (issue 18)
+        native = from_trainer_kwargs(kwargs, environment, getattr(kwargs.get("args"), "env_timeout", 60.0) / 2)
+        if native is not None:
+            environment = native
+            if "args" in kwargs:
+                kwargs["args"] = agentic_config(kwargs["args"], AgenticGRPOConfig)
         self.environment = environment
         self.task = task
         if environment is not None:
             if kwargs.get("rollout_func") is not None:
                 raise ValueError("pass either environment= or rollout_func=, not both")
-            if kwargs.get("tools") or kwargs.get("environment_factory"):
-                raise ValueError(
-                    "environment= drives text-tag rollouts; TRL's tools=/environment_factory= drive JSON tool calls. "
-                    "Use one or the other."
-                )
             kwargs["rollout_func"] = self._agentic_rollout
             funcs = kwargs.get("reward_funcs", args[1] if len(args) > 1 else None)
-            guarded = [guard_reward(f) for f in funcs] if isinstance(funcs, (list, tuple)) else guard_reward(funcs)
+            if native is not None and native.reward_classes:  # TRL's get_reward: extra reward functions
+                funcs = [*(funcs if isinstance(funcs, (list, tuple)) else [funcs] * (funcs is not None)),
+                         *native.reward_functions()]
+            wrap = (lambda f: guard_reward(with_message_completions(f))) if native is not None else guard_reward
+            guarded = [wrap(f) for f in funcs] if isinstance(funcs, (list, tuple)) else wrap(funcs)
             if "reward_funcs" in kwargs or len(args) <= 1:
                 kwargs["reward_funcs"] = guarded
             else:
@@ -209,6 +216,10 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
         super().__init__(*args, **kwargs)
         if environment is not None:
             self._check_agentic_args()
+        if native is not None:
+            if self.args.rollout_mode != "chat":
+                raise ValueError("tools=/environment_factory= (native tool calls) need rollout_mode='chat'")
+            ensure_response_parser(self.processing_class)
 
     def _check_agentic_args(self) -> None:
         if not isinstance(self.args, AgenticGRPOConfig):
@@ -260,9 +271,14 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
         engine = RolloutEngine(self._generator(), self.processing_class, self.environment,
                                self.args.rollout_config(), self._sync_any, eos_token_ids=self.eos_token_ids,
                                sync_max=self._sync_max)
-        trajectories = engine.run(prompts, [dict(row) for row in self.rollout_rows()])
+        native = isinstance(self.environment, TRLEnvironments)
+        envs = [self.environment() for _ in prompts] if native else None
+        trajectories = engine.run(prompts, [dict(row) for row in self.rollout_rows()], environments=envs)
         self._log_rollout_metrics(trajectories)
-        return self._to_trl_rollout(trajectories)
+        rollout = self._to_trl_rollout(trajectories)
+        if envs is not None:  # TRL's reward functions read each rollout's environment instance
+            rollout["environments"] = [env.instance for env in envs]
+        return rollout
 
     def _to_trl_rollout(self, trajectories: list[Trajectory]) -> dict[str, Any]:
         completion_ids, env_mask, logprobs = [], [], []
