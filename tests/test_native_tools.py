@@ -192,3 +192,29 @@ def test_unknown_template_fails_before_training():
     conv = build_convention("gemma-3")
     with pytest.raises(ValueError, match="response template"):
         ensure_response_parser(conv.load_tokenizer())
+
+
+@pytest.mark.parametrize("name", ["qwen2.5-instruct", "qwen3", "llama-3.2-instruct"])
+def test_conventions_native_tool_turn_is_token_exact(name):
+    """Each family's own call format (Qwen's <tool_call> tags, Llama-3's bare JSON), parsed by its response template;
+    the tool result rendered as TRL renders it; sampled ids kept."""
+    conv = build_convention(name)
+    tok = ensure_response_parser(conv.load_tokenizer())
+    end = tok.convert_ids_to_tokens(conv.end_of_turn_id)
+    first = (_call("add", a=2, b=3) if name.startswith("qwen")
+             else json.dumps({"name": "add", "parameters": {"a": 2, "b": 3}})) + end
+    turns = [first, "It is 5." + end]
+    generator = ScriptedGenerator(tok, lambda ids: turns[len(generator.calls) - 1])
+    cfg = RolloutConfig(rollout_mode="chat", max_turns=3, max_tokens_per_turn=200, max_completion_length=2000,
+                        overlap_chunks=1, chat_template_kwargs={"enable_thinking": False} if name == "qwen3" else {})
+    engine = RolloutEngine(generator, tok, lambda: ToolCallEnvironment([add]), cfg,
+                           eos_token_ids=list(conv.eos_token_ids))
+    [t] = engine.run([[{"role": "user", "content": "2+3?"}]])
+    assert t.stop_reason == "terminated" and t.num_turns == 2
+    assert t.agent_segments() == [tok(x, add_special_tokens=False)["input_ids"] for x in turns]
+    assert t.turn_infos[0]["calls"] == [{"name": "add", "arguments": {"a": 2, "b": 3}}]
+    (_, first_end), (second_start, _) = t.turn_spans
+    observation = t.completion_ids[first_end:second_start]
+    if name != "qwen3":  # Qwen3's template is not prefix-preserving: TRL swaps in a training template there
+        assert observation == _suffix_like_trl(tok, [{"role": "tool", "name": "add", "content": "5"}])
+    assert "5" in tok.decode(observation) and t.messages[1] == {"role": "tool", "name": "add", "content": "5"}

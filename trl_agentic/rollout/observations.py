@@ -243,17 +243,21 @@ class ObservationEncoder:
         if roles_names in self._message_layouts:
             return self._message_layouts[roles_names]
         call = {"type": "function", "function": {"name": roles_names[0][1] or "tool", "arguments": {}}}
-        dummy = [{"role": "user", "content": "Hello."}, {"role": "assistant", "content": "", "tool_calls": [call]}]
-
-        def render(content: str) -> str:
-            messages = dummy + [{"role": r, "name": n, "content": content} for r, n in roles_names]
-            return self._render_text(messages, add_generation_prompt=True)
-
-        base = self._render_text(dummy, add_generation_prompt=False)
         end_string = self.tokenizer.convert_ids_to_tokens(self.layout.end_of_turn_id)
-        cut = base.rfind(end_string) + len(end_string)
-        full = render(_SENTINEL)
-        if cut < len(end_string) or not full.startswith(base[:cut]) or full.count(_SENTINEL) != len(roles_names):
+        for reasoning in ("", "<think>\nOK.\n</think>\n\n"):  # the second survives Qwen3's history stripping
+            dummy = [{"role": "user", "content": "Hello."},
+                     {"role": "assistant", "content": reasoning, "tool_calls": [call]}]
+
+            def render(content: str) -> str:
+                messages = dummy + [{"role": r, "name": n, "content": content} for r, n in roles_names]
+                return self._render_text(messages, add_generation_prompt=True)
+
+            base = self._render_text(dummy, add_generation_prompt=False)
+            cut = base.rfind(end_string) + len(end_string)
+            full = render(_SENTINEL)
+            if cut >= len(end_string) and full.startswith(base[:cut]) and full.count(_SENTINEL) == len(roles_names):
+                break
+        else:
             raise TemplateNotPrefixPreservingError(
                 f"The chat template of {self._template_name()} does not render tool messages after an assistant "
                 "tool call as an appendable suffix; use a template that renders earlier turns unchanged"
