@@ -101,7 +101,8 @@ def test_turns_calls_errors_and_token_exactness(qwen):
     turns = [
         _call("add", a=2, b="3") + "\n" + _call("nope", q=1) + "<|im_end|>",  # typed args; unknown tool
         '<tool_call>\n{"name": "add", "arguments": {"a": 1, </tool_call><|im_end|>',  # malformed JSON
-        _call("add", a=1, c=2) + "\n" + _call("boom", x=1) + "<|im_end|>",  # wrong argument name; raising tool
+        _call("add", a=1, c=2) + "\n" + _call("boom", x=1) + "\n" + _call("add", a="six", b=True)
+        + "<|im_end|>",  # wrong argument name; raising tool; wrong argument types
         _call("leak", topic="x") + "<|im_end|>",  # special-token strings in the result
         "The answer is 5.<|im_end|>",
     ]
@@ -128,7 +129,8 @@ def test_turns_calls_errors_and_token_exactness(qwen):
         None,  # malformed: checked below
         [{"role": "tool", "name": "add",
           "content": str({"error": "add() got an unexpected keyword argument 'c'"})},
-         {"role": "tool", "name": "boom", "content": str({"error": "tool exploded"})}],
+         {"role": "tool", "name": "boom", "content": str({"error": "tool exploded"})},
+         {"role": "tool", "name": "add", "content": str({"error": "argument 'a' of add must be integer, got 'six'"})}],
     ]
     assert observed[0] == _suffix_like_trl(tok, expected_messages[0])
     assert observed[2] == _suffix_like_trl(tok, expected_messages[2])
@@ -147,14 +149,14 @@ def test_turns_calls_errors_and_token_exactness(qwen):
 
     # counted, per trajectory
     infos = t.turn_infos
-    assert [i["tool_calls"] for i in infos] == [2, 0, 2, 1, 0]
-    assert [i["tool_error"] for i in infos] == [1, 1, 2, 0, 0]
+    assert [i["tool_calls"] for i in infos] == [2, 0, 3, 1, 0]
+    assert [i["tool_error"] for i in infos] == [1, 1, 3, 0, 0]
     assert infos[0]["unknown_tool"] == 1 and infos[1]["invalid"] is True
     assert infos[0]["calls"][0] == {"name": "add", "arguments": {"a": 2, "b": 3}}
     metrics = metrics_from_sums(rollout_sums([t]))
-    assert metrics["agentic/tool_error_per_trajectory"] == 4
+    assert metrics["agentic/tool_error_per_trajectory"] == 5
     assert metrics["agentic/unknown_tool_per_trajectory"] == 1
-    assert metrics["agentic/tool_calls/add_per_trajectory"] == 2
+    assert metrics["agentic/tool_calls/add_per_trajectory"] == 3
 
 
 def test_hanging_tool_costs_its_call_and_calls_run_concurrently(qwen):

@@ -17,7 +17,8 @@ One turn, in the engine's chat mode:
 A turn without a tool call ends the episode (``terminated``), as in TRL. Every bad call costs that call alone: the
 model reads ``{'error': '...'}`` as its result (TRL's error format) and the trajectory goes on. Unlike TRL, a call
 the template's parser cannot read (malformed JSON) is answered with an error too instead of ending the episode
-(``info["invalid"]``). Counted per turn in ``info`` (:mod:`trl_agentic.rollout.metrics`): ``tool_calls``,
+(``info["invalid"]``), and an argument whose JSON type is not the one the tool's schema declares is answered with an
+error before the tool runs (TRL calls the tool with it). Counted per turn in ``info`` (:mod:`trl_agentic.rollout.metrics`): ``tool_calls``,
 ``tool_error`` (a call that raised, had wrong arguments or was malformed), ``unknown_tool``, ``tool_timeout``.
 """
 
@@ -154,6 +155,10 @@ class ToolCallEnvironment:
         if not isinstance(arguments, dict):
             info["tool_error"] += 1
             return _error(f"arguments of {name} must be a JSON object, got {type(arguments).__name__}")
+        mistyped = argument_type_error(tool, arguments)
+        if mistyped:
+            info["tool_error"] += 1
+            return _error(mistyped)
         try:
             if inspect.iscoroutinefunction(tool):
                 result = await asyncio.wait_for(tool(**arguments), self.tool_timeout)
@@ -167,6 +172,31 @@ class ToolCallEnvironment:
             info["tool_error"] += 1
             return _error(str(exc))
         return _text(result)
+
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "integer": (int,), "number": (int, float), "string": (str,), "boolean": (bool,), "array": (list, tuple),
+    "object": (dict,), "null": (type(None),),
+}
+
+
+def argument_type_error(tool: Callable[..., Any], arguments: dict[str, Any]) -> str | None:
+    """Why an argument does not have the JSON type the tool's schema (transformers' ``get_json_schema``, the schema
+    the model was shown) declares, or ``None``. Names and missing arguments are left to the call itself (its
+    ``TypeError`` is the error TRL reports)."""
+    from transformers.utils import get_json_schema
+
+    try:
+        properties = get_json_schema(tool)["function"]["parameters"].get("properties", {})
+    except Exception:  # noqa: BLE001 - a tool without a usable schema: nothing to check against
+        return None
+    for name, value in arguments.items():
+        declared = properties.get(name, {}).get("type")
+        kinds = [declared] if isinstance(declared, str) else list(declared or [])
+        allowed = tuple(t for kind in kinds for t in _JSON_TYPES.get(kind, (object,)))
+        if allowed and (not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed)):
+            return f"argument {name!r} of {getattr(tool, '__name__', 'tool')} must be {' or '.join(kinds)}, got {value!r}"
+    return None
 
 
 def _name(call: dict[str, Any]) -> str:
