@@ -67,7 +67,7 @@ def parse_turn(tokenizer: Any, ids: Sequence[int], prefix: Sequence[int], tools:
     the message then also carries ``"malformed"``: the parser's error."""
     from trl.chat_template_utils import parse_response
 
-    inner = getattr(tokenizer, "tokenizer", tokenizer)
+    inner = getattr(ensure_response_parser(tokenizer), "tokenizer", tokenizer)
     message = parse_response(inner, list(ids), prefix=list(prefix), tools=list(tools) or None)
     if not message.get("tool_calls"):
         try:
