@@ -210,7 +210,7 @@ def _arguments(call: dict[str, Any]) -> Any:
     return {} if arguments is None else arguments
 
 
-def native_tools(env: Any) -> list[Any]:
-    """The tools of a :class:`ToolCallEnvironment` (read after ``reset``: they may depend on the row); ``[]`` for
+def native_tools(env: Any) -> list[Any] | None:
+    """The tools of a :class:`ToolCallEnvironment` (read after ``reset``: they may depend on the row); ``None`` for
     an environment whose actions are text."""
-    return list(env.tools) if isinstance(env, ToolCallEnvironment) else []
+    return list(env.tools) if isinstance(env, ToolCallEnvironment) else None

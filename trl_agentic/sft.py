@@ -27,7 +27,9 @@ Demonstrations come as TRL's prompt-completion rows (``{"prompt", "completion"}`
   whitespace around the block belongs to the observation). With ``environment=`` the observations are left out and
   the environment computes them (the demonstration is replayed against the real tool).
 - chat mode: ``completion`` is a list of messages: ``assistant`` messages are the actions, the message after each
-  (role ``observation_role``) its observation.
+  (role ``observation_role``) its observation. Or an OpenAI-style tool-calling trace (assistant messages with
+  ``tool_calls``, then their ``tool`` messages; the row's ``tools`` column holds the schemas): replayed as native
+  tool calls (:mod:`trl_agentic.native_tools`).
 """
 
 from __future__ import annotations
@@ -39,8 +41,10 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from .environment import EnvironmentFactory, StepResult
+from .native_tools import ToolCallEnvironment
 from .rollout.engine import RolloutConfig, RolloutEngine
 from .rollout.generation import Generation
+from .rollout.observations import ObservationEncoder
 from .tag_protocol import SEARCH_R1_TAGS, TagProtocol
 from .trajectory import Trajectory
 
@@ -132,6 +136,26 @@ class _ScriptedEnvironment:
         k, self.turn = self.turn, self.turn + 1
         if k < len(self.observations):
             return StepResult(observation=self.observations[k])
+        return StepResult(terminated=True)
+
+
+class _ScriptedToolEnvironment(ToolCallEnvironment):
+    """Native tool calls: the prompt shows ``tools`` (JSON schemas or functions), and each assistant turn that calls
+    tools is answered with the demonstration's tool messages; a turn without a call ends the episode."""
+
+    def __init__(self, tools: Sequence[Any], results: Sequence[list[dict[str, Any]]]) -> None:
+        super().__init__()
+        self.tools = list(tools)
+        self.results = list(results)
+        self.turn = 0
+
+    def reset(self, **row: Any) -> None:
+        self.turn = 0
+
+    async def step(self, message: dict[str, Any]) -> StepResult:
+        k, self.turn = self.turn, self.turn + 1
+        if k < len(self.results):
+            return StepResult(observation=self.results[k], info={"tool_calls": len(message.get("tool_calls") or [])})
         return StepResult(terminated=True)
 
 
@@ -291,6 +315,46 @@ def _split_messages(messages: Sequence[dict[str, Any]], observation_role: str) -
     return actions, observations
 
 
+def _split_tool_messages(encoder: ObservationEncoder, prompt: Sequence[dict[str, Any]],
+                         messages: Sequence[dict[str, Any]], tools: Sequence[Any]) -> tuple[list[str], list[list[dict]]]:
+    """An OpenAI-style trace (assistant messages with ``tool_calls``, each followed by its ``tool`` messages) as the
+    text the model samples in each turn (the assistant message as the chat template writes it, up to its end of
+    turn) and the tool messages after each turn."""
+    actions: list[str] = []
+    results: list[list[dict[str, Any]]] = []
+    end = encoder.tokenizer.convert_ids_to_tokens(encoder.layout.end_of_turn_id)
+    history = [dict(m) for m in prompt]
+    for k, message in enumerate(messages):
+        role = message.get("role")
+        if role == "tool":
+            if not results or not actions:
+                raise DemonstrationError(f"message {k}: a tool message must follow an assistant message that calls tools")
+            results[-1].append(dict(message))
+        elif role == "assistant":
+            if results and not results[-1]:
+                raise DemonstrationError(f"message {k}: the assistant message before it called tools but got no tool "
+                                         "message back")
+            before = encoder.render_text(history, add_generation_prompt=True, tools=tools)
+            after = encoder.render_text(history + [dict(message)], add_generation_prompt=False, tools=tools)
+            if not after.startswith(before) or end not in after[len(before):]:
+                raise DemonstrationError(f"message {k}: the chat template does not render this assistant message as "
+                                         "a continuation of the conversation")
+            delta = after[len(before):]
+            actions.append(delta[: delta.rindex(end)])
+            results.append([])
+        else:
+            raise DemonstrationError(f"message {k} has role {role!r}; a tool-calling trace has assistant and tool "
+                                     "messages after the prompt")
+        history.append(dict(message))
+    if not actions or messages[-1].get("role") != "assistant" or messages[-1].get("tool_calls"):
+        raise DemonstrationError("a tool-calling trace must end with an assistant message that calls no tool")
+    return actions, results[:-1]
+
+
+def _is_tool_trace(messages: Sequence[dict[str, Any]]) -> bool:
+    return any(isinstance(m, dict) and m.get("role") == "assistant" and m.get("tool_calls") for m in messages)
+
+
 def transcript_to_trajectory(
     processing_class: Any,
     prompt: Any,
@@ -301,6 +365,7 @@ def transcript_to_trajectory(
     protocol: TagProtocol | None = SEARCH_R1_TAGS,
     generation_config: Any = None,
     config: RolloutConfig | None = None,
+    tools: Sequence[Any] | None = None,
     **config_kwargs: Any,
 ) -> Trajectory:
     """A demonstration written as TRL's prompt-completion pair, as a :class:`~trl_agentic.Trajectory`.
@@ -309,8 +374,22 @@ def transcript_to_trajectory(
     (``rollout_mode="chat"``: assistant messages alternating with observation messages). With ``environment=`` the
     observations are computed by replaying the actions against it (a text transcript then leaves them out);
     otherwise they are read from the transcript. See :func:`demonstration_to_trajectory` for the other arguments.
+
+    An OpenAI-style tool-calling trace (assistant messages with ``tool_calls``, each followed by its ``tool``
+    messages; ``tools``: the JSON schemas or functions the prompt shows, TRL's ``tools`` column) is replayed as
+    native tool calls: each assistant message as the chat template writes it is the sampled turn, parsed back by
+    the template's response template, and its tool messages are rendered after it as in RL.
     """
     config = _make_config(config, config_kwargs)
+    if not isinstance(completion, str) and _is_tool_trace(completion):
+        if config.rollout_mode != "chat" or environment is not None:
+            raise DemonstrationError("a tool-calling trace needs rollout_mode='chat' and no environment= (its tool "
+                                     "messages are the observations)")
+        encoder = ObservationEncoder(processing_class, "chat", config.observation_role, config.chat_template_kwargs)
+        actions, results = _split_tool_messages(encoder, prompt, list(completion), list(tools or []))
+        scripted = lambda: _ScriptedToolEnvironment(list(tools or []), results)  # noqa: E731
+        return demonstration_to_trajectory(processing_class, prompt, actions, environment=scripted, row=row,
+                                           protocol=None, generation_config=generation_config, config=config)
     if isinstance(completion, str):
         if config.rollout_mode != "text":
             raise DemonstrationError("a text completion needs rollout_mode='text'; pass chat messages for 'chat'")
@@ -405,7 +484,7 @@ def _row_to_trajectory(row, processing_class, environment, protocol, generation_
         raise TypeError("prompt-completion rows need processing_class= (the policy's tokenizer)")
     return transcript_to_trajectory(processing_class, row[prompt_column], row[completion_column],
                                     environment=environment, row=row, protocol=protocol,
-                                    generation_config=generation_config, config=config)
+                                    generation_config=generation_config, config=config, tools=row.get("tools"))
 
 
 # -- rejection sampling (RFT / STaR) -----------------------------------------------------------------------------

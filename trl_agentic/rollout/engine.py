@@ -220,7 +220,7 @@ class RolloutEngine:
         trajectories, active = [], []
         for i, (prompt, result) in enumerate(zip(prompts, results)):
             failed = isinstance(result, EnvFailure)
-            tools = () if failed else native_tools(envs[i])  # read after reset: it may depend on the row
+            tools = () if failed else native_tools(envs[i]) or ()  # read after reset: it may depend on the row
             trajectory = Trajectory(prompt_ids=self.encoder.encode_prompt(prompt, None if failed else result, tools))
             trajectory.prompt = prompt
             if failed:
@@ -322,7 +322,7 @@ class RolloutEngine:
         """What ``step`` receives: the turn's text, or, for an environment with native tools, the assistant message
         parsed by the chat template's response template (:func:`~trl_agentic.native_tools.parse_turn`)."""
         tools = native_tools(env)
-        if not tools:
+        if tools is None:
             return t.actions[-1]
         start, end = t.turn_spans[-1]
         message = parse_turn(self.tokenizer, t.completion_ids[start:end], t.prompt_ids + t.completion_ids[:start], tools)

@@ -177,7 +177,7 @@ class ObservationEncoder:
                 messages[-1]["content"] = messages[-1]["content"] + suffix
             return self._render_ids(messages, add_generation_prompt=True, tools=tools)
         messages[-1]["content"] = messages[-1]["content"] + _SENTINEL
-        before, after = self._render_text(messages, add_generation_prompt=True, tools=tools).split(_SENTINEL)
+        before, after = self.render_text(messages, add_generation_prompt=True, tools=tools).split(_SENTINEL)
         return self._tokenize_template(before) + self.tokenize_untrusted(suffix) + self._tokenize_template(after)
 
     # -- observations ----------------------------------------------------------------------------------------
@@ -250,9 +250,9 @@ class ObservationEncoder:
 
             def render(content: str) -> str:
                 messages = dummy + [{"role": r, "name": n, "content": content} for r, n in roles_names]
-                return self._render_text(messages, add_generation_prompt=True)
+                return self.render_text(messages, add_generation_prompt=True)
 
-            base = self._render_text(dummy, add_generation_prompt=False)
+            base = self.render_text(dummy, add_generation_prompt=False)
             cut = base.rfind(end_string) + len(end_string)
             full = render(_SENTINEL)
             if cut >= len(end_string) and full.startswith(base[:cut]) and full.count(_SENTINEL) == len(roles_names):
@@ -277,7 +277,8 @@ class ObservationEncoder:
     def _template_name(self) -> str:
         return getattr(self.tokenizer, "name_or_path", "") or type(self.tokenizer).__name__
 
-    def _render_text(self, messages: list[dict[str, Any]], add_generation_prompt: bool, tools: Sequence[Any] = ()) -> str:
+    def render_text(self, messages: list[dict[str, Any]], add_generation_prompt: bool, tools: Sequence[Any] = ()) -> str:
+        """``messages`` (with the schemas of ``tools``) rendered by the chat template, as text."""
         return self.tokenizer.apply_chat_template(
             messages, tools=list(tools) or None, tokenize=False, add_generation_prompt=add_generation_prompt,
             **self.chat_template_kwargs,
@@ -316,7 +317,7 @@ class ObservationEncoder:
         ]
         for dummy in dummies:
             end_of_turn_id = self._end_of_turn_id(dummy)
-            base = self._render_text(dummy, add_generation_prompt=False)
+            base = self.render_text(dummy, add_generation_prompt=False)
             full = self._observation_render(dummy, _SENTINEL)
             if full.startswith(base) and full.count(_SENTINEL) == 1:
                 end_string = self.tokenizer.convert_ids_to_tokens(end_of_turn_id)
@@ -340,7 +341,7 @@ class ObservationEncoder:
     def _observation_render(self, dummy: list[dict[str, str]], content: str) -> str:
         messages = dummy + [{"role": self.observation_role, "content": content}]
         try:
-            return self._render_text(messages, add_generation_prompt=True)
+            return self.render_text(messages, add_generation_prompt=True)
         except Exception as exc:  # noqa: BLE001 - jinja's TemplateError or a raise_exception() of the template
             raise ChatTemplateError(
                 f"the chat template of {self._template_name()} rejects an observation message with role "
