@@ -220,3 +220,31 @@ def test_conventions_native_tool_turn_is_token_exact(name):
     if name != "qwen3":  # Qwen3's template is not prefix-preserving: TRL swaps in a training template there
         assert observation == _suffix_like_trl(tok, [{"role": "tool", "name": "add", "content": "5"}])
     assert "5" in tok.decode(observation) and t.messages[1] == {"role": "tool", "name": "add", "content": "5"}
+
+
+def test_gsm8k_native_calculator_evaluates_and_renders(qwen, tmp_path):
+    """The native form of the GSM8K-calculator task, evaluated with the training engine, written and viewed."""
+    from trl_agentic.evaluate import evaluate
+    from trl_agentic.render import render_html
+    from trl_agentic.tasks import GSM8KToolsArguments, build_task
+    from trl_agentic.trajectory import load_trajectories, save_trajectories
+
+    conv, tok = qwen
+    task = build_task("gsm8k_tools", GSM8KToolsArguments(tool="calculator_native"))
+    rows = [{"question": "Tom has 3 dozen eggs and breaks 5. How many are left?", "answer": "36 - 5 = 31\n#### 31"},
+            {"question": "What is 2 + 2?", "answer": "#### 4"}]
+    rows = [{"prompt": task.make_prompt(r, True), **task.prepare_row(r)} for r in rows]
+    turns = {0: _call("calculate", expression="3 * 12 - 5") + "<|im_end|>", 1: "<answer>31</answer><|im_end|>"}
+    generator = ScriptedGenerator(tok, lambda ids: turns[tok.decode(ids).count("<tool_response>")])
+    report, trajectories = evaluate(None, tok, task.environment, rows, task.success, generator=generator,
+                                    rollout_mode="chat", max_turns=3, max_tokens_per_turn=100,
+                                    max_completion_length=400, show_progress=False)
+    assert report.successes == [1, 0] and report.mean_tool_calls == 1.0
+    assert trajectories[0].observations[0] == "31" and trajectories[0].stop_reason == "terminated"
+    path = tmp_path / "t.jsonl"
+    save_trajectories(trajectories, path)
+    [row, _] = list(load_trajectories(path))
+    assert row["messages"][0]["tool_calls"][0]["function"] == {"name": "calculate",
+                                                               "arguments": {"expression": "3 * 12 - 5"}}
+    html = render_html(trajectories, tok)
+    assert "calculate" in html and "3 * 12 - 5" in html

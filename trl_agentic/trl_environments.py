@@ -164,14 +164,16 @@ def agentic_config(args: Any, config_class: type) -> Any:
 
 
 def with_message_completions(func: Any) -> Any:
-    """A TRL reward function that receives as ``completions`` each rollout's messages (its assistant turns with
-    their parsed tool calls, and the tool results: ``Trajectory.messages``), as TRL's tool loop passes them. Reward
-    models and model ids are returned unchanged."""
+    """A TRL reward function that receives as ``completions``, for each rollout with native tool calls, its
+    messages (its assistant turns with their parsed tool calls, and the tool results: ``Trajectory.messages``), as
+    TRL's tool loop passes them; other completions are left as they are. Reward models and model ids are returned
+    unchanged."""
     if isinstance(func, str) or not callable(func) or hasattr(func, "parameters"):  # an id or an nn.Module
         return func
 
     def messages(kwargs: dict[str, Any]) -> dict[str, Any]:
-        return {**kwargs, "completions": [list(t.messages) for t in kwargs["trajectory"]]}
+        completions = [list(t.messages) if t.messages else c for t, c in zip(kwargs["trajectory"], kwargs["completions"])]
+        return {**kwargs, "completions": completions}
 
     if inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None)):
 

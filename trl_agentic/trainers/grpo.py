@@ -207,7 +207,7 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
             if native is not None and native.reward_classes:  # TRL's get_reward: extra reward functions
                 funcs = [*(funcs if isinstance(funcs, (list, tuple)) else [funcs] * (funcs is not None)),
                          *native.reward_functions()]
-            wrap = (lambda f: guard_reward(with_message_completions(f))) if native is not None else guard_reward
+            wrap = lambda f: guard_reward(with_message_completions(f))  # noqa: E731 - native tool calls: TRL's messages
             guarded = [wrap(f) for f in funcs] if isinstance(funcs, (list, tuple)) else wrap(funcs)
             if "reward_funcs" in kwargs or len(args) <= 1:
                 kwargs["reward_funcs"] = guarded
