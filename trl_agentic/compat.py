@@ -29,7 +29,8 @@ Private TRL names used (each has a contract test in ``tests/test_compat.py``): t
 ``REQUIRED_SIGNATURES``; ``GRPOTrainer._metrics``, ``._step``, ``._buffered_inputs``, ``._dist``;
 ``trl.trainer.utils.shuffle_sequence_dict`` / ``split_tensor_dict`` / ``split_pixel_values_by_grid`` /
 ``unsplit_pixel_values_by_grid``; ``VLLMGeneration.max_completion_length`` / ``.generation_kwargs`` /
-``.generate(...)``. From transformers' ``Trainer``: ``_clip_grad_norm``.
+``.generate(...)``; ``trl.chat_template_utils.parse_response`` (:func:`parse_response`). From transformers'
+``Trainer``: ``_clip_grad_norm``.
 """
 
 from __future__ import annotations
@@ -62,6 +63,16 @@ REQUIRED_SIGNATURES: dict[str, list[str]] = {
     "_clip_grad_norm": ["self", "model"],
     "__init__": ["self", "model", "reward_funcs", "args", "rollout_func"],
 }
+
+
+def parse_response(tokenizer: Any, ids: Sequence[int], prefix: Sequence[int], tools: Sequence[Any]) -> dict[str, Any]:
+    """TRL's ``trl.chat_template_utils.parse_response`` (TRL 1.16, ``chat_template_utils.py``), the parser its tool
+    loop uses (``GRPOTrainer._generate``): the tokenizer's response template reads one assistant turn into
+    ``{"role", "content", "tool_calls"?}``, arguments typed by ``tools``' schemas; a turn it cannot read comes back
+    as its decoded text. Kept in the boundary: the module is not part of TRL's top-level exports."""
+    from trl.chat_template_utils import parse_response as trl_parse_response
+
+    return trl_parse_response(tokenizer, list(ids), prefix=list(prefix), tools=list(tools) or None)
 
 
 def check_trl_version() -> None:

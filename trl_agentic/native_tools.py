@@ -4,7 +4,7 @@
 This is the form TRL's ``GRPOTrainer(tools=...)`` and instruct models use (Qwen2.5/Qwen3 ``<tool_call>{json}
 </tool_call>``, Llama-3.x JSON, ...), as opposed to the text tags of :class:`~trl_agentic.TagEnvironment`. Nothing
 here parses a tool-call format: the family's response template does (transformers' ``parse_response`` through TRL's
-:func:`trl.chat_template_utils.parse_response`, set up by :func:`trl.add_response_schema`).
+:func:`trl_agentic.compat.parse_response`, set up by :func:`trl.add_response_schema`).
 
 One turn, in the engine's chat mode:
 
@@ -65,10 +65,10 @@ def parse_turn(tokenizer: Any, ids: Sequence[int], prefix: Sequence[int], tools:
     """The assistant message of one turn: TRL's ``parse_response`` (``content``, and ``tool_calls`` with arguments
     typed by the tools' schemas). When the turn holds a call the parser cannot read, TRL falls back to plain text;
     the message then also carries ``"malformed"``: the parser's error."""
-    from trl.chat_template_utils import parse_response
+    from .compat import parse_response
 
     inner = getattr(ensure_response_parser(tokenizer), "tokenizer", tokenizer)
-    message = parse_response(inner, list(ids), prefix=list(prefix), tools=list(tools) or None)
+    message = parse_response(inner, ids, prefix, tools)
     if not message.get("tool_calls"):
         try:
             inner.parse_response(list(ids), prefix=list(prefix), tools=list(tools) or None)

@@ -21,7 +21,6 @@ factory that raises costs its rollout alone (``env_error``) instead of the batch
 
 from __future__ import annotations
 
-import functools
 import inspect
 import threading
 from typing import Any, Callable, Sequence
@@ -172,19 +171,26 @@ def with_message_completions(func: Any) -> Any:
         return func
 
     def messages(kwargs: dict[str, Any]) -> dict[str, Any]:
+        if "trajectory" not in kwargs:
+            return kwargs
         completions = [list(t.messages) if t.messages else c for t, c in zip(kwargs["trajectory"], kwargs["completions"])]
         return {**kwargs, "completions": completions}
 
     if inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None)):
 
-        @functools.wraps(func)
         async def wrapped_async(**kwargs: Any) -> Any:
             return await func(**messages(kwargs))
 
-        return wrapped_async
+        return _named(wrapped_async, func)
 
-    @functools.wraps(func)
     def wrapped(**kwargs: Any) -> Any:
         return func(**messages(kwargs))
 
-    return wrapped
+    return _named(wrapped, func)
+
+
+def _named(wrapper: Any, func: Any) -> Any:
+    """``wrapper`` under ``func``'s name (TRL logs each reward function under its ``__name__``)."""
+    wrapper.__name__ = wrapper.__qualname__ = getattr(func, "__name__", type(func).__name__)
+    wrapper.__doc__ = func.__doc__
+    return wrapper

@@ -7,6 +7,10 @@ For a batch of prompts the engine creates one environment per trajectory, then l
     Environment.step(action) for all of them, concurrently, each under a timeout
         -> observation tokenized as untrusted text (text mode) or as a chat-message delta (chat mode) (mask 0)
 
+Native tool calls (:mod:`trl_agentic.native_tools`): for a :class:`~trl_agentic.native_tools.ToolCallEnvironment`
+the prompt is rendered with its tools' schemas, each turn is parsed by the chat template's response template and
+``step`` receives the assistant message; its tool messages come back as one chat-template delta.
+
 The loop runs while *any* process still has an active trajectory (``sync_any``), so every rank makes the same
 number of generation calls per step, which vLLM server mode, tensor-parallel colocate and DeepSpeed ZeRO-3 require.
 A rank with nothing left to generate sends a one-token dummy prompt and discards the result.

@@ -9,7 +9,10 @@ Two rollout modes (``rollout_mode``):
   template is probed once (:class:`ChatLayout`): the text it puts between the end of an assistant message and the
   observation's content (``prefix``), and after the content up to the next assistant header (``suffix``). An
   observation is then ``prefix + content + suffix``, closed by the end-of-turn token first when the model's turn
-  did not end with an end id (a stop string or a budget ended it).
+  did not end with an end id (a stop string or a budget ended it). Native tool results are a list of ``tool``
+  messages rendered together after an assistant tool call (Qwen puts several ``<tool_response>`` blocks in one
+  user turn): the template text around and between their contents is probed once per sequence of tool names
+  (``_message_layout``), and each content goes in as untrusted text.
 
 Untrusted text: observations, and the text ``Environment.reset`` adds to a prompt, come from tools, web pages and
 programs. *Control tokens* in them are tokenized as plain text, never as the tokens, so tool output cannot forge

@@ -123,15 +123,46 @@ class GSM8KToolsArguments:
 
 def make_task(args: GSM8KToolsArguments, max_completion_length: int = 1024) -> Task:
     """The GSM8K-with-tools :class:`Task` (environment, rewards, prompt) for ``args``."""
-    from ..rewards import Component, CompositeReward, LengthPenalty, MathAnswerReward, ProtocolFormatReward
-    from ..rewards import ToolUseReward
-    from ..tag_environment import TagEnvironment
+    from ..rewards import MathAnswerReward
 
     if args.tool not in PROTOCOLS:
         raise TaskConfigError(f"--tool {args.tool!r} is unknown: pass one of {sorted(PROTOCOLS)}")
     protocol = PROTOCOLS[args.tool]
+    try:
+        correct = MathAnswerReward(answer_column="answer", sources=tuple(args.answer_sources), name="correct")
+    except ValueError as exc:
+        raise TaskConfigError(f"--answer_sources {args.answer_sources}: {exc}") from None
     if args.tool == "calculator_native":
-        return _native_calculator_task(args, protocol)
+        from ..native_tools import ToolCallEnvironment
+
+        # the chat template shows calculate's schema and writes the calls; the reward is the answer's correctness
+        # (tool errors are counted in the rollout metrics, agentic/tool_error_per_trajectory)
+        environment: Any = functools.partial(ToolCallEnvironment, [calculate], tool_timeout=args.sandbox_timeout)
+        reward_funcs, resources = [correct], []
+    else:
+        environment, reward_funcs, resources = _tag_tool(args, protocol, correct, max_completion_length)
+    system_prompt = SYSTEM_PROMPTS[args.tool]
+    return Task(
+        name="gsm8k_tools",
+        protocol=protocol,
+        environment=environment,
+        reward_funcs=reward_funcs,
+        reward_weights=None,
+        success=correct,
+        make_prompt=lambda row, chat: make_prompt(row["question"], system_prompt, chat),
+        prepare_row=lambda row: {"question": row["question"], "answer": row["answer"]},
+        required_columns=("question", "answer"),
+        instructions=system_prompt,
+        resources=resources,
+    )
+
+
+def _tag_tool(args: GSM8KToolsArguments, protocol: TagProtocol, correct: Any,
+              max_completion_length: int) -> tuple[Any, list[Any], list[Any]]:
+    """The tag forms: the environment serving ``<code>`` or ``<calc>``, the composite reward, the tool to close."""
+    from ..rewards import Component, CompositeReward, LengthPenalty, ProtocolFormatReward, ToolUseReward
+    from ..tag_environment import TagEnvironment
+
     tag = next(iter(protocol.tools))
     if args.tool == "python":
         from ..tools import PythonSandbox
@@ -146,10 +177,6 @@ def make_task(args: GSM8KToolsArguments, max_completion_length: int = 1024) -> T
         tool = Calculator()
     environment = functools.partial(TagEnvironment, tools={tag: (tool, protocol.tools[tag])}, protocol=protocol,
                                     invalid_message=invalid_message(args.tool), tool_timeout=args.sandbox_timeout + 5.0)
-    try:
-        correct = MathAnswerReward(answer_column="answer", sources=tuple(args.answer_sources), name="correct")
-    except ValueError as exc:
-        raise TaskConfigError(f"--answer_sources {args.answer_sources}: {exc}") from None
     components = [
         Component("correct", correct, weight=1.0, outcome=True),
         Component("format", ProtocolFormatReward(protocol), weight=args.format_weight, clip=(0.0, 1.0)),
@@ -161,43 +188,4 @@ def make_task(args: GSM8KToolsArguments, max_completion_length: int = 1024) -> T
         components.append(Component(
             "length", LengthPenalty.overlong(max_length=budget, cache_length=max(1, budget // 4)),
             weight=args.length_weight, clip=(-1.0, 0.0)))
-    system_prompt = SYSTEM_PROMPTS[args.tool]
-    return Task(
-        name="gsm8k_tools",
-        protocol=protocol,
-        environment=environment,
-        reward_funcs=[CompositeReward(components, name="gsm8k_reward")],
-        reward_weights=None,
-        success=correct,
-        make_prompt=lambda row, chat: make_prompt(row["question"], system_prompt, chat),
-        prepare_row=lambda row: {"question": row["question"], "answer": row["answer"]},
-        required_columns=("question", "answer"),
-        instructions=system_prompt,
-        resources=[tool],
-    )
-
-
-def _native_calculator_task(args: GSM8KToolsArguments, protocol: TagProtocol) -> Task:
-    """GSM8K with ``calculate`` as a native tool (:class:`~trl_agentic.native_tools.ToolCallEnvironment`): the
-    chat template shows its schema and writes the calls; the reward is the answer's correctness (tool errors are
-    counted in the rollout metrics, ``agentic/tool_error_per_trajectory``)."""
-    from ..native_tools import ToolCallEnvironment
-    from ..rewards import MathAnswerReward
-
-    try:
-        correct = MathAnswerReward(answer_column="answer", sources=tuple(args.answer_sources), name="correct")
-    except ValueError as exc:
-        raise TaskConfigError(f"--answer_sources {args.answer_sources}: {exc}") from None
-    system_prompt = SYSTEM_PROMPTS["calculator_native"]
-    return Task(
-        name="gsm8k_tools",
-        protocol=protocol,
-        environment=functools.partial(ToolCallEnvironment, [calculate], tool_timeout=args.sandbox_timeout),
-        reward_funcs=[correct],
-        reward_weights=None,
-        success=correct,
-        make_prompt=lambda row, chat: make_prompt(row["question"], system_prompt, chat),
-        prepare_row=lambda row: {"question": row["question"], "answer": row["answer"]},
-        required_columns=("question", "answer"),
-        instructions=system_prompt,
-    )
+    return environment, [CompositeReward(components, name="gsm8k_reward")], [tool]
