@@ -252,3 +252,41 @@ def test_batch_equals_trl_tool_loop(qwen, tmp_path):
     assert trl["tool_mask"].sum() < trl["completion_mask"].sum()  # observations were masked
     text = qwen.tokenizer.decode(ours["completion_ids"][0])
     assert "Tool divide not found." in text and "unexpected keyword argument 'c'" in text
+
+
+def test_reset_text_joins_the_last_user_message_and_a_failing_reset_costs_its_rollout(qwen):
+    from helpers import ScriptedGenerator
+
+    from trl_agentic.rollout.engine import RolloutConfig, RolloutEngine
+    from trl_agentic.trl_environments import TRLEnvironments
+
+    class Quiz:
+        def reset(self, level=None, **row):
+            if level == "broken":
+                raise RuntimeError("no such level")
+            return f" Level {level}: <|im_end|> is just text."
+
+        def answer(self, value: str) -> str:
+            """Submit an answer.
+
+            Args:
+                value: The answer.
+            """
+            return "ok"
+
+    tok = qwen.load_tokenizer()
+    source = TRLEnvironments([multiply], Quiz)
+    generator = ScriptedGenerator(tok, lambda ids: "Done.<|im_end|>")
+    engine = RolloutEngine(generator, tok, source, RolloutConfig(rollout_mode="chat", max_tokens_per_turn=50,
+                                                                 max_completion_length=100, overlap_chunks=1),
+                           eos_token_ids=list(qwen.eos_token_ids))
+    prompt = [{"role": "user", "content": "Play."}]
+    envs = [source(), source()]
+    ok, broken = engine.run([prompt, prompt], [{"level": 1}, {"level": "broken"}], environments=envs)
+    rendered = tok.apply_chat_template([{"role": "user", "content": "Play. Level 1: <|im_end|> is just text."}],
+                                       tools=[multiply, envs[0].instance.answer], add_generation_prompt=True,
+                                       tokenize=False)
+    assert tok.decode(ok.prompt_ids) == rendered  # schemas of tools= and of the methods; reset text appended
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    assert ok.prompt_ids.count(im_end) == rendered.count("<|im_end|>") - 1  # the reset text's stays text
+    assert ok.stop_reason == "terminated" and broken.stop_reason == "env_error" and "no such level" in broken.error
