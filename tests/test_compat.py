@@ -134,3 +134,32 @@ def test_one_generation_config_keeps_grpo_checks(tmp_path):
     assert args.num_generations == 1 and type(args.num_generations) is int and args.generation_batch_size == 3
     with pytest.raises(ValueError, match="auto_find_batch_size"):
         ppo_args(tmp_path, auto_find_batch_size=True)
+
+
+def test_trl_parse_response_contract():
+    """``compat.parse_response`` is TRL's tool-loop parser: a Qwen call comes back as typed ``tool_calls``, a call it
+    cannot read as plain text (``trl.chat_template_utils.parse_response`` in TRL 1.16)."""
+    from conventions import build_convention
+    from trl import add_response_schema
+
+    from trl_agentic.compat import parse_response
+
+    def add(a: int, b: int) -> int:
+        """Add.
+
+        Args:
+            a: First.
+            b: Second.
+        """
+        return a + b
+
+    tok = add_response_schema(build_convention("qwen2.5-instruct").load_tokenizer())
+    prefix = tok.apply_chat_template([{"role": "user", "content": "x"}], tools=[add], add_generation_prompt=True,
+                                     tokenize=True, return_dict=False)
+    good = tok('<tool_call>\n{"name": "add", "arguments": {"a": "1", "b": 2}}\n</tool_call><|im_end|>',
+               add_special_tokens=False)["input_ids"]
+    bad = tok('<tool_call>\n{"name": "add", </tool_call><|im_end|>', add_special_tokens=False)["input_ids"]
+    assert parse_response(tok, good, prefix, [add])["tool_calls"] == [
+        {"type": "function", "function": {"name": "add", "arguments": {"a": 1, "b": 2}}}]
+    assert parse_response(tok, bad, prefix, [add]) == {"role": "assistant",
+                                                        "content": '<tool_call>\n{"name": "add", </tool_call>'}

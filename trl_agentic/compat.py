@@ -36,6 +36,7 @@ instance or writes a TRL attribute that TRL also writes, except ``_buffered_inpu
 ``_prepare_inputs``) and ``model_wrapped`` (``end_training``).
 TRL's vLLM backend (``VLLMGeneration.max_completion_length`` / ``.generation_kwargs`` / ``.generate(...)``) is
 reached only through :func:`vllm_generate`.
+``trl.chat_template_utils.parse_response`` is reached only through :func:`parse_response`.
 """
 
 from __future__ import annotations
@@ -66,6 +67,16 @@ REQUIRED_SIGNATURES: dict[str, list[str]] = {
     "_clip_grad_norm": ["self", "model"],
     "__init__": ["self", "model", "reward_funcs", "args", "rollout_func"],
 }
+
+
+def parse_response(tokenizer: Any, ids: Sequence[int], prefix: Sequence[int], tools: Sequence[Any]) -> dict[str, Any]:
+    """TRL's ``trl.chat_template_utils.parse_response`` (TRL 1.16, ``chat_template_utils.py``), the parser its tool
+    loop uses (``GRPOTrainer._generate``): the tokenizer's response template reads one assistant turn into
+    ``{"role", "content", "tool_calls"?}``, arguments typed by ``tools``' schemas; a turn it cannot read comes back
+    as its decoded text. Kept in the boundary: the module is not part of TRL's top-level exports."""
+    from trl.chat_template_utils import parse_response as trl_parse_response
+
+    return trl_parse_response(tokenizer, list(ids), prefix=list(prefix), tools=list(tools) or None)
 
 
 def check_trl_version() -> None:

@@ -25,7 +25,9 @@ class StepResult:
     """What :meth:`Environment.step` returns for one action.
 
     Attributes:
-        observation: Text appended after the model's action (masked out of training); ``None`` appends nothing.
+        observation: Text appended after the model's action (masked out of training); ``None`` appends nothing. In
+            chat mode also a list of messages (``{"role": "tool", "name": ..., "content": str}``, what
+            :class:`~trl_agentic.native_tools.ToolCallEnvironment` returns), rendered together by the chat template.
         reward: Turn-level reward of this action, a finite number (reward functions read it as
             ``trajectory.turn_rewards``).
         terminated: The task reached a terminal state (an answer was given): no further turn.
@@ -33,8 +35,8 @@ class StepResult:
             tool): no further turn. Budgets of the engine (``max_turns``, tokens) are recorded separately, in
             ``Trajectory.stop_reason``.
         info: Free-form details, kept on the trajectory (``Trajectory.turn_infos``). Keys the engine counts in
-            metrics: ``tool`` (name of the tool called), ``invalid``, ``unknown_tool``, ``tool_error``,
-            ``tool_timeout`` (bools).
+            metrics: ``tool`` (name of the tool called, or a list of names), ``invalid``, ``unknown_tool``,
+            ``tool_error``, ``tool_timeout`` (bools, or counts).
     """
 
     observation: str | None = None
@@ -145,7 +147,14 @@ def check_step_result(value: Any, env_name: str) -> StepResult:
             f"{where} must return a trl_agentic.StepResult(observation, reward, terminated, truncated, info), got "
             f"{type(value).__name__}"
         )
-    _check_text(value.observation, f"{where}.observation")
+    if isinstance(value.observation, list):
+        for i, message in enumerate(value.observation):
+            if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+                raise EnvironmentOutputError(f"{where}.observation[{i}] must be a message dict with a 'role', got "
+                                             f"{type(message).__name__}")
+            _check_text(message.get("content"), f"{where}.observation[{i}]['content']")
+    else:
+        _check_text(value.observation, f"{where}.observation")
     reward = value.reward
     if isinstance(reward, bool) or not isinstance(reward, numbers.Real) or not math.isfinite(float(reward)):
         raise EnvironmentOutputError(f"{where}.reward must be a finite number, got {reward!r} ({type(reward).__name__})")

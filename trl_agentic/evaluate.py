@@ -168,6 +168,12 @@ def evaluate(
     return _report(rows, samples_per_row, list(k), success_threshold, trajectories, rewards), trajectories
 
 
+def _calls(info: dict[str, Any]) -> int:
+    """Tool calls of one turn: its ``tool`` (a name, or the names of its native calls)."""
+    tool = info.get("tool")
+    return len(tool) if isinstance(tool, list) else int(bool(tool))
+
+
 def _report(rows, n, ks, success_threshold, trajectories, rewards) -> EvaluationReport:
     successes = [sum(1 for r in rewards[i * n : (i + 1) * n] if r is not None and r >= success_threshold)
                  for i in range(len(rows))]
@@ -180,7 +186,7 @@ def _report(rows, n, ks, success_threshold, trajectories, rewards) -> Evaluation
         pass_at_k={kk: sum(pass_at_k(n, c, kk) for c in successes) / max(len(rows), 1) for kk in sorted(set(ks))},
         mean_reward=sum(scored) / len(scored) if scored else float("nan"),
         mean_turns=sum(t.num_turns for t in trajectories) / count,
-        mean_tool_calls=sum(1 for t in trajectories for info in t.turn_infos if info.get("tool")) / count,
+        mean_tool_calls=sum(_calls(info) for t in trajectories for info in t.turn_infos) / count,
         truncation_rate=sum(t.truncated for t in trajectories) / count,
         env_failure_rate=sum(t.env_failed for t in trajectories) / count,
         successes=successes,

@@ -51,6 +51,10 @@ class Trajectory:
         prompt: The prompt as the engine received it (text or chat messages).
         events: Counts of rollout events (``env_error``, ``env_timeout``, ``observation_truncated``, ...).
         error: What went wrong when ``stop_reason`` is ``env_error`` or ``env_timeout`` (``""`` otherwise).
+        messages: Native tool calls only: the conversation after the prompt as TRL's tool loop builds it, each
+            turn's assistant message as the chat template's response template parsed it (``content``,
+            ``tool_calls``) followed by the ``tool`` messages appended after it; what TRL reward functions receive
+            as ``completions``.
         generated_ids: The ids the generator returned for each turn, before the engine's cut (at the first end id,
             stop string or budget); the reference of the mask audit (:mod:`trl_agentic.rollout.audit`). Not
             written to JSONL.
@@ -69,6 +73,7 @@ class Trajectory:
     prompt: Any = None
     events: dict[str, int] = field(default_factory=dict)
     error: str = ""
+    messages: list[dict[str, Any]] = field(default_factory=list)
     generated_ids: list[list[int]] = field(default_factory=list, repr=False)
 
     @property

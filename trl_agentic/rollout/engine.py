@@ -7,6 +7,10 @@ For a batch of prompts the engine creates one environment per trajectory, then l
     Environment.step(action) for all of them, concurrently, each under a timeout
         -> observation tokenized as untrusted text (text mode) or as a chat-message delta (chat mode) (mask 0)
 
+Native tool calls (:mod:`trl_agentic.native_tools`): for a :class:`~trl_agentic.native_tools.ToolCallEnvironment`
+the prompt is rendered with its tools' schemas, each turn is parsed by the chat template's response template and
+``step`` receives the assistant message; its tool messages come back as one chat-template delta.
+
 The loop runs while *any* process still has an active trajectory (``sync_any``), so every rank makes the same
 number of generation calls per step, which vLLM server mode, tensor-parallel colocate and DeepSpeed ZeRO-3 require.
 A rank with nothing left to generate sends a one-token dummy prompt and discards the result.
@@ -37,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Sequence
 
 from ..environment import EnvironmentFactory, check_environment_factory, check_stop_strings
+from ..native_tools import native_tools, parse_turn
 from ..trajectory import StopReason, Trajectory
 from .env_calls import EnvFailure, PendingCalls, call_all, start_all
 from .generation import Generator, HFGenerator, cut_at_stop, get_eos_token_ids
@@ -156,12 +161,17 @@ class RolloutEngine:
         self.generation_calls = 0  # per process; the multi-process invariant is checked against it
 
     # -- public ----------------------------------------------------------------------------------------------
-    def run(self, prompts: Sequence[Any], rows: Sequence[dict[str, Any]] | None = None) -> list[Trajectory]:
-        """Roll out one trajectory per prompt. ``rows[i]`` (the dataset row) is passed to ``reset``."""
+    def run(self, prompts: Sequence[Any], rows: Sequence[dict[str, Any]] | None = None,
+            environments: Sequence[Any] | None = None) -> list[Trajectory]:
+        """Roll out one trajectory per prompt. ``rows[i]`` (the dataset row) is passed to ``reset``.
+        ``environments`` (one per prompt) replaces the instances the engine would make with its factory, for a
+        caller that reads them afterwards (TRL's reward functions take ``environments=``)."""
         rows = list(rows) if rows is not None else [{} for _ in prompts]
         if len(rows) != len(prompts):
             raise ValueError(f"got {len(prompts)} prompts but {len(rows)} rows")
-        envs = [self._make_environment() for _ in prompts]
+        if environments is not None and len(environments) != len(prompts):
+            raise ValueError(f"got {len(prompts)} prompts but {len(environments)} environments")
+        envs = list(environments) if environments is not None else [self._make_environment() for _ in prompts]
         stop_strings = self._stop_strings(envs)
         trajectories, active = self._start(prompts, rows, envs)
         wanted = self.config.overlap_chunks
@@ -207,7 +217,8 @@ class RolloutEngine:
         trajectories, active = [], []
         for i, (prompt, result) in enumerate(zip(prompts, results)):
             failed = isinstance(result, EnvFailure)
-            trajectory = Trajectory(prompt_ids=self.encoder.encode_prompt(prompt, None if failed else result))
+            tools = () if failed else native_tools(envs[i]) or ()  # read after reset: it may depend on the row
+            trajectory = Trajectory(prompt_ids=self.encoder.encode_prompt(prompt, None if failed else result, tools))
             trajectory.prompt = prompt
             if failed:
                 self._fail(trajectory, result)
@@ -253,8 +264,8 @@ class RolloutEngine:
                 self._end(trajectories[i], "max_tokens")
             else:
                 stepping.append(i)
-        calls = start_all([envs[i] for i in stepping], "step", [trajectories[i].actions[-1] for i in stepping],
-                          self.config.env_timeout)
+        actions = [self._action(trajectories[i], envs[i]) for i in stepping]
+        calls = start_all([envs[i] for i in stepping], "step", actions, self.config.env_timeout)
         return _Steps(stepping, ends, calls)
 
     def _finish_steps(self, trajectories, steps: _Steps, timing: dict[str, float]) -> list[int]:
@@ -280,7 +291,7 @@ class RolloutEngine:
                 still_active.append(i)
         return still_active
 
-    def _append_observation(self, t: Trajectory, text: str | None) -> bool:
+    def _append_observation(self, t: Trajectory, text: str | list[dict[str, Any]] | None) -> bool:
         """Tokenize and append one observation; False (and ``max_tokens``) when the budget leaves no room."""
         cfg = self.config
         if text is None and cfg.rollout_mode == "text":
@@ -297,10 +308,23 @@ class RolloutEngine:
             self._end(t, "max_tokens")
             return False
         t.observations.append(encoded.text)
+        if isinstance(text, list):
+            t.messages.extend(text)
         t.completion_ids.extend(encoded.ids)
         t.env_mask.extend([0] * len(encoded.ids))
         t.logprobs.extend([0.0] * len(encoded.ids))
         return True
+
+    def _action(self, t: Trajectory, env: Any) -> str | dict[str, Any]:
+        """What ``step`` receives: the turn's text, or, for an environment with native tools, the assistant message
+        parsed by the chat template's response template (:func:`~trl_agentic.native_tools.parse_turn`)."""
+        tools = native_tools(env)
+        if tools is None:
+            return t.actions[-1]
+        start, end = t.turn_spans[-1]
+        message = parse_turn(self.tokenizer, t.completion_ids[start:end], t.prompt_ids + t.completion_ids[:start], tools)
+        t.messages.append({k: v for k, v in message.items() if k != "malformed"})
+        return message
 
     # -- environments ----------------------------------------------------------------------------------------
     def _make_environment(self) -> Any:

@@ -28,10 +28,11 @@ def rollout_sums(trajectories: Iterable[Trajectory]) -> Counter:
         sums["agent_tokens"] += t.num_agent_tokens
         sums["observation_tokens"] += t.num_observation_tokens
         for info in t.turn_infos:
-            for flag in INFO_FLAGS:
-                sums[flag] += int(bool(info.get(flag)))
-            if info.get("tool"):
-                sums[f"tool_calls/{info['tool']}"] += 1
+            for flag in INFO_FLAGS:  # a bool, or a count (several native tool calls in one turn)
+                sums[flag] += int(info.get(flag) or 0)
+            tools = info.get("tool") or []
+            for tool in [tools] if isinstance(tools, str) else tools:
+                sums[f"tool_calls/{tool}"] += 1
         for event in EVENT_KEYS:
             sums[event] += t.events.get(event, 0)
     return sums

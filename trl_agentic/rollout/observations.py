@@ -9,7 +9,10 @@ Two rollout modes (``rollout_mode``):
   template is probed once (:class:`ChatLayout`): the text it puts between the end of an assistant message and the
   observation's content (``prefix``), and after the content up to the next assistant header (``suffix``). An
   observation is then ``prefix + content + suffix``, closed by the end-of-turn token first when the model's turn
-  did not end with an end id (a stop string or a budget ended it).
+  did not end with an end id (a stop string or a budget ended it). Native tool results are a list of ``tool``
+  messages rendered together after an assistant tool call (Qwen puts several ``<tool_response>`` blocks in one
+  user turn): the template text around and between their contents is probed once per sequence of tool names
+  (``_message_layout``), and each content goes in as untrusted text.
 
 Untrusted text: observations, and the text ``Environment.reset`` adds to a prompt, come from tools, web pages and
 programs. *Control tokens* in them are tokenized as plain text, never as the tokens, so tool output cannot forge
@@ -118,6 +121,7 @@ class ObservationEncoder:
         self._control_re = re.compile("(" + "|".join(map(re.escape, self.control_tokens)) + ")") if self.control_tokens else None
         self._control_ids = {self.tokenizer.convert_tokens_to_ids(t) for t in self.control_tokens}
         self.layout: ChatLayout | None = self._probe_template() if rollout_mode == "chat" else None
+        self._message_layouts: dict[tuple[tuple[str, str], ...], tuple[list[str], str]] = {}
 
     # -- tokenization ----------------------------------------------------------------------------------------
     def tokenize_untrusted(self, text: str) -> list[int]:
@@ -160,26 +164,34 @@ class ObservationEncoder:
         return sorted((s for s in strings if s), key=len, reverse=True)
 
     # -- prompts ---------------------------------------------------------------------------------------------
-    def encode_prompt(self, prompt: Any, suffix: str | None = None) -> list[int]:
+    def encode_prompt(self, prompt: Any, suffix: str | None = None, tools: Sequence[Any] = ()) -> list[int]:
         """Token ids of a prompt: a string (tokenized as the tokenizer does, BOS included where it adds one), or
-        chat messages rendered with the generation prompt. ``suffix`` (text returned by ``Environment.reset``) is
-        appended to the string or to the last message's content, as untrusted text."""
+        chat messages rendered with the generation prompt (and the JSON schemas of ``tools``, for native tool
+        calls). ``suffix`` (text returned by ``Environment.reset``) is appended to the string or to the last
+        message's content, as untrusted text."""
         if not is_conversational(prompt):
+            if tools:
+                raise ValueError("native tool calls need conversational prompts (a list of chat messages), got text")
             ids = list(self.tokenizer(text=prompt)["input_ids"])
             return ids + self.tokenize_untrusted(suffix) if suffix else ids
         messages = [dict(m) for m in prompt]
         if not suffix or not self._has_control(suffix):
             if suffix:
                 messages[-1]["content"] = messages[-1]["content"] + suffix
-            return self._render_ids(messages, add_generation_prompt=True)
+            return self._render_ids(messages, add_generation_prompt=True, tools=tools)
         messages[-1]["content"] = messages[-1]["content"] + _SENTINEL
-        before, after = self._render_text(messages, add_generation_prompt=True).split(_SENTINEL)
+        before, after = self.render_text(messages, add_generation_prompt=True, tools=tools).split(_SENTINEL)
         return self._tokenize_template(before) + self.tokenize_untrusted(suffix) + self._tokenize_template(after)
 
     # -- observations ----------------------------------------------------------------------------------------
-    def encode_observation(self, text: str, last_action_ids: Sequence[int], max_tokens: int) -> EncodedObservation:
-        """Ids to append after a turn whose sampled ids were ``last_action_ids``; see the module docstring."""
+    def encode_observation(self, text: str | list[dict[str, Any]], last_action_ids: Sequence[int],
+                           max_tokens: int) -> EncodedObservation:
+        """Ids to append after a turn whose sampled ids were ``last_action_ids``; see the module docstring. In chat
+        mode ``text`` may be a list of messages (native tool results), rendered together; ``max_tokens`` then caps
+        each content."""
         if self.rollout_mode == "text":
+            if not isinstance(text, str):
+                raise TypeError("an observation given as messages needs rollout_mode='chat'")
             return self._encode_text(text, max_tokens)
         return self._encode_chat(text, last_action_ids, max_tokens)
 
@@ -203,33 +215,83 @@ class ObservationEncoder:
             ids = self.tokenize_untrusted(text)
         return EncodedObservation(ids, self.tokenizer.decode(ids, skip_special_tokens=False), truncated)
 
-    def _encode_chat(self, text: str, last_action_ids: Sequence[int], max_tokens: int) -> EncodedObservation:
-        layout = self.layout
-        content_ids, truncated = self._cap(text, max_tokens)
-        content = self.tokenizer.decode(content_ids, skip_special_tokens=False) if truncated else text
-        written = _CONTENT_TRANSFORMS[layout.transform](content)
-        if self._has_control(written):
-            ids = (self._tokenize_template(layout.prefix) + self.tokenize_untrusted(written)
-                   + self._tokenize_template(layout.suffix))
-        else:  # no special-token string in the content: one call gives the template's own tokenization
-            ids = self._tokenize_template(layout.prefix + written + layout.suffix)
-        if not last_action_ids or last_action_ids[-1] not in self.eos_token_ids | {layout.end_of_turn_id}:
-            ids = [layout.end_of_turn_id, *ids]
-        return EncodedObservation(ids, content, truncated)
+    def _encode_chat(self, observation: str | list[dict[str, Any]], last_action_ids: Sequence[int],
+                     max_tokens: int) -> EncodedObservation:
+        if isinstance(observation, str):
+            layout = self.layout
+            pieces, transform, contents = [layout.prefix, layout.suffix], layout.transform, [observation]
+        else:
+            pieces, transform = self._message_layout(tuple((m["role"], m.get("name", "")) for m in observation))
+            contents = [m.get("content") or "" for m in observation]
+        capped, truncated = [], False
+        for content in contents:
+            content_ids, cut = self._cap(content, max_tokens)
+            capped.append(self.tokenizer.decode(content_ids, skip_special_tokens=False) if cut else content)
+            truncated = truncated or cut
+        written = [_CONTENT_TRANSFORMS[transform](content) for content in capped]
+        if any(self._has_control(w) for w in written):
+            ids = self._tokenize_template(pieces[0])
+            for content, piece in zip(written, pieces[1:]):
+                ids += self.tokenize_untrusted(content) + self._tokenize_template(piece)
+        else:  # no special-token string in the contents: one call gives the template's own tokenization
+            ids = self._tokenize_template(pieces[0] + "".join(w + p for w, p in zip(written, pieces[1:])))
+        if not last_action_ids or last_action_ids[-1] not in self.eos_token_ids | {self.layout.end_of_turn_id}:
+            ids = [self.layout.end_of_turn_id, *ids]
+        return EncodedObservation(ids, "\n".join(capped), truncated)
+
+    def _message_layout(self, roles_names: tuple[tuple[str, str], ...]) -> tuple[list[str], str]:
+        """How the template renders these messages (``(role, name)`` each) after an assistant turn that called a
+        tool: the template text around and between their contents (``len + 1`` pieces), and the content transform.
+        Probed once per sequence of roles and names."""
+        if roles_names in self._message_layouts:
+            return self._message_layouts[roles_names]
+        call = {"type": "function", "function": {"name": roles_names[0][1] or "tool", "arguments": {}}}
+        end_string = self.tokenizer.convert_ids_to_tokens(self.layout.end_of_turn_id)
+        for reasoning in ("", "<think>\nOK.\n</think>\n\n"):  # the second survives Qwen3's history stripping
+            dummy = [{"role": "user", "content": "Hello."},
+                     {"role": "assistant", "content": reasoning, "tool_calls": [call]}]
+
+            def render(content: str) -> str:
+                messages = dummy + [{"role": r, "name": n, "content": content} for r, n in roles_names]
+                return self.render_text(messages, add_generation_prompt=True)
+
+            base = self.render_text(dummy, add_generation_prompt=False)
+            cut = base.rfind(end_string) + len(end_string)
+            full = render(_SENTINEL)
+            if cut >= len(end_string) and full.startswith(base[:cut]) and full.count(_SENTINEL) == len(roles_names):
+                break
+        else:
+            raise TemplateNotPrefixPreservingError(
+                f"The chat template of {self._template_name()} does not render tool messages after an assistant "
+                "tool call as an appendable suffix; use a template that renders earlier turns unchanged"
+            )
+        pieces = full[cut:].split(_SENTINEL)
+        probe = render(_PROBE)[cut:]
+        for name, transform in _CONTENT_TRANSFORMS.items():
+            if probe == transform(_PROBE).join(pieces):
+                self._message_layouts[roles_names] = (pieces, name)
+                return pieces, name
+        raise ChatTemplateError(
+            f"the chat template of {self._template_name()} rewrites tool message content in a way trl-agentic cannot "
+            "reproduce token for token"
+        )
 
     # -- chat template ---------------------------------------------------------------------------------------
     def _template_name(self) -> str:
         return getattr(self.tokenizer, "name_or_path", "") or type(self.tokenizer).__name__
 
-    def _render_text(self, messages: list[dict[str, Any]], add_generation_prompt: bool) -> str:
+    def render_text(self, messages: list[dict[str, Any]], add_generation_prompt: bool, tools: Sequence[Any] = ()) -> str:
+        """``messages`` (with the schemas of ``tools``) rendered by the chat template, as text."""
         return self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=add_generation_prompt, **self.chat_template_kwargs
-        )
-
-    def _render_ids(self, messages: list[dict[str, Any]], add_generation_prompt: bool) -> list[int]:
-        ids = self.tokenizer.apply_chat_template(
-            messages, tokenize=True, add_generation_prompt=add_generation_prompt, return_dict=True,
+            messages, tools=list(tools) or None, tokenize=False, add_generation_prompt=add_generation_prompt,
             **self.chat_template_kwargs,
+        )  # tools=None, not []: Llama's template writes its tool boilerplate for an empty list
+
+    def _render_ids(self, messages: list[dict[str, Any]], add_generation_prompt: bool,
+                    tools: Sequence[Any] = ()) -> list[int]:
+        ids = self.tokenizer.apply_chat_template(
+            messages, tools=list(tools) or None, tokenize=True, add_generation_prompt=add_generation_prompt,
+            return_dict=True, **self.chat_template_kwargs,
         )["input_ids"]
         if ids and isinstance(ids[0], list):
             ids = ids[0]
@@ -258,7 +320,7 @@ class ObservationEncoder:
         ]
         for dummy in dummies:
             end_of_turn_id = self._end_of_turn_id(dummy)
-            base = self._render_text(dummy, add_generation_prompt=False)
+            base = self.render_text(dummy, add_generation_prompt=False)
             full = self._observation_render(dummy, _SENTINEL)
             if full.startswith(base) and full.count(_SENTINEL) == 1:
                 end_string = self.tokenizer.convert_ids_to_tokens(end_of_turn_id)
@@ -282,7 +344,7 @@ class ObservationEncoder:
     def _observation_render(self, dummy: list[dict[str, str]], content: str) -> str:
         messages = dummy + [{"role": self.observation_role, "content": content}]
         try:
-            return self._render_text(messages, add_generation_prompt=True)
+            return self.render_text(messages, add_generation_prompt=True)
         except Exception as exc:  # noqa: BLE001 - jinja's TemplateError or a raise_exception() of the template
             raise ChatTemplateError(
                 f"the chat template of {self._template_name()} rejects an observation message with role "

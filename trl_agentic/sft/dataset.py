@@ -124,4 +124,4 @@ def _row_to_trajectory(row, processing_class, environment, protocol, generation_
         raise TypeError("prompt-completion rows need processing_class= (the policy's tokenizer)")
     return transcript_to_trajectory(processing_class, row[prompt_column], row[completion_column],
                                     environment=environment, row=row, protocol=protocol,
-                                    generation_config=generation_config, config=config)
+                                    generation_config=generation_config, config=config, tools=row.get("tools"))

@@ -16,7 +16,9 @@ Demonstrations come as TRL's prompt-completion rows (``{"prompt", "completion"}`
   :meth:`~trl_agentic.tag_protocol.TagProtocol.split_transcript`. With ``environment=`` the observations are left out
   and the environment computes them (the demonstration is replayed against the real tool).
 - chat mode: ``completion`` is a list of messages: ``assistant`` messages are the actions, the message after each
-  (role ``observation_role``) its observation.
+  (role ``observation_role``) its observation. Or an OpenAI-style tool-calling trace (assistant messages with
+  ``tool_calls``, then their ``tool`` messages; the row's ``tools`` column holds the schemas): replayed as native
+  tool calls (:mod:`trl_agentic.sft.tool_traces`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 from ..environment import EnvironmentFactory, StepResult
 from ..rollout.engine import RolloutConfig, RolloutEngine
 from ..rollout.generation import Generation
+from ..rollout.observations import ObservationEncoder
 from ..tag_protocol import SEARCH_R1_TAGS, TagProtocol
 from ..trajectory import Trajectory
 
@@ -189,6 +192,7 @@ def transcript_to_trajectory(
     protocol: TagProtocol | None = SEARCH_R1_TAGS,
     generation_config: Any = None,
     config: RolloutConfig | None = None,
+    tools: Sequence[Any] | None = None,
     **config_kwargs: Any,
 ) -> Trajectory:
     """A demonstration written as TRL's prompt-completion pair, as a :class:`~trl_agentic.Trajectory`.
@@ -198,8 +202,23 @@ def transcript_to_trajectory(
     assistant messages alternating with observation messages). With ``environment=`` the
     observations are computed by replaying the actions against it (a text transcript then leaves them out);
     otherwise they are read from the transcript. See :func:`demonstration_to_trajectory` for the other arguments.
+
+    An OpenAI-style tool-calling trace (assistant messages with ``tool_calls``, each followed by its ``tool``
+    messages; ``tools``: the JSON schemas or functions the prompt shows, TRL's ``tools`` column) is replayed as
+    native tool calls (:mod:`trl_agentic.sft.tool_traces`).
     """
     config = RolloutConfig.from_arguments(config, config_kwargs)
+    from .tool_traces import ScriptedToolEnvironment, is_tool_trace, split_tool_messages  # imports this module
+
+    if not isinstance(completion, str) and is_tool_trace(completion):
+        if config.rollout_mode != "chat" or environment is not None:
+            raise DemonstrationError("a tool-calling trace needs rollout_mode='chat' and no environment= (its tool "
+                                     "messages are the observations)")
+        encoder = ObservationEncoder(processing_class, "chat", config.observation_role, config.chat_template_kwargs)
+        actions, results = split_tool_messages(encoder, prompt, list(completion), list(tools or []))
+        scripted = lambda: ScriptedToolEnvironment(list(tools or []), results)  # noqa: E731
+        return demonstration_to_trajectory(processing_class, prompt, actions, environment=scripted, row=row,
+                                           protocol=None, generation_config=generation_config, config=config)
     if isinstance(completion, str):
         if config.rollout_mode != "text":
             raise DemonstrationError("a text completion needs rollout_mode='text'; pass chat messages for 'chat'")

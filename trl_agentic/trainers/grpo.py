@@ -24,6 +24,7 @@ from ..algorithms.losses import clipped_policy_loss
 from ..algorithms.masked import masked_sum, zero_masked
 from ..compat import GRPOTrainerBoundary, ScoredRound, TRLBatch, check_trl_version, unwrap_for_generation
 from ..environment import EnvironmentFactory
+from ..native_tools import ensure_response_parser
 from ..rewards.guard import guard_reward
 from ..rollout.audit import unsampled_trained
 from ..rollout.engine import RolloutConfig, RolloutEngine
@@ -33,6 +34,7 @@ from ..rollout.vllm import TRLVLLMGenerator
 from ..trackers import trajectory_columns
 from ..trajectory import Trajectory, save_trajectories
 from .checks import DegenerateStepMonitor, DegenerateTrainingError, run_construction_checks
+from ..trl_environments import TRLEnvironments, agentic_config, from_trainer_kwargs, with_message_completions
 from .zero_variance import merge_rounds, pick_groups
 
 ZERO_VARIANCE_POLICIES = ("keep", "std_floor", "dynamic_sampling")
@@ -219,20 +221,25 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
     def __init__(self, *args: Any, environment: EnvironmentFactory | None = None, task: Any = None,
                  **kwargs: Any) -> None:
         check_trl_version()
+        # TRL's tools= / environment_factory= run through our engine, as native tool calls (issue 18)
+        native = from_trainer_kwargs(kwargs, environment, getattr(kwargs.get("args"), "env_timeout", 60.0) / 2)
+        if native is not None:
+            environment = native
+            if "args" in kwargs:
+                kwargs["args"] = agentic_config(kwargs["args"], AgenticGRPOConfig)
         self.environment = environment
         self.task = task
         if environment is not None:
             run_construction_checks(environment, args, kwargs)  # trainers/checks.py: fail before training
             if kwargs.get("rollout_func") is not None:
                 raise ValueError("pass either environment= or rollout_func=, not both")
-            if kwargs.get("tools") or kwargs.get("environment_factory"):
-                raise ValueError(
-                    "environment= drives text-tag rollouts; TRL's tools=/environment_factory= drive JSON tool calls. "
-                    "Use one or the other."
-                )
             kwargs["rollout_func"] = self._agentic_rollout
             funcs = kwargs.get("reward_funcs", args[1] if len(args) > 1 else None)
-            guarded = [guard_reward(f) for f in funcs] if isinstance(funcs, (list, tuple)) else guard_reward(funcs)
+            if native is not None and native.reward_classes:  # TRL's get_reward: extra reward functions
+                funcs = [*(funcs if isinstance(funcs, (list, tuple)) else [funcs] * (funcs is not None)),
+                         *native.reward_functions()]
+            wrap = lambda f: guard_reward(with_message_completions(f))  # noqa: E731 - native tool calls: TRL's messages
+            guarded = [wrap(f) for f in funcs] if isinstance(funcs, (list, tuple)) else wrap(funcs)
             if "reward_funcs" in kwargs or len(args) <= 1:
                 kwargs["reward_funcs"] = guarded
             else:
@@ -243,6 +250,10 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
         if environment is not None:
             self._check_agentic_args()
             self._degenerate = DegenerateStepMonitor(self.args.max_degenerate_steps, self.args.trajectory_dir)
+        if native is not None:
+            if self.args.rollout_mode != "chat":
+                raise ValueError("tools=/environment_factory= (native tool calls) need rollout_mode='chat'")
+            ensure_response_parser(self.processing_class)
         if self.beta != 0.0 and getattr(self.args, "kl_estimator", "k3") != "k3":
             self._check_clipped_loss_settings()
 
@@ -296,11 +307,16 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
         engine = RolloutEngine(self._generator(), self.processing_class, self.environment,
                                self.args.rollout_config(), self._sync_any, eos_token_ids=self.eos_token_ids,
                                sync_max=self._sync_max)
-        trajectories = engine.run(prompts, [dict(row) for row in self.rollout_rows()])
+        native = isinstance(self.environment, TRLEnvironments)
+        envs = [self.environment() for _ in prompts] if native else None
+        trajectories = engine.run(prompts, [dict(row) for row in self.rollout_rows()], environments=envs)
         self._log_rollout_metrics(trajectories)
         if self.args.log_completions:  # trl_agentic/trackers.py: turns, tools, observations in the completions table
             self.log_completion_columns(trajectory_columns(trajectories))
-        return self._to_trl_rollout(trajectories)
+        rollout = self._to_trl_rollout(trajectories)
+        if envs is not None:  # TRL's reward functions read each rollout's environment instance
+            rollout["environments"] = [env.instance for env in envs]
+        return rollout
 
     def _to_trl_rollout(self, trajectories: list[Trajectory]) -> dict[str, Any]:
         completion_ids, env_mask, logprobs = [], [], []

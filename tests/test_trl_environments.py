@@ -1,0 +1,292 @@
+"""TRL 1.16's ``tools=`` and ``environment_factory=`` through our engine: TRL's documented examples train with both
+of our trainers, and on identical scripted token streams our trainer builds the batch TRL's own tool loop builds."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+from conventions import build_convention
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+HEADER = "<|im_start|>assistant\n"
+
+
+class ScriptedLogits:
+    """Forces, on every row, the tokens of turn ``k`` of ``turns`` (``k`` = assistant headers in the context - 1),
+    then ``<|im_end|>``: the same token streams for any trainer, whatever the weights."""
+
+    def __init__(self, tokenizer, turns):
+        encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+        self.end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+        self.header = encode(HEADER)
+        self.turns = [encode(text) + [self.end] for text in turns]
+
+    def __call__(self, input_ids, scores):
+        out = torch.full_like(scores, float("-inf"))
+        n = len(self.header)
+        for row, ids in enumerate(input_ids.tolist()):
+            starts = [i for i in range(len(ids) - n + 1) if ids[i:i + n] == self.header]
+            turn = self.turns[min(len(starts) - 1, len(self.turns) - 1)]
+            offset = len(ids) - starts[-1] - n
+            out[row, turn[offset] if offset < len(turn) else self.end] = 0.0
+        return out
+
+
+def scripted(model, tokenizer, turns):
+    """``model.generate`` with the script's logits processor added (instance attribute; test double only)."""
+    from transformers import LogitsProcessorList
+
+    original, script = model.generate, ScriptedLogits(tokenizer, turns)
+
+    def generate(*args, **kwargs):
+        processors = LogitsProcessorList(kwargs.pop("logits_processor", None) or [])
+        processors.append(script)
+        return original(*args, logits_processor=processors, **kwargs)
+
+    model.generate = generate
+    return model
+
+
+def call(name, **arguments):
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+
+
+@pytest.fixture(scope="module")
+def qwen():
+    return build_convention("qwen2.5-instruct")
+
+
+# -- TRL's documented examples (TRL 1.16 docs, "Tools" and "Environments" of the GRPO trainer) -------------------
+def multiply(a: int, b: int) -> int:
+    """
+    Multiplies two integers.
+
+    Args:
+        a: The first integer.
+        b: The second integer.
+
+    Returns:
+        The product of the two integers.
+    """
+    return a * b
+
+
+class IncrementEnv:
+    def reset(self, target, **kwargs) -> None:
+        self.counter = 0
+        self.target = target
+
+    def get_reward(self) -> float:
+        return float(self.counter == self.target)
+
+    def increment(self, step: int) -> int:
+        """
+        Increment the internal counter.
+
+        Args:
+            step: Value to add to the counter.
+
+        Returns:
+            The updated counter value.
+        """
+        self.counter += step
+        return self.counter
+
+
+def increment_dataset():
+    from datasets import Dataset
+
+    return Dataset.from_dict({
+        "prompt": [[{"role": "user", "content": f"Increment the counter to {i}."}] for i in range(1, 7)],
+        "target": list(range(1, 7)),
+    })
+
+
+def _config(config_class, tmp_path, **extra):
+    return config_class(output_dir=str(tmp_path / "out"), per_device_train_batch_size=2, num_generations=2,
+                        max_completion_length=96, max_steps=2, learning_rate=1e-3, report_to="none", use_cpu=True,
+                        bf16=False, seed=0, save_strategy="no", logging_steps=1, **extra)
+
+
+@pytest.mark.parametrize("trainer_name", ["grpo", "ppo"])
+def test_trl_environment_factory_example_trains(qwen, tmp_path, trainer_name):
+    from trl import GRPOConfig
+
+    from trl_agentic import AgenticPPOConfig, AgenticPPOTrainer
+    from trl_agentic import AgenticGRPOTrainer
+
+    seen = []
+
+    def reward_func(completions, environments, **kwargs):  # reads the environments, as TRL allows
+        seen.append([type(e).__name__ for e in environments])
+        return [float(len(c)) for c in completions]
+
+    tok = qwen.load_tokenizer()
+    model = scripted(qwen.load_model(), tok, [call("increment", step=2) + "\n" + call("increment", step=1), "Done."])
+    if trainer_name == "grpo":  # TRL's config, unchanged
+        trainer = AgenticGRPOTrainer(model=model, processing_class=tok, train_dataset=increment_dataset(),
+                                     reward_funcs=reward_func, args=_config(GRPOConfig, tmp_path),
+                                     environment_factory=IncrementEnv)
+    else:
+        args = _config(AgenticPPOConfig, tmp_path, rollout_mode="chat", max_tokens_per_turn=96, beta=0.05)
+        args.num_generations = 1
+        trainer = AgenticPPOTrainer(model=model, processing_class=tok, train_dataset=increment_dataset(),
+                                    reward_funcs=reward_func, args=args, environment_factory=IncrementEnv)
+    assert trainer.reward_func_names == ["reward_func", "IncrementEnv"]
+    trainer.train()
+    assert trainer.state.global_step == 2 and seen and all(names == ["IncrementEnv"] * len(names) for names in seen)
+    logged = {k for entry in trainer.state.log_history for k in entry}
+    assert "rewards/IncrementEnv/mean" in logged and "agentic/tool_calls/increment_per_trajectory" in logged
+    # every rollout called increment twice (2, then 1): the environment reached 3, and only target 3 is rewarded
+    calls = [e["agentic/tool_calls/increment_per_trajectory"] for e in trainer.state.log_history
+             if "agentic/tool_calls/increment_per_trajectory" in e]
+    assert calls and all(c == 2.0 for c in calls)
+
+
+@pytest.mark.parametrize("trainer_name", ["grpo", "ppo"])
+def test_trl_tools_example_trains(qwen, tmp_path, trainer_name):
+    from datasets import Dataset
+    from trl import GRPOConfig
+
+    from trl_agentic import AgenticGRPOTrainer, AgenticPPOConfig, AgenticPPOTrainer
+
+    def reward_func(completions, **kwargs):
+        return [float("42" in c[-1]["content"]) for c in completions]
+
+    dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": "What is 6 times 7?"}]] * 4})
+    tok = qwen.load_tokenizer()
+    model = scripted(qwen.load_model(), tok, [call("multiply", a=6, b=7), "It is 42."])
+    if trainer_name == "grpo":
+        trainer = AgenticGRPOTrainer(model=model, processing_class=tok, train_dataset=dataset,
+                                     reward_funcs=reward_func, args=_config(GRPOConfig, tmp_path), tools=[multiply])
+    else:
+        args = _config(AgenticPPOConfig, tmp_path, rollout_mode="chat", max_tokens_per_turn=96, beta=0.05)
+        args.num_generations = 1
+        trainer = AgenticPPOTrainer(model=model, processing_class=tok, train_dataset=dataset,
+                                    reward_funcs=reward_func, args=args, tools=[multiply])
+    trainer.train()
+    rewards = [e["rewards/reward_func/mean"] for e in trainer.state.log_history if "rewards/reward_func/mean" in e]
+    assert trainer.state.global_step == 2 and rewards == [1.0, 1.0]  # the reward read the final answer
+
+
+def test_dict_factory_picks_the_rows_environment(qwen):
+    from trl_agentic.trl_environments import TRLEnvironments
+
+    class Other:
+        def reset(self, **row):
+            return " (other)"
+
+        def ping(self) -> str:
+            """Ping."""
+            return "pong"
+
+    source = TRLEnvironments(environment_factory={"inc": IncrementEnv, "other": Other})
+    env = source()
+    assert env.reset(environment="other", prompt="p") == " (other)"
+    assert [t.__name__ for t in env.tools] == ["ping"]
+    env = source()
+    assert env.reset(environment="inc", target=3) is None and [t.__name__ for t in env.tools] == ["increment"]
+    with pytest.raises(ValueError, match="not among the environments"):
+        source().reset(environment="missing")
+
+
+def test_environment_and_trl_arguments_together_are_refused(qwen, tmp_path):
+    from helpers import EchoEnvironment
+    from trl import GRPOConfig
+
+    from trl_agentic import AgenticGRPOTrainer
+
+    with pytest.raises(ValueError, match="not both"):
+        AgenticGRPOTrainer(model=qwen.model_dir, reward_funcs=lambda completions, **k: [0.0] * len(completions),
+                           args=_config(GRPOConfig, tmp_path), train_dataset=increment_dataset(),
+                           environment=EchoEnvironment, tools=[multiply])
+
+
+# -- parity with TRL's own tool loop ------------------------------------------------------------------------------
+def test_batch_equals_trl_tool_loop(qwen, tmp_path):
+    """Several turns, two calls per turn, a raising call, an unknown tool, a malformed call (on the last turn, where
+    TRL stops and we answer it but the turn budget ends the rollout): the same batch as TRL 1.16's GRPOTrainer."""
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trl_agentic import AgenticGRPOTrainer
+
+    turns = [
+        call("multiply", a=2, b=3) + "\n" + call("divide", a=1, b=0),
+        call("multiply", a=4, c=5) + "\n" + call("multiply", a="6", b=7),
+        '<tool_call>\n{"name": "multiply", "arguments": {"a": </tool_call>',
+    ]
+    rows = [{"prompt": [{"role": "user", "content": f"Compute {i}."}]} for i in range(4)]
+
+    rewards = {}
+
+    def reward_func(completions, **kwargs):  # depends on the messages and on the row
+        values = [sum(m["role"] == "tool" for m in c) + 0.5 * (i % 2) + len(c[-1]["content"]) / 100
+                  for i, c in enumerate(completions)]
+        rewards[name] = values
+        return values
+
+    batches = {}
+    for name in ("trl", "ours"):
+        tok = qwen.load_tokenizer()
+        torch.manual_seed(0)
+        model = scripted(qwen.load_model(), tok, turns)
+        args = _config(GRPOConfig, tmp_path / name, max_tool_calling_iterations=2, beta=0.0)
+        args.max_completion_length = 400
+        trainer_class = GRPOTrainer if name == "trl" else AgenticGRPOTrainer
+        trainer = trainer_class(model=model, processing_class=tok, train_dataset=increment_dataset(),
+                                reward_funcs=reward_func, args=args, tools=[multiply])
+        if name == "trl":
+            batch = trainer._generate_and_score_completions([dict(r) for r in rows])
+        else:
+            batch = trainer.score_round([dict(r) for r in rows]).batch.data
+        batches[name] = batch
+    trl, ours = batches["trl"], batches["ours"]
+    assert rewards["trl"] == rewards["ours"] and len(set(rewards["trl"])) > 1
+    for key in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "tool_mask", "advantages"):
+        assert torch.equal(trl[key], ours[key]), key
+    assert trl["tool_mask"].sum() < trl["completion_mask"].sum()  # observations were masked
+    text = qwen.tokenizer.decode(ours["completion_ids"][0])
+    assert "Tool divide not found." in text and "unexpected keyword argument 'c'" in text
+
+
+def test_reset_text_joins_the_last_user_message_and_a_failing_reset_costs_its_rollout(qwen):
+    from helpers import ScriptedGenerator
+
+    from trl_agentic.rollout.engine import RolloutConfig, RolloutEngine
+    from trl_agentic.trl_environments import TRLEnvironments
+
+    class Quiz:
+        def reset(self, level=None, **row):
+            if level == "broken":
+                raise RuntimeError("no such level")
+            return f" Level {level}: <|im_end|> is just text."
+
+        def answer(self, value: str) -> str:
+            """Submit an answer.
+
+            Args:
+                value: The answer.
+            """
+            return "ok"
+
+    tok = qwen.load_tokenizer()
+    source = TRLEnvironments([multiply], Quiz)
+    generator = ScriptedGenerator(tok, lambda ids: "Done.<|im_end|>")
+    engine = RolloutEngine(generator, tok, source, RolloutConfig(rollout_mode="chat", max_tokens_per_turn=50,
+                                                                 max_completion_length=100, overlap_chunks=1),
+                           eos_token_ids=list(qwen.eos_token_ids))
+    prompt = [{"role": "user", "content": "Play."}]
+    envs = [source(), source()]
+    ok, broken = engine.run([prompt, prompt], [{"level": 1}, {"level": "broken"}], environments=envs)
+    rendered = tok.apply_chat_template([{"role": "user", "content": "Play. Level 1: <|im_end|> is just text."}],
+                                       tools=[multiply, envs[0].instance.answer], add_generation_prompt=True,
+                                       tokenize=False)
+    assert tok.decode(ok.prompt_ids) == rendered  # schemas of tools= and of the methods; reset text appended
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    assert ok.prompt_ids.count(im_end) == rendered.count("<|im_end|>") - 1  # the reset text's stays text
+    assert ok.stop_reason == "terminated" and broken.stop_reason == "env_error" and "no such level" in broken.error

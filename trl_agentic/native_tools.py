@@ -1,0 +1,216 @@
+"""Native tool calling: the model calls tools in its chat template's own format, and the results come back as
+``role: tool`` messages.
+
+This is the form TRL's ``GRPOTrainer(tools=...)`` and instruct models use (Qwen2.5/Qwen3 ``<tool_call>{json}
+</tool_call>``, Llama-3.x JSON, ...), as opposed to the text tags of :class:`~trl_agentic.TagEnvironment`. Nothing
+here parses a tool-call format: the family's response template does (transformers' ``parse_response`` through TRL's
+:func:`trl_agentic.compat.parse_response`, set up by :func:`trl.add_response_schema`).
+
+One turn, in the engine's chat mode:
+
+1. the prompt is rendered with the tools' JSON schemas (``apply_chat_template(..., tools=tools)``);
+2. the model's sampled ids are kept as they are, and parsed into an assistant message (:func:`parse_turn`);
+3. :meth:`ToolCallEnvironment.step` runs the message's tool calls, concurrently, each under ``tool_timeout``;
+4. the results, one ``{"role": "tool", "name": ..., "content": str(result)}`` message per call, are rendered by the
+   chat template and appended as masked observation tokens (:meth:`ObservationEncoder.encode_observation`).
+
+A turn without a tool call ends the episode (``terminated``), as in TRL. Every bad call costs that call alone: the
+model reads ``{'error': '...'}`` as its result (TRL's error format) and the trajectory goes on. Unlike TRL, a call
+the template's parser cannot read (malformed JSON) is answered with an error too instead of ending the episode
+(``info["invalid"]``), and an argument whose JSON type is not the one the tool's schema declares is answered with an
+error before the tool runs (TRL calls the tool with it). Counted per turn in ``info`` (:mod:`trl_agentic.rollout.metrics`): ``tool_calls``,
+``tool_error`` (a call that raised, had wrong arguments or was malformed), ``unknown_tool``, ``tool_timeout``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from typing import Any, Callable, Sequence
+
+from .environment import StepResult
+from .workers import run_in_thread
+
+RESERVED_METHODS = ("reset", "get_reward")
+"""Methods of a TRL environment that are not tools (TRL 1.16's contract)."""
+
+
+def tool_methods(instance: Any) -> list[Callable[..., Any]]:
+    """The public methods of an environment instance that TRL exposes as tools: every function defined on its class
+    whose name does not start with ``_``, except ``reset`` and ``get_reward`` (read on the class, so properties are
+    not evaluated), bound to the instance."""
+    return [getattr(instance, name) for name, _ in inspect.getmembers(type(instance), predicate=inspect.isfunction)
+            if name not in RESERVED_METHODS and not name.startswith("_")]
+
+
+def ensure_response_parser(tokenizer: Any) -> Any:
+    """Give ``tokenizer`` the response template of its chat template's family (TRL's ``add_response_schema``) unless
+    it has one; raises a one-line ``ValueError`` when the family is unknown. Returns the tokenizer."""
+    from trl import add_response_schema
+
+    inner = getattr(tokenizer, "tokenizer", tokenizer)
+    if getattr(inner, "response_template", None) is None and getattr(inner, "response_schema", None) is None:
+        try:
+            add_response_schema(tokenizer)
+        except ValueError:
+            raise ValueError(
+                f"native tool calls need a response template to parse the model's calls, and TRL knows none for the "
+                f"chat template of {getattr(inner, 'name_or_path', type(inner).__name__)!r}; set "
+                "tokenizer.response_template (transformers' response parsing) or use TagEnvironment's text tags"
+            ) from None
+    return tokenizer
+
+
+def parse_turn(tokenizer: Any, ids: Sequence[int], prefix: Sequence[int], tools: Sequence[Any]) -> dict[str, Any]:
+    """The assistant message of one turn: TRL's ``parse_response`` (``content``, and ``tool_calls`` with arguments
+    typed by the tools' schemas). When the turn holds a call the parser cannot read, TRL falls back to plain text;
+    the message then also carries ``"malformed"``: the parser's error."""
+    from .compat import parse_response
+
+    inner = getattr(ensure_response_parser(tokenizer), "tokenizer", tokenizer)
+    message = parse_response(inner, ids, prefix, tools)
+    if not message.get("tool_calls"):
+        try:
+            inner.parse_response(list(ids), prefix=list(prefix), tools=list(tools) or None)
+        except (ValueError, TypeError) as exc:  # what TRL's fallback swallowed
+            message["malformed"] = str(exc).splitlines()[0]
+    return message
+
+
+def _text(value: Any) -> str:
+    """A tool's result as TRL writes it (``str(result)``), with invalid Unicode replaced."""
+    return str(value).encode("utf-8", errors="replace").decode("utf-8")
+
+
+def _error(message: str) -> str:
+    return _text({"error": message})  # TRL 1.16's tool error content
+
+
+class ToolCallEnvironment:
+    """An environment whose actions are native tool calls (see the module docstring).
+
+    Args:
+        tools: Callables (sync or async) with type hints and a Google-style docstring, as for transformers'
+            ``apply_chat_template(tools=...)``; their names are the tool names.
+        tool_timeout: Seconds one tool call may take; a slower call answers ``{'error': '... timed out ...'}``.
+        sequential: Tools that run one after another, in the order called (the methods of one stateful
+            environment instance); every other call runs concurrently with them.
+
+    ``step`` receives the parsed assistant message (:func:`parse_turn`), not text.
+    """
+
+    stop_strings: Sequence[str] = ()
+
+    def __init__(self, tools: Sequence[Callable[..., Any]] = (), tool_timeout: float = 30.0,
+                 sequential: Sequence[Callable[..., Any]] = ()) -> None:
+        if isinstance(tools, dict) or not all(callable(tool) for tool in tools):
+            raise TypeError("tools must be a list of functions (each with type hints and a docstring)")
+        self.tools = list(tools)
+        self.tool_timeout = tool_timeout
+        self.sequential = list(sequential)
+
+    def reset(self, **row: Any) -> str | None:
+        return None
+
+    async def step(self, message: dict[str, Any]) -> StepResult:
+        """Run the message's tool calls; the results are the observation (a list of ``tool`` messages)."""
+        calls = list(message.get("tool_calls") or [])
+        info: dict[str, Any] = {"tool_calls": len(calls), "tool_error": 0, "unknown_tool": 0, "tool_timeout": 0}
+        if not calls and "malformed" not in message:
+            return StepResult(observation=None, terminated=True, info=info)
+        if not calls:
+            info.update(invalid=True, tool_error=1)
+            content = _error(f"could not parse the tool call: {message['malformed']}")
+            return StepResult(observation=[{"role": "tool", "name": "unknown", "content": content}], info=info)
+        by_name = {tool.__name__: tool for tool in self.tools}
+        sequential = {tool.__name__ for tool in self.sequential}
+        results: list[Any] = [None] * len(calls)
+
+        async def run(i: int) -> None:
+            results[i] = await self._call(calls[i], by_name, info)
+
+        async def in_order(indices: list[int]) -> None:
+            for i in indices:
+                await run(i)
+
+        in_turn = [i for i, call in enumerate(calls) if _name(call) in sequential]
+        await asyncio.gather(in_order(in_turn), *(run(i) for i in range(len(calls)) if i not in in_turn))
+        names = [_name(call) for call in calls]
+        info["tool"] = names
+        info["calls"] = [{"name": n, "arguments": _arguments(c)} for n, c in zip(names, calls)]
+        observation = [{"role": "tool", "name": name, "content": content} for name, content in zip(names, results)]
+        return StepResult(observation=observation, info=info)
+
+    async def _call(self, call: dict[str, Any], by_name: dict[str, Callable[..., Any]], info: dict[str, Any]) -> str:
+        """One call's result text; a failure is counted in ``info`` and answered with TRL's error content."""
+        name, arguments = _name(call), _arguments(call)
+        if call.get("type", "function") != "function":
+            info["tool_error"] += 1
+            return _error(f"Unsupported tool call type: {call.get('type')}")
+        tool = by_name.get(name)
+        if tool is None:
+            info["tool_error"] += 1
+            info["unknown_tool"] += 1
+            return _error(f"Tool {name} not found.")
+        if not isinstance(arguments, dict):
+            info["tool_error"] += 1
+            return _error(f"arguments of {name} must be a JSON object, got {type(arguments).__name__}")
+        mistyped = argument_type_error(tool, arguments)
+        if mistyped:
+            info["tool_error"] += 1
+            return _error(mistyped)
+        try:
+            if inspect.iscoroutinefunction(tool):
+                result = await asyncio.wait_for(tool(**arguments), self.tool_timeout)
+            else:
+                result = await run_in_thread(lambda: tool(**arguments), timeout=self.tool_timeout)
+        except asyncio.TimeoutError:
+            info["tool_error"] += 1
+            info["tool_timeout"] += 1
+            return _error(f"{name} timed out after {self.tool_timeout} s")
+        except Exception as exc:  # noqa: BLE001 - the tool's failure is the model's to read
+            info["tool_error"] += 1
+            return _error(str(exc))
+        return _text(result)
+
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "integer": (int,), "number": (int, float), "string": (str,), "boolean": (bool,), "array": (list, tuple),
+    "object": (dict,), "null": (type(None),),
+}
+
+
+def argument_type_error(tool: Callable[..., Any], arguments: dict[str, Any]) -> str | None:
+    """Why an argument does not have the JSON type the tool's schema (transformers' ``get_json_schema``, the schema
+    the model was shown) declares, or ``None``. Names and missing arguments are left to the call itself (its
+    ``TypeError`` is the error TRL reports)."""
+    from transformers.utils import get_json_schema
+
+    try:
+        properties = get_json_schema(tool)["function"]["parameters"].get("properties", {})
+    except Exception:  # noqa: BLE001 - a tool without a usable schema: nothing to check against
+        return None
+    for name, value in arguments.items():
+        declared = properties.get(name, {}).get("type")
+        kinds = [declared] if isinstance(declared, str) else list(declared or [])
+        allowed = tuple(t for kind in kinds for t in _JSON_TYPES.get(kind, (object,)))
+        if allowed and (not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed)):
+            return f"argument {name!r} of {getattr(tool, '__name__', 'tool')} must be {' or '.join(kinds)}, got {value!r}"
+    return None
+
+
+def _name(call: dict[str, Any]) -> str:
+    function = call.get("function", call)
+    return str(function.get("name", "unknown"))
+
+
+def _arguments(call: dict[str, Any]) -> Any:
+    function = call.get("function", call)
+    arguments = function.get("arguments")
+    return {} if arguments is None else arguments
+
+
+def native_tools(env: Any) -> list[Any] | None:
+    """The tools of a :class:`ToolCallEnvironment` (read after ``reset``: they may depend on the row); ``None`` for
+    an environment whose actions are text."""
+    return list(env.tools) if isinstance(env, ToolCallEnvironment) else None
