@@ -84,6 +84,11 @@ class AgenticPPOConfig(AgenticGRPOConfig):
     critic_learning_rate: float | None = field(
         default=None, metadata={"help": "Learning rate of the critic's param group (default: learning_rate)."}
     )
+    critic_warmup_steps: int = field(
+        default=0,
+        metadata={"help": "Value-only optimizer steps at the start (verl's critic_warmup): the loss is the value "
+                  "loss alone, so the policy's own weights do not move while a fresh critic fits the returns."},
+    )
     critic_detach_backbone: bool = field(
         default=False,
         metadata={"help": "Shared critic without PEFT: False (default, the shared trunk of TRL's former "
@@ -116,6 +121,8 @@ class AgenticPPOConfig(AgenticGRPOConfig):
             raise ValueError(f"critic must be 'separate' or 'shared', got {self.critic!r}")
         if self.zero_variance_groups != "keep":
             raise ValueError("zero_variance_groups applies to group advantages (GRPO); PPO uses a critic")
+        if self.critic_warmup_steps < 0:
+            raise ValueError(f"critic_warmup_steps must be >= 0, got {self.critic_warmup_steps}")
 
 
 class AgenticPPOTrainer(AgenticGRPOTrainer):
@@ -285,8 +292,11 @@ class AgenticPPOTrainer(AgenticGRPOTrainer):
             L        = L_policy + vf_coef * L_value / gradient_accumulation_steps
 
         (``agg`` per ``loss_type``; ``c = cliprange_value``). The KL is not in the loss: it is in the reward.
+        During the first ``critic_warmup_steps`` optimizer steps ``L = vf_coef * L_value / gradient_accumulation_steps``
+        (the policy term is not computed; with a shared trunk and no critic adapter the value loss still moves it).
         """
-        policy_loss, _ = self.trl_loss(model, batch, with_kl=False)
+        warming_up = self.model.training and self.state.global_step < self.args.critic_warmup_steps
+        policy_loss = 0.0 if warming_up else self.trl_loss(model, batch, with_kl=False)[0]
         mask = batch.loss_mask.float()
         values = self._critic_values(batch).float()
         value_loss, clip_fraction = clipped_value_loss(
