@@ -183,7 +183,8 @@ def main() -> None:
     args = parser.parse_args()
     make_task(args.out, args.people, args.test_people, args.train_questions, args.test_questions, args.seed,
               args.hops)
-    print(f"wrote {args.out}/corpus.jsonl, train.jsonl, test.jsonl" + (", train_onehop.jsonl" if args.hops == 2 else ""))
+    extra = ", train_onehop.jsonl" if args.hops == 2 else ""
+    print(f"wrote {args.out}/corpus.jsonl, train.jsonl, test.jsonl{extra}")
     test = [json.loads(line) for line in (args.out / "test.jsonl").read_text(encoding="utf-8").splitlines()]
     for k in args.check_topk:
         print(f"test questions whose answer is in the top {k} of one search with the question: "
