@@ -124,3 +124,12 @@ def test_two_hop_files_are_deterministic(two_hop, tmp_path):
 def test_hops_other_than_one_or_two_fail(tmp_path):
     with pytest.raises(ValueError, match="hops must be 1 or 2"):
         _make_task().make_task(tmp_path, hops=3)
+
+
+def test_one_search_recall_matches_whole_words(tmp_path):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": str(i), "contents": text}) + "\n" for i, text in enumerate(
+        ['"Ann Lo"\nAnn Lo was born in Keixdrathmere.', '"Bo Ri"\nBo Ri was born in Rathmere.', '"Cy"\nCy sang.'])))
+    rows = [{"question": "Where was Ann Lo born?", "golden_answers": ["Rathmere"]},
+            {"question": "Where was Bo Ri born?", "golden_answers": ["Rathmere", "Nowhere"]}]
+    assert _make_task().one_search_recall(corpus, rows, 1) == 0.5

@@ -128,15 +128,19 @@ def two_hop_questions(people: list[dict[str, str]], prefix: str) -> list[dict[st
 
 
 def one_search_recall(corpus: Path, rows: list[dict[str, object]], k: int) -> float:
-    """The fraction of ``rows`` whose gold answer (SQuAD-normalised) is in the ``k`` passages BM25 returns for one
-    search with the question itself: how often the task can be solved without chaining."""
+    """The fraction of ``rows`` whose gold answer (SQuAD-normalised, as whole words: "Rathmere" is not in
+    "Keixdrathmere") is in the ``k`` passages BM25 returns for one search with the question itself: how often the
+    task can be solved without chaining."""
     from trl_agentic.rewards.verifiers.qa import normalize_answer
     from trl_agentic.tools import BM25Retriever
 
+    def words(text: str) -> str:
+        return f" {normalize_answer(text)} "
+
     retriever = BM25Retriever.from_jsonl(corpus, show_progress=False)
     hits = retriever.search([str(r["question"]) for r in rows], topk=k)
-    found = [any(normalize_answer(g) in normalize_answer(h["document"]["contents"]) for h in row_hits
-                 for g in r["golden_answers"]) for r, row_hits in zip(rows, hits)]
+    found = [any(words(g) in words(h["document"]["contents"]) for h in row_hits for g in r["golden_answers"])
+             for r, row_hits in zip(rows, hits)]
     return sum(found) / max(len(found), 1)
 
 
