@@ -88,3 +88,21 @@ def test_curves_come_from_the_step_logs_and_are_plotted(tmp_path):
     (tmp_path / "grpo" / "report.json").write_text(json.dumps({"curves": {**curves, "eval": [[0, 0.1, 1, 2]]}}))
     run.plot_curves(tmp_path, tmp_path / "plot" / "curves.png")
     assert (tmp_path / "plot" / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_documented_run_commands_parse():
+    import re
+    import shlex
+
+    run = _load("run")
+    docs = (BENCHMARK.parents[1] / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    commands = []
+    for text in (run.__doc__, docs):
+        for line in text.replace("\\\n", " ").splitlines():
+            match = re.search(r"python benchmarks/learning/run\.py(.*)", line)
+            if match:
+                commands.append(shlex.split(match.group(1).split("`")[0].split("#")[0]))
+    assert len(commands) >= 6
+    for argv in commands:
+        args = run.make_parser().parse_args(argv)
+        assert {s.strip() for s in args.stages.split(",")} <= set(run.STAGES), argv
