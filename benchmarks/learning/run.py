@@ -21,8 +21,8 @@ Stages (``--stages``, in this order; each writes ``<out>/<stage>/report.json`` a
   head with its own LoRA; ``ppo_warmup``: the first ``--critic-warmup-steps`` steps train the critic alone;
   ``ppo_turn``: the same with GAE over turns, ``advantage_mode="turn"``).
 - ``rft``: rejection-sampling fine-tuning at GRPO's number of samples (:func:`trl_agentic.sft.rft`, one round):
-  ``--num-generations`` samples (T = 1) of each of the ``--rl-steps x --rl-prompts-per-step`` questions GRPO sees,
-  then SFT of a fresh LoRA on the correct ones (one per question).
+  ``--num-generations`` samples (T = 1) of each of ``--rl-steps x --rl-prompts-per-step`` training questions (as many
+  questions and samples as GRPO draws), then SFT of a fresh LoRA on the correct ones (one per question).
 
 RL stages write curves: the sampled reward, searches and turns per trajectory at every step, and greedy EM on the
 first ``--curve-size`` held-out questions every ``--eval-every`` steps, to ``<out>/<stage>/curves.json``; every
@@ -277,13 +277,12 @@ def curve_callback(task: Task, args: argparse.Namespace, tokenizer: Any, curves:
     turns]``."""
     from transformers import TrainerCallback
 
-    curve_args = argparse.Namespace(**{**vars(args), "test_size": args.curve_size})
     curve_task = copy.copy(task)
     curve_task.test = task.test[: args.curve_size]
 
     class Curve(TrainerCallback):
         def _evaluate(self, step: int, model: Any) -> None:
-            metrics = evaluate_stage(model, tokenizer, curve_task, curve_args)
+            metrics = evaluate_stage(model, tokenizer, curve_task, args)
             model.train()
             curves["eval"].append([step, metrics["em"], metrics["mean_searches"], metrics["mean_turns"]])
             print(f"   step {step}: held-out EM {metrics['em']:.2f} on {len(curve_task.test)} questions", flush=True)
@@ -353,7 +352,7 @@ def run_rl(task: Task, args: argparse.Namespace, name: str) -> dict[str, Any]:
 
 
 def run_rft(task: Task, args: argparse.Namespace) -> dict[str, Any]:
-    """One round of rejection-sampling fine-tuning on the questions GRPO sees, with GRPO's number of samples."""
+    """One round of rejection-sampling fine-tuning with GRPO's number of questions and samples."""
     from trl import SFTConfig
 
     from trl_agentic.rewards import QAReward
