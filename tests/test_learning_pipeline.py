@@ -34,7 +34,11 @@ def test_every_stage_runs_on_gemma3_270m(tmp_path, capsys):
     # the saved adapter, reloaded from disk, gives the same greedy evaluation
     assert {k: reports["sft"][k] for k in ("em", "mean_searches", "mean_turns", "examples")} == \
            {k: reports["sft_again"][k] for k in ("em", "mean_searches", "mean_turns", "examples")}
-    for stage in ("grpo", "grpo_unmasked", "ppo"):
+    for stage in ("grpo", "grpo_unmasked", "ppo", "ppo_warmup", "ppo_turn"):
         assert (out / stage / "adapter" / "adapter_config.json").exists()
+    for stage in ("grpo", "grpo_unmasked", "ppo", "ppo_warmup", "ppo_turn"):
         assert len(reports[stage]["train_reward"]) == 1
+        assert [e[0] for e in reports[stage]["curves"]["eval"]] == [0, 1]  # before the first step and after it
+    assert reports["rft"]["samples"] == 2 and (out / "curves.png").exists()
+    assert (out / "rft" / "adapter").exists() is (reports["rft"]["kept"] > 0)
     assert "| closed-book |" in capsys.readouterr().out

@@ -60,7 +60,7 @@ def main() -> None:
     from trl_agentic.rollout.engine import RolloutEngine
 
     run_args = run.make_parser().parse_args(
-        ["--out", str(args.out), "--rl-steps", str(args.steps), "--rl-lr", "1e-4", *passed_on])
+        ["--out", str(args.out), "--rl-steps", str(args.steps), "--rl-lr", "1e-4", "--eval-every", "0", *passed_on])
     if not (run_args.out / "sft" / "adapter").exists():
         shutil.copytree(args.sft_adapter, run_args.out / "sft" / "adapter")
     trainer_cls = AgenticPPOTrainer if args.algo == "ppo" else AgenticGRPOTrainer

@@ -2,18 +2,31 @@
 
     python benchmarks/learning/make_task.py --out runs/learning/data
     python benchmarks/learning/run.py --data runs/learning/data --out runs/learning/full
+    python benchmarks/learning/make_task.py --out runs/twohop/data --hops 2
+    python benchmarks/learning/run.py --data runs/twohop/data --out runs/twohop/onehop_sft --max-turns 4 \
+        --sft-train runs/twohop/data/train_onehop.jsonl --stages sft,grpo --plot docs/learning_twohop.png
 
 Stages (``--stages``, in this order; each writes ``<out>/<stage>/report.json`` and prints one line):
 
 - ``closed_book``: the base model answers from memory (two answered examples in the prompt, one turn, no search).
 - ``fewshot``: the base model with two worked search examples in the prompt (the examples show real observations).
-- ``sft``: LoRA SFT with TRL's ``SFTTrainer`` on ``--sft-demos`` demonstrations built by replaying
-  ``<search> question </search>`` then ``<answer> gold </answer>`` against the real search tool
-  (:func:`trl_agentic.sft.sft_dataset`); demonstrations whose search does not return the gold answer are skipped.
-  The adapter is saved to ``<out>/sft/adapter``; ``sft_again`` reloads it from disk and evaluates it again.
-- ``grpo``, ``grpo_unmasked``, ``ppo``: from the SFT model (adapter merged), a fresh LoRA trained for ``--rl-steps``
-  steps on the training questions with exact-match reward: ``AgenticGRPOTrainer`` (observations masked, then
-  ``mask_observations=False``), ``AgenticPPOTrainer`` (one sample per question, a value head with its own LoRA).
+- ``sft``: LoRA SFT with TRL's ``SFTTrainer`` on ``--sft-demos`` demonstrations of the questions of ``--sft-train``
+  (default: the training questions) built by replaying ``<search> question </search>`` (or, for a row with
+  ``queries``, one search per query) then ``<answer> gold </answer>`` against the real search tool
+  (:func:`trl_agentic.sft.sft_dataset`); demonstrations whose last search does not return the gold answer are
+  skipped. The adapter is saved to ``<out>/sft/adapter``; ``sft_again`` reloads it from disk and evaluates it again.
+- ``grpo``, ``grpo_unmasked``, ``ppo``, ``ppo_warmup``, ``ppo_turn``: from the SFT model (adapter merged), a fresh
+  LoRA trained for ``--rl-steps`` steps on the training questions with exact-match reward: ``AgenticGRPOTrainer``
+  (observations masked, then ``mask_observations=False``), ``AgenticPPOTrainer`` (one sample per question, a value
+  head with its own LoRA; ``ppo_warmup``: the first ``--critic-warmup-steps`` steps train the critic alone;
+  ``ppo_turn``: the same with GAE over turns, ``advantage_mode="turn"``).
+- ``rft``: rejection-sampling fine-tuning at GRPO's number of samples (:func:`trl_agentic.sft.rft`, one round):
+  ``--num-generations`` samples (T = 1) of each of ``--rl-steps x --rl-prompts-per-step`` training questions (as many
+  questions and samples as GRPO draws), then SFT of a fresh LoRA on the correct ones (one per question).
+
+RL stages write curves: the sampled reward, searches and turns per trajectory at every step, and greedy EM on the
+first ``--curve-size`` held-out questions every ``--eval-every`` steps, to ``<out>/<stage>/curves.json``; every
+stage redraws ``--plot`` (default ``<out>/curves.png``) with the curves of all the RL stages of ``--out``.
 
 Every stage but ``closed_book`` and ``fewshot`` prompts with the same short instruction (``INSTRUCTION``); every
 stage is scored by :func:`trl_agentic.evaluate.evaluate` (greedy, exact match) on the held-out questions.
@@ -38,7 +51,9 @@ from pathlib import Path
 from typing import Any
 
 GGUF_MODEL = "gemma3-270m-gguf"
-STAGES = ("closed_book", "fewshot", "sft", "sft_again", "grpo", "grpo_unmasked", "ppo")
+STAGES = ("closed_book", "fewshot", "sft", "sft_again", "grpo", "grpo_unmasked", "ppo", "ppo_warmup", "ppo_turn",
+          "rft")
+RL_STAGES = ("grpo", "grpo_unmasked", "ppo", "ppo_warmup", "ppo_turn", "rft")
 INSTRUCTION = "Search with <search> query </search>, read the <information>, answer with <answer> answer </answer>.\n"
 CLOSED_BOOK_INSTRUCTION = "Answer the question with <answer> answer </answer>.\n"
 
@@ -53,6 +68,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--corpus", type=Path, help="Search-R1 corpus (JSONL of {'id', 'contents'})")
     p.add_argument("--train", type=Path, help="training questions (JSONL of {'question', 'golden_answers'})")
     p.add_argument("--test", type=Path, help="held-out questions (same format)")
+    p.add_argument("--sft-train", type=Path, help="questions of the SFT demonstrations (default: the training ones)")
     p.add_argument("--out", type=Path, default=Path("runs/learning/full"))
     p.add_argument("--stages", default=",".join(STAGES), help="comma-separated subset of: " + ", ".join(STAGES))
     p.add_argument("--summary", action="store_true", help="only print the table of the reports in --out")
@@ -78,6 +94,10 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-generations", type=int, default=4, help="GRPO group size (PPO: 1 sample per question, "
                    "prompts-per-step x num-generations questions per step)")
     p.add_argument("--critic-lr", type=float, default=2e-4)
+    p.add_argument("--critic-warmup-steps", type=int, default=4, help="ppo_warmup: value-only steps first")
+    p.add_argument("--eval-every", type=int, default=5, help="RL stages: held-out EM every this many steps (0: never)")
+    p.add_argument("--curve-size", type=int, default=50, help="held-out questions of the EM curve")
+    p.add_argument("--plot", type=Path, help="PNG of the RL curves (default: <out>/curves.png)")
     return p
 
 
@@ -129,6 +149,7 @@ class Task:
 
         self.corpus = args.corpus or args.data / "corpus.jsonl"
         self.train = load_jsonl(args.train or args.data / "train.jsonl")
+        self.sft_train = load_jsonl(args.sft_train) if args.sft_train else self.train
         self.test = load_jsonl(args.test or args.data / "test.jsonl")[: args.test_size]
         self.search = SearchTool(BM25Retriever.from_jsonl(self.corpus), topk=args.topk)
         self.environment = functools.partial(TagEnvironment, tools={"search": (self.search, "information")})
@@ -146,9 +167,10 @@ class Task:
 
     def fewshot_prompt(self, row: dict[str, Any]) -> str:
         shots = "".join(
-            f"Question: {s['question'].strip()}\n<search> {s['question'].strip()} </search>\n\n"
-            f"<information>{self.search.invoke(s['question']).observation}</information>\n\n"
-            f"<answer> {_golds(s)[0]} </answer>\n\n"
+            f"Question: {s['question'].strip()}\n"
+            + "".join(f"<search> {q} </search>\n\n<information>{self.search.invoke(q).observation}</information>\n\n"
+                      for q in _queries(s))
+            + f"<answer> {_golds(s)[0]} </answer>\n\n"
             for s in self.train[-2:]
         )
         return INSTRUCTION + shots + f"Question: {row['question'].strip()}\n"
@@ -159,21 +181,27 @@ class Task:
         return CLOSED_BOOK_INSTRUCTION + shots + f"Question: {row['question'].strip()}\n"
 
     def demonstrations(self, n: int) -> list[dict[str, Any]]:
-        """Prompt-completion rows for the first ``n`` training questions whose search returns a gold answer."""
+        """Prompt-completion rows for the first ``n`` SFT questions whose last search returns a gold answer."""
         from trl_agentic.rewards.verifiers.qa import normalize_answer
 
         demos = []
-        for row in self.train[:n]:
-            question, gold = row["question"].strip(), _golds(row)[0]
-            if normalize_answer(gold) not in normalize_answer(self.search.invoke(question).observation):
+        for row in self.sft_train[:n]:
+            queries, gold = _queries(row), _golds(row)[0]
+            if normalize_answer(gold) not in normalize_answer(self.search.invoke(queries[-1]).observation):
                 continue
-            demos.append({**self.rows([row])[0], "completion": f"<search> {question} </search><answer> {gold} </answer>"})
+            searches = "".join(f"<search> {q} </search>" for q in queries)
+            demos.append({**self.rows([row])[0], "completion": f"{searches}<answer> {gold} </answer>"})
         return demos
 
 
 def _golds(row: dict[str, Any]) -> list[str]:
     golds = row["golden_answers"]
     return [golds] if isinstance(golds, str) else list(golds)
+
+
+def _queries(row: dict[str, Any]) -> list[str]:
+    """The searches of a demonstration: the row's ``queries`` (two-hop rows), else the question itself."""
+    return [q.strip() for q in row.get("queries") or [row["question"]]]
 
 
 # -- stages ------------------------------------------------------------------------------------------------------
@@ -236,43 +264,124 @@ def run_sft(task: Task, args: argparse.Namespace) -> dict[str, Any]:
             "trained_tokens": sum(sum(label != -100 for label in labels) for labels in dataset["labels"])}
 
 
-def run_rl(task: Task, args: argparse.Namespace, algo: str, mask_observations: bool = True) -> dict[str, Any]:
+def rl_rows(task: Task, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The training questions in the order the RL stages see them (shuffled with ``--seed``)."""
+    rows = task.rows(task.train)
+    random.Random(args.seed).shuffle(rows)
+    return rows
+
+
+def curve_callback(task: Task, args: argparse.Namespace, tokenizer: Any, curves: dict[str, list]) -> Any:
+    """A ``TrainerCallback`` that appends greedy EM on the first ``--curve-size`` held-out questions (with the live
+    model) to ``curves["eval"]`` before the first step and every ``--eval-every`` steps, as ``[step, em, searches,
+    turns]``."""
+    from transformers import TrainerCallback
+
+    curve_task = copy.copy(task)
+    curve_task.test = task.test[: args.curve_size]
+
+    class Curve(TrainerCallback):
+        def _evaluate(self, step: int, model: Any) -> None:
+            metrics = evaluate_stage(model, tokenizer, curve_task, args)
+            model.train()
+            curves["eval"].append([step, metrics["em"], metrics["mean_searches"], metrics["mean_turns"]])
+            print(f"   step {step}: held-out EM {metrics['em']:.2f} on {len(curve_task.test)} questions", flush=True)
+
+        def on_train_begin(self, _args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+            self._evaluate(0, model)
+
+        def on_step_end(self, _args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+            if state.global_step % args.eval_every == 0 or state.global_step == state.max_steps:
+                self._evaluate(state.global_step, model)
+
+    return Curve()
+
+
+def step_curves(log_history: list[dict[str, Any]]) -> dict[str, list]:
+    """Per optimizer step: the sampled reward and the searches and turns per trajectory (the trainer's logs)."""
+    rows = [log for log in log_history if "reward" in log and "step" in log]
+    return {"step": [log["step"] for log in rows], "reward": [log["reward"] for log in rows],
+            "searches": [log.get("agentic/tool_calls/search_per_trajectory", 0.0) for log in rows],
+            "turns": [log.get("agentic/turns_mean") for log in rows]}
+
+
+def run_rl(task: Task, args: argparse.Namespace, name: str) -> dict[str, Any]:
     from datasets import Dataset
 
     from trl_agentic import AgenticGRPOConfig, AgenticGRPOTrainer, AgenticPPOConfig, AgenticPPOTrainer
     from trl_agentic.rewards import QAReward
 
     tokenizer, _ = load_base(args.model, args.device)
-    name = "ppo" if algo == "ppo" else ("grpo" if mask_observations else "grpo_unmasked")
-    rows = task.rows(task.train)
-    random.Random(args.seed).shuffle(rows)
     common = dict(
         output_dir=str(args.out / name / "trainer"), max_steps=args.rl_steps, learning_rate=args.rl_lr,
         lr_scheduler_type="constant", logging_steps=1, save_strategy="no", report_to="none", seed=args.seed,
-        use_cpu=args.device == "cpu", bf16=False, temperature=1.0, beta=0.0, mask_observations=mask_observations,
-        rollout_mode="text", max_turns=args.max_turns, max_tokens_per_turn=args.max_tokens_per_turn,
-        max_completion_length=args.max_completion_length, max_observation_tokens=args.max_completion_length,
-        gradient_checkpointing=False,
+        use_cpu=args.device == "cpu", bf16=False, temperature=1.0, beta=0.0,
+        mask_observations=name != "grpo_unmasked", rollout_mode="text", max_turns=args.max_turns,
+        max_tokens_per_turn=args.max_tokens_per_turn, max_completion_length=args.max_completion_length,
+        max_observation_tokens=args.max_completion_length, gradient_checkpointing=False,
     )
     per_step = args.rl_prompts_per_step * args.num_generations  # trajectories per optimizer step
-    if algo == "ppo":
+    if name.startswith("ppo"):
         config = AgenticPPOConfig(**common, num_generations=1, per_device_train_batch_size=per_step // 2,
                                   gradient_accumulation_steps=2, critic="shared",
-                                  critic_learning_rate=args.critic_lr, vf_coef=0.1, gamma=1.0, lam=0.95)
+                                  critic_learning_rate=args.critic_lr, vf_coef=0.1, gamma=1.0, lam=0.95,
+                                  critic_warmup_steps=args.critic_warmup_steps if name == "ppo_warmup" else 0,
+                                  advantage_mode="turn" if name == "ppo_turn" else "token")
         trainer_cls = AgenticPPOTrainer
     else:
         config = AgenticGRPOConfig(**common, num_generations=args.num_generations,
                                    per_device_train_batch_size=per_step // 2, gradient_accumulation_steps=2)
         trainer_cls = AgenticGRPOTrainer
     sft_adapter = args.out / "sft" / "adapter"
+    curves: dict[str, list] = {"eval": []}
     trainer = trainer_cls(model=with_adapters(args, sft_adapter), reward_funcs=QAReward("em"), args=config,
-                          train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
+                          train_dataset=Dataset.from_list(rl_rows(task, args)), processing_class=tokenizer,
                           environment=task.environment, peft_config=lora_config(args))
+    if args.eval_every > 0:
+        trainer.add_callback(curve_callback(task, args, tokenizer, curves))
     trainer.train()
     trainer.model.save_pretrained(str(args.out / name / "adapter"))
-    rewards = [log["reward"] for log in trainer.state.log_history if "reward" in log]
+    curves.update(step_curves(trainer.state.log_history))
+    if name.startswith("ppo"):
+        logs = [log for log in trainer.state.log_history if "ppo/value_loss" in log]
+        curves["value_loss"] = [log["ppo/value_loss"] for log in logs]
+        curves["explained_variance"] = [log.get("ppo/explained_variance") for log in logs]
     metrics = evaluate_stage(with_adapters(args, sft_adapter, args.out / name / "adapter"), tokenizer, task, args)
-    return {**metrics, "steps": args.rl_steps, "trajectories_per_step": per_step, "train_reward": rewards}
+    return {**metrics, "steps": args.rl_steps, "trajectories_per_step": per_step, "train_reward": curves["reward"],
+            "curves": curves}
+
+
+def run_rft(task: Task, args: argparse.Namespace) -> dict[str, Any]:
+    """One round of rejection-sampling fine-tuning with GRPO's number of questions and samples."""
+    from trl import SFTConfig
+
+    from trl_agentic.rewards import QAReward
+    from trl_agentic.sft import rft
+
+    tokenizer, _ = load_base(args.model, args.device)
+    rows = rl_rows(task, args)[: args.rl_steps * args.rl_prompts_per_step]
+    model = with_adapters(args, args.out / "sft" / "adapter")
+    sampling = copy.deepcopy(model.generation_config)
+    sampling.temperature, sampling.top_k, sampling.top_p = 1.0, 0, 1.0  # as GRPO's rollouts (TRL's defaults)
+    config = SFTConfig(
+        output_dir=str(args.out / "rft" / "trainer"), num_train_epochs=args.sft_epochs, learning_rate=args.sft_lr,
+        per_device_train_batch_size=args.sft_batch_size, lr_scheduler_type="cosine", warmup_steps=0.1,
+        logging_steps=4, save_strategy="no", report_to="none", seed=args.seed, use_cpu=args.device == "cpu",
+        max_length=None, bf16=False, gradient_checkpointing=False,
+    )
+    model, history = rft(model, tokenizer, task.environment, rows, QAReward("em"), config,
+                         samples_per_row=args.num_generations, peft_config=lora_config(args),
+                         batch_size=args.eval_batch_size, generation_config=sampling, show_progress=False,
+                         **task.budgets)
+    (round_,) = history
+    adapters = [args.out / "sft" / "adapter"]
+    if round_.num_kept:  # else no sample was correct and nothing was trained: the SFT model is evaluated
+        model.save_pretrained(str(args.out / "rft" / "adapter"))
+        adapters.append(args.out / "rft" / "adapter")
+    metrics = evaluate_stage(with_adapters(args, *adapters), tokenizer, task, args)
+    return {**metrics, "samples": len(rows) * args.num_generations, "kept": round_.num_kept,
+            "sample_accuracy": round_.report.accuracy, "sample_mean_searches": round_.report.mean_tool_calls,
+            "train_loss": round_.train_loss}
 
 
 def run_stage(stage: str, task: Task, args: argparse.Namespace) -> dict[str, Any]:
@@ -285,9 +394,9 @@ def run_stage(stage: str, task: Task, args: argparse.Namespace) -> dict[str, Any
         return run_sft(task, args)
     if stage == "sft_again":
         return evaluate_stage(with_adapters(args, args.out / "sft" / "adapter"), tokenizer, task, args)
-    if stage == "ppo":
-        return run_rl(task, args, "ppo")
-    return run_rl(task, args, "grpo", mask_observations=stage == "grpo")
+    if stage == "rft":
+        return run_rft(task, args)
+    return run_rl(task, args, stage)
 
 
 # -- report ------------------------------------------------------------------------------------------------------
@@ -300,7 +409,40 @@ ROW_NAMES = {
     "grpo": "after SFT + GRPO ({steps} steps x {trajectories_per_step} trajectories)",
     "grpo_unmasked": "after SFT + GRPO, observations unmasked ({steps} steps)",
     "ppo": "after SFT + PPO, critic ({steps} steps x {trajectories_per_step} trajectories)",
+    "ppo_warmup": "after SFT + PPO, critic warm-up ({steps} steps x {trajectories_per_step} trajectories)",
+    "ppo_turn": "after SFT + PPO, turn-level GAE ({steps} steps x {trajectories_per_step} trajectories)",
+    "rft": "after SFT + RFT ({samples} samples, {kept} kept)",
 }
+
+
+def plot_curves(out: Path, path: Path) -> None:
+    """Draw held-out EM, sampled reward, searches and turns per trajectory against the step, one line per RL stage
+    of ``out`` with curves (``rft``, a single SFT round, has none)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
+    titles = ("held-out EM (greedy)", "sampled reward", "searches per trajectory", "turns per trajectory")
+    for stage in RL_STAGES:
+        report = out / stage / "report.json"
+        if not report.exists() or "curves" not in (r := json.loads(report.read_text())):
+            continue
+        c = r["curves"]
+        if c["eval"]:
+            axes[0].plot([e[0] for e in c["eval"]], [e[1] for e in c["eval"]], marker="o", label=stage)
+        for ax, key in zip(axes[1:], ("reward", "searches", "turns")):
+            ax.plot(c["step"], c[key], label=stage)
+    for ax, title in zip(axes, titles):
+        ax.set_title(title)
+        ax.set_xlabel("step")
+    axes[0].legend()
+    fig.suptitle(str(out))
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
 
 
 def summary(out: Path) -> str:
@@ -335,6 +477,8 @@ def main(argv: list[str] | None = None) -> int:
         (args.out / stage / "report.json").write_text(json.dumps(report, indent=1))
         print(f"== {stage}: EM {report['em']:.3f}  searches {report['mean_searches']:.2f}  turns "
               f"{report['mean_turns']:.2f}  ({report['seconds'] / 60:.1f} min)", flush=True)
+        if "curves" in report:
+            plot_curves(args.out, args.plot or args.out / "curves.png")
     print(summary(args.out))
     return 0
 

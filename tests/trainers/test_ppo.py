@@ -299,3 +299,38 @@ def test_lora_on_all_linear_layers_builds_the_critic(tiny_model_dir, tokenizer, 
     lora = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM")
     trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, peft_config=lora, critic=critic)
     assert any(p.requires_grad for p in trainer.extra_parameters())
+
+
+@pytest.mark.parametrize("critic,use_lora", [("separate", False), ("shared", True)])
+def test_critic_warmup_trains_the_critic_alone_for_its_steps(tiny_model_dir, tokenizer, tmp_path, critic, use_lora):
+    """verl's critic_warmup: the first critic_warmup_steps optimizer steps leave the policy's weights as they were and
+    move the critic; the next step moves the policy."""
+    from transformers import TrainerCallback
+
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM") if use_lora else None
+    trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, environment=lambda: EchoEnvironment(turns=2),
+                       peft_config=lora, critic=critic, critic_warmup_steps=2, max_steps=3, learning_rate=1e-2,
+                       critic_learning_rate=1e-2)
+
+    def policy_weights():
+        return [p.detach().clone() for n, p in trainer.model.named_parameters()
+                if p.requires_grad and ".critic." not in n]
+
+    snapshots = {"policy": [policy_weights()], "head": [trainer.critic.head.weight.detach().clone()]}
+
+    class Snapshot(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            snapshots["policy"].append(policy_weights())
+            snapshots["head"].append(trainer.critic.head.weight.detach().clone())
+
+    trainer.add_callback(Snapshot())
+    trainer.train()
+    policy, head = snapshots["policy"], snapshots["head"]
+    assert len(policy) == 4 and policy[0]
+    same = [all(torch.equal(a, b) for a, b in zip(policy[0], policy[step])) for step in range(1, 4)]
+    assert same == [True, True, False]
+    assert all(not torch.equal(head[step - 1], head[step]) for step in range(1, 4))
+    logs = [r for r in trainer.state.log_history if "loss" in r]
+    assert len(logs) == 3 and all("ppo/value_loss" in r for r in logs)
+    with pytest.raises(ValueError, match="critic_warmup_steps"):
+        ppo_args(tmp_path, critic_warmup_steps=-1)

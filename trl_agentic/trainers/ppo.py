@@ -82,6 +82,11 @@ class AgenticPPOConfig(AgenticGRPOConfig):
     critic_learning_rate: float | None = field(
         default=None, metadata={"help": "Learning rate of the critic's param group (default: learning_rate)."}
     )
+    critic_warmup_steps: int = field(
+        default=0,
+        metadata={"help": "Value-only optimizer steps at the start (verl's critic_warmup): the loss is the value "
+                  "loss alone, so the policy's own weights do not move while a fresh critic fits the returns."},
+    )
     critic_detach_backbone: bool = field(
         default=False,
         metadata={"help": "critic='shared' without PEFT only: False (default, the shared trunk of TRL's former "
@@ -111,6 +116,8 @@ class AgenticPPOConfig(AgenticGRPOConfig):
         if self.critic_detach_backbone and self.critic != "shared":
             raise ValueError("critic_detach_backbone=True applies to critic='shared' only (a separate critic shares "
                              "no backbone); drop it")
+        if self.critic_warmup_steps < 0:
+            raise ValueError(f"critic_warmup_steps must be >= 0, got {self.critic_warmup_steps}")
 
 
 class AgenticPPOTrainer(AgenticGRPOTrainer):
@@ -307,8 +314,11 @@ class AgenticPPOTrainer(AgenticGRPOTrainer):
             L        = L_policy + vf_coef * L_value / gradient_accumulation_steps
 
         (``agg`` per ``loss_type``; ``c = cliprange_value``). The KL is not in the loss: it is in the reward.
+        During the first ``critic_warmup_steps`` optimizer steps ``L = vf_coef * L_value / gradient_accumulation_steps``
+        (the policy term is not computed; with a shared trunk and no critic adapter the value loss still moves it).
         """
-        policy_loss = self.clipped_loss(model, batch)
+        warming_up = self.model.training and self.state.global_step < self.args.critic_warmup_steps
+        policy_loss = 0.0 if warming_up else self.clipped_loss(model, batch)
         mask = batch.loss_mask.float()
         values = self._critic_values(batch).float()
         value_loss, clip_fraction = clipped_value_loss(

@@ -1,0 +1,108 @@
+"""benchmarks/learning/run.py without a model: demonstrations and few-shot prompts for one- and two-hop rows, the
+curves the RL stages write and their plot."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "learning"
+pytest.importorskip("bm25s")
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(f"learning_{name}", BENCHMARK / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    out = tmp_path_factory.mktemp("twohop")
+    _load("make_task").make_task(out, people=60, test_people=20, train_questions=40, test_questions=8, seed=1, hops=2)
+    return out
+
+
+def _task(run, data, *extra):
+    return run.Task(run.make_parser().parse_args(["--data", str(data), *extra]))
+
+
+def _rows(path):
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_two_hop_demonstrations_search_twice_and_one_hop_ones_once(data):
+    run = _load("run")
+    train = _rows(data / "train.jsonl")
+    demos = _task(run, data).demonstrations(6)
+    assert len(demos) == 6  # every second search finds its answer (tests/test_learning_task.py)
+    for demo, row in zip(demos, train):
+        first, second = row["queries"]
+        assert demo["completion"] == (f"<search> {first} </search><search> {second} </search>"
+                                      f"<answer> {row['golden_answers'][0]} </answer>")
+        assert demo["prompt"] == run.INSTRUCTION + f"Question: {row['question']}\n"
+    onehop = _rows(data / "train_onehop.jsonl")
+    demos = _task(run, data, "--sft-train", str(data / "train_onehop.jsonl")).demonstrations(4)
+    assert [d["completion"] for d in demos] == [
+        f"<search> {r['question']} </search><answer> {r['golden_answers'][0]} </answer>" for r in onehop[:4]]
+
+
+def test_rows_without_queries_search_the_question_and_skip_unanswered(data, tmp_path):
+    """Search-R1 files carry no ``queries``: a demonstration searches the question, and is dropped when that search
+    does not return the answer (a two-hop question asked in one search, here)."""
+    run = _load("run")
+    train = [{"question": r["question"], "golden_answers": r["golden_answers"]} for r in _rows(data / "train.jsonl")]
+    path = tmp_path / "plain.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in train))
+    task = _task(run, data, "--sft-train", str(path))
+    demos = task.demonstrations(len(train))
+    kept = [r for r in train if any(g.lower() in task.search.invoke(r["question"]).observation.lower()
+                                    for g in r["golden_answers"])]
+    assert len(demos) == len(kept) < len(train) // 4
+    assert all(d["completion"].count("<search>") == 1 for d in demos)
+
+
+def test_fewshot_prompt_shows_both_searches_with_their_real_observations(data):
+    run = _load("run")
+    task = _task(run, data)
+    prompt = task.fewshot_prompt({"question": "Who was the teacher of the teacher of Nobody?"})
+    for shot in task.train[-2:]:
+        for query in shot["queries"]:
+            observation = task.search.invoke(query).observation
+            assert f"<search> {query} </search>\n\n<information>{observation}</information>" in prompt
+        assert f"<answer> {shot['golden_answers'][0]} </answer>" in prompt
+    assert prompt.endswith("Question: Who was the teacher of the teacher of Nobody?\n")
+
+
+def test_curves_come_from_the_step_logs_and_are_plotted(tmp_path):
+    run = _load("run")
+    logs = [{"loss": 0.1, "reward": 0.25, "agentic/tool_calls/search_per_trajectory": 1.0, "agentic/turns_mean": 2.0,
+             "step": 1},
+            {"loss": 0.2, "reward": 0.5, "agentic/turns_mean": 1.5, "step": 2},  # no search in this step
+            {"train_runtime": 3.0, "step": 2}]
+    curves = run.step_curves(logs)
+    assert curves == {"step": [1, 2], "reward": [0.25, 0.5], "searches": [1.0, 0.0], "turns": [2.0, 1.5]}
+    (tmp_path / "grpo").mkdir()
+    (tmp_path / "grpo" / "report.json").write_text(json.dumps({"curves": {**curves, "eval": [[0, 0.1, 1, 2]]}}))
+    run.plot_curves(tmp_path, tmp_path / "plot" / "curves.png")
+    assert (tmp_path / "plot" / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_documented_run_commands_parse():
+    import re
+    import shlex
+
+    run = _load("run")
+    docs = (BENCHMARK.parents[1] / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    commands = []
+    for text in (run.__doc__, docs):
+        for line in text.replace("\\\n", " ").splitlines():
+            match = re.search(r"python benchmarks/learning/run\.py(.*)", line)
+            if match:
+                commands.append(shlex.split(match.group(1).split("`")[0].split("#")[0]))
+    assert len(commands) >= 6
+    for argv in commands:
+        args = run.make_parser().parse_args(argv)
+        assert {s.strip() for s in args.stages.split(",")} <= set(run.STAGES), argv
