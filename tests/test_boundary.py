@@ -47,6 +47,7 @@ TRL_ATTRIBUTES_WRITTEN = {
 PRIVATE_IN_BOUNDARY = {
     "_generate_and_score_completions", "_compute_loss", "_get_per_token_logps_and_entropies", "_calculate_rewards",
     "_prepare_inputs", "_clip_grad_norm", "_metrics", "_step", "_buffered_inputs", "_dist",
+    "_log_completion_extra",  # log_completion_columns: the multi-turn columns of the completions table (trackers.py)
 }
 OVERRIDES = {
     "GRPOTrainerBoundary": {"__init__", "_generate_and_score_completions", "_calculate_rewards",

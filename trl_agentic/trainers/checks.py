@@ -142,8 +142,10 @@ class DegenerateStepMonitor:
                 f"({cause}); {where}; max_degenerate_steps=0 turns this check off")
 
 
-def run_construction_checks(environment: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
-    """Every construction check, on the arguments given to ``GRPOTrainer(*args, **kwargs)`` with an environment."""
+def run_construction_checks(environment: Any, args: Sequence[Any], kwargs: dict[str, Any],
+                            rollout_fields: Sequence[str] = ("trajectory",)) -> None:
+    """Every construction check, on the arguments given to ``GRPOTrainer(*args, **kwargs)`` with an environment;
+    ``rollout_fields``: the keyword arguments our rollout adds for the reward functions."""
     from trl import GRPOTrainer
 
     given = inspect.signature(GRPOTrainer.__init__).bind_partial(None, *args, **kwargs).arguments
@@ -156,4 +158,4 @@ def run_construction_checks(environment: Any, args: Sequence[Any], kwargs: dict[
         if dataset is not None:
             check_prompt_column(dataset, name)
             check_reset_parameters(environment, dataset)
-    check_reward_signatures(given.get("reward_funcs"), datasets["train_dataset"], extra_fields=("trajectory",))
+    check_reward_signatures(given.get("reward_funcs"), datasets["train_dataset"], extra_fields=rollout_fields)

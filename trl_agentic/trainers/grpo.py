@@ -230,7 +230,8 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
         self.environment = environment
         self.task = task
         if environment is not None:
-            run_construction_checks(environment, args, kwargs)  # trainers/checks.py: fail before training
+            fields = ("trajectory", "environments") if native is not None else ("trajectory",)
+            run_construction_checks(environment, args, kwargs, fields)  # trainers/checks.py: fail before training
             if kwargs.get("rollout_func") is not None:
                 raise ValueError("pass either environment= or rollout_func=, not both")
             kwargs["rollout_func"] = self._agentic_rollout
