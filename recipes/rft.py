@@ -110,7 +110,9 @@ def main(script_args, task_args, sft_args, model_args):
 
 def make_parser():
     return TrlParser((RFTScriptArguments, GSM8KToolsArguments, SearchR1Arguments, SFTConfig, ModelConfig),
-                     prog="python recipes/rft.py")
+                     prog="python recipes/rft.py",
+                     description="--config FILE.yaml sets any of the flags below (a flag given on the command line "
+                                 "overrides it).")
 
 
 def run(argv=None):

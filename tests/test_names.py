@@ -13,7 +13,7 @@ from trl_agentic.trajectory import STOP_REASONS, TRUNCATING
 PACKAGE = Path(__file__).resolve().parents[1] / "trl_agentic"
 # compat.py belongs to the trainer redesign (issue 21, B1): its vLLM generator still names the seam's parameter
 # stop_token_ids; the generator moves next to the seam there, under the name checked here.
-END_ID_EXEMPT = {"compat.py"}
+END_ID_EXEMPT: set[str] = set()
 # vLLM's own SamplingParams keyword, passed through as is
 VLLM_KEYWORD = re.compile(r"stop_token_ids=list\(|\"stop_token_ids\": list\(")
 END_ID_SYNONYMS = re.compile(r"\b(end_token_ids|stop_token_ids|eos_ids|end_ids)\b")

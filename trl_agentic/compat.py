@@ -69,14 +69,14 @@ REQUIRED_SIGNATURES: dict[str, list[str]] = {
 }
 
 
-def parse_response(tokenizer: Any, ids: Sequence[int], prefix: Sequence[int], tools: Sequence[Any]) -> dict[str, Any]:
+def parse_response(processing_class: Any, ids: Sequence[int], prefix: Sequence[int], tools: Sequence[Any]) -> dict[str, Any]:
     """TRL's ``trl.chat_template_utils.parse_response`` (TRL 1.16, ``chat_template_utils.py``), the parser its tool
     loop uses (``GRPOTrainer._generate``): the tokenizer's response template reads one assistant turn into
     ``{"role", "content", "tool_calls"?}``, arguments typed by ``tools``' schemas; a turn it cannot read comes back
     as its decoded text. Kept in the boundary: the module is not part of TRL's top-level exports."""
     from trl.chat_template_utils import parse_response as trl_parse_response
 
-    return trl_parse_response(tokenizer, list(ids), prefix=list(prefix), tools=list(tools) or None)
+    return trl_parse_response(processing_class, list(ids), prefix=list(prefix), tools=list(tools) or None)
 
 
 def check_trl_version() -> None:

@@ -43,31 +43,31 @@ def tool_methods(instance: Any) -> list[Callable[..., Any]]:
             if name not in RESERVED_METHODS and not name.startswith("_")]
 
 
-def ensure_response_parser(tokenizer: Any) -> Any:
-    """Give ``tokenizer`` the response template of its chat template's family (TRL's ``add_response_schema``) unless
+def ensure_response_parser(processing_class: Any) -> Any:
+    """Give ``processing_class`` the response template of its chat template's family (TRL's ``add_response_schema``) unless
     it has one; raises a one-line ``ValueError`` when the family is unknown. Returns the tokenizer."""
     from trl import add_response_schema
 
-    inner = getattr(tokenizer, "tokenizer", tokenizer)
+    inner = getattr(processing_class, "tokenizer", processing_class)
     if getattr(inner, "response_template", None) is None and getattr(inner, "response_schema", None) is None:
         try:
-            add_response_schema(tokenizer)
+            add_response_schema(processing_class)
         except ValueError:
             raise ValueError(
                 f"native tool calls need a response template to parse the model's calls, and TRL knows none for the "
                 f"chat template of {getattr(inner, 'name_or_path', type(inner).__name__)!r}; set "
                 "tokenizer.response_template (transformers' response parsing) or use TagEnvironment's text tags"
             ) from None
-    return tokenizer
+    return processing_class
 
 
-def parse_turn(tokenizer: Any, ids: Sequence[int], prefix: Sequence[int], tools: Sequence[Any]) -> dict[str, Any]:
+def parse_turn(processing_class: Any, ids: Sequence[int], prefix: Sequence[int], tools: Sequence[Any]) -> dict[str, Any]:
     """The assistant message of one turn: TRL's ``parse_response`` (``content``, and ``tool_calls`` with arguments
     typed by the tools' schemas). When the turn holds a call the parser cannot read, TRL falls back to plain text;
     the message then also carries ``"malformed"``: the parser's error."""
     from .compat import parse_response
 
-    inner = getattr(ensure_response_parser(tokenizer), "tokenizer", tokenizer)
+    inner = getattr(ensure_response_parser(processing_class), "tokenizer", processing_class)
     message = parse_response(inner, ids, prefix, tools)
     if not message.get("tool_calls"):
         try:

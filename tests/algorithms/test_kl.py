@@ -49,11 +49,12 @@ def test_k1_as_a_grpo_loss_term_warns(tmp_path):
     from helpers import agentic_args, ppo_args
 
     with pytest.warns(UserWarning, match="zero expected gradient"):
-        agentic_args(tmp_path, kl_estimator="k1", beta=0.1)
+        agentic_args(tmp_path, kl_estimator="k1", beta=0.1, use_bias_correction_kl=False)
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
+        agentic_args(tmp_path, kl_estimator="k1", beta=0.1, use_bias_correction_kl=True)  # gradient of KL(pi||ref)
         ppo_args(tmp_path, kl_estimator="k1")  # PPO puts k1 in the reward: no warning
 
 

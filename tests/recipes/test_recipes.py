@@ -86,7 +86,7 @@ def test_trl_flag_names_override_the_yaml():
     args, training, model = parse_args(script_arguments("gsm8k_tools"), [
         "--config", config_path("gsm8k_tools", "ppo"), "--learning_rate", "3e-6", "--num_train_epochs", "2",
         "--run_name", "my-run", "--eval_strategy", "steps", "--eval_steps", "7", "--push_to_hub",
-        "--hub_model_id", "me/agent", "--model_name_or_path", "some/model", "--zero_variance_groups", "keep",
+        "--hub_model_id", "me/agent", "--model_name_or_path", "some/model",
         "--advantage_mode", "turn", "--gamma", "0.99", "--lam", "0.9", "--vf_coef", "0.5", "--use_peft", "false",
         "--use_cpu",  # the configs ask for bf16, which needs a GPU or use_cpu
     ])

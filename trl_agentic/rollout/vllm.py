@@ -5,7 +5,7 @@
 - :class:`VLLMGenerator`: an offline ``vllm.LLM`` of its own, for evaluation without a trainer
   (``python -m trl_agentic.evaluate --use_vllm``).
 
-Both stop at every end id (``stop_token_ids``) and at the stop strings, kept in the output
+Both stop at every end id (``eos_token_ids``, given to vLLM's sampling parameters) and at the stop strings, kept in the output
 (``include_stop_str_in_output``) so that the closing tag is part of the sampled ids; the engine's
 :func:`~trl_agentic.rollout.generation.cut_at_stop` then sees exactly what vLLM sampled.
 """
@@ -18,9 +18,9 @@ from ..compat import vllm_generate
 from .generation import Generation
 
 
-def stop_kwargs(stop_strings: Sequence[str], stop_token_ids: Sequence[int]) -> dict[str, Any]:
+def stop_kwargs(stop_strings: Sequence[str], eos_token_ids: Sequence[int]) -> dict[str, Any]:
     """The ``SamplingParams`` fields of one turn's end: every end id, and the stop strings kept in the output."""
-    kwargs: dict[str, Any] = {"stop_token_ids": list(stop_token_ids)}
+    kwargs: dict[str, Any] = {"stop_token_ids": list(eos_token_ids)}
     if stop_strings:
         kwargs.update(stop=list(stop_strings), include_stop_str_in_output=True)
     return kwargs
@@ -38,9 +38,9 @@ class TRLVLLMGenerator:
         self.trainer = trainer
 
     def generate(
-        self, prompts: list[list[int]], max_new_tokens: int, stop_strings: Sequence[str], stop_token_ids: Sequence[int]
+        self, prompts: list[list[int]], max_new_tokens: int, stop_strings: Sequence[str], eos_token_ids: Sequence[int]
     ) -> list[Generation]:
-        ids, logprobs = vllm_generate(self.trainer, prompts, max_new_tokens, stop_kwargs(stop_strings, stop_token_ids))
+        ids, logprobs = vllm_generate(self.trainer, prompts, max_new_tokens, stop_kwargs(stop_strings, eos_token_ids))
         return [Generation(ids=row, logprobs=None if logprobs is None else logprobs[i]) for i, row in enumerate(ids)]
 
 
@@ -61,11 +61,11 @@ class VLLMGenerator:
         self.sampling = dict(temperature=0.0 if greedy else temperature, top_p=1.0 if greedy else top_p, seed=seed)
 
     def generate(
-        self, prompts: list[list[int]], max_new_tokens: int, stop_strings: Sequence[str], stop_token_ids: Sequence[int]
+        self, prompts: list[list[int]], max_new_tokens: int, stop_strings: Sequence[str], eos_token_ids: Sequence[int]
     ) -> list[Generation]:
         from vllm import SamplingParams
 
-        params = SamplingParams(max_tokens=max_new_tokens, logprobs=0, **stop_kwargs(stop_strings, stop_token_ids),
+        params = SamplingParams(max_tokens=max_new_tokens, logprobs=0, **stop_kwargs(stop_strings, eos_token_ids),
                                 **self.sampling)
         outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompts], params, use_tqdm=False)
         return [_generation(out.outputs[0]) for out in outputs]
