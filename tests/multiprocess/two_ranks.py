@@ -24,8 +24,8 @@ record = {"generation_calls": [], "rewards": [], "advantages": []}
 original_run = engine_module.RolloutEngine.run
 
 
-def recording_run(self, prompts, rows=None):
-    trajectories = original_run(self, prompts, rows)
+def recording_run(self, prompts, rows=None, **kwargs):
+    trajectories = original_run(self, prompts, rows, **kwargs)
     record["generation_calls"].append(self.generation_calls)
     return trajectories
 
