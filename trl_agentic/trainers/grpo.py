@@ -239,7 +239,10 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
             if native is not None and native.reward_classes:  # TRL's get_reward: extra reward functions
                 funcs = [*(funcs if isinstance(funcs, (list, tuple)) else [funcs] * (funcs is not None)),
                          *native.reward_functions()]
-            wrap = lambda f: guard_reward(with_message_completions(f))  # noqa: E731 - native tool calls: TRL's messages
+
+            def wrap(func: Any) -> Any:  # native tool calls: completions as TRL's messages
+                return guard_reward(with_message_completions(func) if native is not None else func)
+
             guarded = [wrap(f) for f in funcs] if isinstance(funcs, (list, tuple)) else wrap(funcs)
             if "reward_funcs" in kwargs or len(args) <= 1:
                 kwargs["reward_funcs"] = guarded
@@ -529,17 +532,21 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
             if self.args.use_bias_correction_kl:
                 per_token_kl = per_token_kl * ratio
             per_token = per_token + self.beta * per_token_kl
-            self.log_metric("kl", self._global_token_mean(per_token_kl, mask))
-        self.log_metric("entropy", self._global_token_mean(entropies, mask))
         clipped = ((ratio < 1 - self.epsilon_low) & (advantages < 0)) | ((ratio > 1 + self.epsilon_high) & (advantages > 0))
-        self.log_metric("clip_ratio/region_mean", self._global_token_mean(clipped.float(), mask))
+        logged = {"entropy": entropies, "clip_ratio/region_mean": clipped.float()}
+        if kl_estimator is not None:
+            logged["kl"] = per_token_kl
+        for name, value in self._global_token_means(logged, mask).items():
+            self.log_metric(name, value)
         return self.aggregate_like_trl(per_token, mask, batch)
 
-    def _global_token_mean(self, per_token: torch.Tensor, mask: torch.Tensor) -> float:
-        """Mean over the trained tokens of all processes (a (B, 1) term counts once per trained token)."""
-        local = torch.stack([masked_sum(per_token.detach().expand_as(mask), mask), mask.sum().float()])
-        total = self.accelerator.reduce(local, reduction="sum")
-        return (total[0] / total[1].clamp(min=1.0)).item()
+    def _global_token_means(self, per_token: dict[str, torch.Tensor], mask: torch.Tensor) -> dict[str, float]:
+        """Each term's mean over the trained tokens of all processes, in one reduction (a (B, 1) term counts once
+        per trained token)."""
+        sums = [masked_sum(value.detach().expand_as(mask), mask) for value in per_token.values()]
+        total = self.accelerator.reduce(torch.stack([*sums, mask.sum().float()]), reduction="sum")
+        count = total[-1].clamp(min=1.0)
+        return {name: (total[k] / count).item() for k, name in enumerate(per_token)}
 
     def _check_clipped_loss_settings(self) -> None:
         """:meth:`clipped_loss` implements TRL's clipped loss types and none of TRL's loss extras: refuse, before
