@@ -93,6 +93,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--rl-prompts-per-step", type=int, default=4, help="GRPO: questions per step")
     p.add_argument("--num-generations", type=int, default=4, help="GRPO group size (PPO: 1 sample per question, "
                    "prompts-per-step x num-generations questions per step)")
+    p.add_argument("--temperature", type=float, default=1.0,
+                   help="sampling temperature of the RL rollouts and of rft's samples (evaluation is greedy)")
     p.add_argument("--critic-lr", type=float, default=2e-4)
     p.add_argument("--critic-warmup-steps", type=int, default=4, help="ppo_warmup: value-only steps first")
     p.add_argument("--eval-every", type=int, default=5, help="RL stages: held-out EM every this many steps (0: never)")
@@ -315,7 +317,7 @@ def run_rl(task: Task, args: argparse.Namespace, name: str) -> dict[str, Any]:
     common = dict(
         output_dir=str(args.out / name / "trainer"), max_steps=args.rl_steps, learning_rate=args.rl_lr,
         lr_scheduler_type="constant", logging_steps=1, save_strategy="no", report_to="none", seed=args.seed,
-        use_cpu=args.device == "cpu", bf16=False, temperature=1.0, beta=0.0,
+        use_cpu=args.device == "cpu", bf16=False, temperature=args.temperature, beta=0.0,
         mask_observations=name != "grpo_unmasked", rollout_mode="text", max_turns=args.max_turns,
         max_tokens_per_turn=args.max_tokens_per_turn, max_completion_length=args.max_completion_length,
         max_observation_tokens=args.max_completion_length, gradient_checkpointing=False,
@@ -362,7 +364,7 @@ def run_rft(task: Task, args: argparse.Namespace) -> dict[str, Any]:
     rows = rl_rows(task, args)[: args.rl_steps * args.rl_prompts_per_step]
     model = with_adapters(args, args.out / "sft" / "adapter")
     sampling = copy.deepcopy(model.generation_config)
-    sampling.temperature, sampling.top_k, sampling.top_p = 1.0, 0, 1.0  # as GRPO's rollouts (TRL's defaults)
+    sampling.temperature, sampling.top_k, sampling.top_p = args.temperature, 0, 1.0  # as the RL rollouts
     config = SFTConfig(
         output_dir=str(args.out / "rft" / "trainer"), num_train_epochs=args.sft_epochs, learning_rate=args.sft_lr,
         per_device_train_batch_size=args.sft_batch_size, lr_scheduler_type="cosine", warmup_steps=0.1,
