@@ -21,6 +21,7 @@ factory that raises costs its rollout alone (``env_error``) instead of the batch
 
 from __future__ import annotations
 
+import copy
 import inspect
 import threading
 from typing import Any, Callable, Sequence
@@ -146,19 +147,80 @@ def from_trainer_kwargs(kwargs: dict[str, Any], environment: Any, tool_timeout: 
     return TRLEnvironments(tools, factory, tool_timeout)
 
 
-def agentic_config(args: Any, config_class: type) -> Any:
+def trl_trainer_kwargs(native: TRLEnvironments, kwargs: dict[str, Any], config_class: type) -> dict[str, Any]:
+    """The keyword arguments of ``GRPOTrainer`` with what TRL 1.16's ``__init__`` derives from ``tools`` /
+    ``environment_factory``, for a trainer that runs them through our engine (TRL never sees them):
+
+    - ``args``: :func:`agentic_config` (``None``: TRL's default config, ``"<model name>-GRPO"``);
+    - ``reward_funcs``: the user's, then one ``get_reward`` column per environment class that has one, with weight
+      1 after the user's ``reward_weights`` (whose length TRL checks against the user's functions alone);
+    - ``train_dataset``: optional with one ``environment_factory`` whose ``reset()`` writes the prompt: TRL's
+      placeholder rows (one empty user message each, one generation round's worth) and ``max_steps`` required.
+    """
+    kwargs = dict(kwargs)
+    args = kwargs["args"] = agentic_config(kwargs.get("args"), config_class, kwargs.get("model"))
+    funcs = kwargs.get("reward_funcs")
+    funcs = [] if funcs is None else list(funcs) if isinstance(funcs, (list, tuple)) else [funcs]
+    extra = native.reward_functions()
+    if args.reward_weights is not None and extra:
+        if len(args.reward_weights) != len(funcs):  # TRL's check and message
+            raise ValueError(f"Number of reward weights ({len(args.reward_weights)}) must match number of reward "
+                             f"functions ({len(funcs)})")
+        args = kwargs["args"] = copy.copy(args)  # the caller's config is left as it was
+        args.reward_weights = [*args.reward_weights, *[1.0] * len(extra)]
+    kwargs["reward_funcs"] = [*funcs, *extra]
+    if kwargs.get("train_dataset") is None and native.factories:
+        kwargs["train_dataset"] = placeholder_dataset(native, args)
+    return kwargs
+
+
+def placeholder_dataset(native: TRLEnvironments, args: Any) -> Any:
+    """TRL 1.16's rows for training without ``train_dataset`` (the environment owns the data; ``reset()`` returns
+    the prompt): ``generation_batch_size // num_generations`` rows of one empty user message, cycled for
+    ``max_steps``. TRL's errors when that cannot work."""
+    from datasets import Dataset
+
+    if native.multi:
+        raise ValueError(
+            "A `dict` `environment_factory` (multiple environments) requires a `train_dataset` with an "
+            "`environment` column to route each example to its environment. Provide a dataset, or pass a "
+            "single environment factory."
+        )
+    if args.max_steps <= 0:
+        raise ValueError(
+            "When training without a `train_dataset` (the environment owns the data and returns the prompt "
+            "from `reset()`), `max_steps` must be set to a positive value to define the training length. Set "
+            "it via `GRPOConfig(max_steps=...)`."
+        )
+    rows = args.generation_batch_size // args.num_generations
+    return Dataset.from_dict({"prompt": [[{"role": "user", "content": ""}]] * rows})
+
+
+def agentic_config(args: Any, config_class: type, model: Any = None) -> Any:
     """TRL's ``GRPOConfig`` as ``config_class`` with the same values and TRL's tool-loop budgets: chat rollouts, one
     turn may use all of ``max_completion_length``, at most ``max_tool_calling_iterations + 1`` turns (unbounded in
-    TRL when unset: then the token budget ends the rollout). An instance of ``config_class`` is returned as is."""
+    TRL when unset: then the token budget ends the rollout). ``None`` gives TRL's default config as
+    ``config_class``, named as TRL names it (``"<model name>-GRPO"``, ``-PPO`` for PPO's); any other config is
+    turned into an ``AgenticGRPOConfig``, and one already is returned as is."""
     import dataclasses
 
-    if args is None or isinstance(args, config_class):
+    from .trainers.grpo import AgenticGRPOConfig
+
+    if isinstance(args, AgenticGRPOConfig):
         return args
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(args) if f.init}
-    values["generation_batch_size"] = None  # derived again from steps_per_generation (TRL rejects both set)
-    iterations = getattr(args, "max_tool_calling_iterations", None)
-    values.update(rollout_mode="chat", max_tokens_per_turn=args.max_completion_length,
-                  max_turns=iterations + 1 if iterations is not None else args.max_completion_length)
+    if args is None:
+        name = model if isinstance(model, str) else getattr(getattr(model, "config", None), "name_or_path", "")
+        kind = config_class.__name__.removeprefix("Agentic").removesuffix("Config")  # GRPO or PPO
+        length = config_class.__dataclass_fields__["max_completion_length"].default
+        values: dict[str, Any] = {"output_dir": f"{str(name).split('/')[-1]}-{kind}"}
+        iterations = None
+    else:
+        config_class = AgenticGRPOConfig
+        values = {f.name: getattr(args, f.name) for f in dataclasses.fields(args) if f.init}
+        values["generation_batch_size"] = None  # derived again from steps_per_generation (TRL rejects both set)
+        iterations, length = getattr(args, "max_tool_calling_iterations", None), args.max_completion_length
+    values.update(rollout_mode="chat", max_tokens_per_turn=length,
+                  max_turns=iterations + 1 if iterations is not None else length)
     return config_class(**values)
 
 

@@ -142,13 +142,19 @@ class DegenerateStepMonitor:
                 f"({cause}); {where}; max_degenerate_steps=0 turns this check off")
 
 
+def keyword_arguments(args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The arguments of ``GRPOTrainer(*args, **kwargs)``, all by name (``model``, ``reward_funcs``, ``args``, ...)."""
+    from trl import GRPOTrainer
+
+    bound = inspect.signature(GRPOTrainer.__init__).bind_partial(None, *args, **kwargs).arguments
+    return {name: value for name, value in bound.items() if name != "self"}
+
+
 def run_construction_checks(environment: Any, args: Sequence[Any], kwargs: dict[str, Any],
                             rollout_fields: Sequence[str] = ("trajectory",)) -> None:
     """Every construction check, on the arguments given to ``GRPOTrainer(*args, **kwargs)`` with an environment;
     ``rollout_fields``: the keyword arguments our rollout adds for the reward functions."""
-    from trl import GRPOTrainer
-
-    given = inspect.signature(GRPOTrainer.__init__).bind_partial(None, *args, **kwargs).arguments
+    given = keyword_arguments(args, kwargs)
     check_environment_factory(environment)
     datasets = {"train_dataset": given.get("train_dataset")}
     evals = given.get("eval_dataset")
