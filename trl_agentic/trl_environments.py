@@ -26,6 +26,7 @@ import inspect
 import threading
 from typing import Any, Callable, Sequence
 
+from .environment import StepResult
 from .native_tools import ToolCallEnvironment, tool_methods
 
 
@@ -59,13 +60,22 @@ class TRLEnvironments:
         self._lock = threading.Lock()
         self.reward_classes: list[type] = []
         for name, factory in factories.items():
-            instance = factory()
+            try:
+                instance = factory()
+            except Exception as exc:  # the probe: a factory that cannot build one instance fails before training
+                label = getattr(factory, "__name__", type(factory).__name__)
+                raise ValueError(f"environment_factory {label!r} raised {type(exc).__name__}: {exc}; it must build "
+                                 "an environment with no arguments") from exc
             if not callable(getattr(type(instance), "reset", None)):
                 raise ValueError(f"the environment {type(instance).__name__} of environment_factory must define a "
                                  "reset(**row) method (TRL's contract)")
             self._pools[name] = [instance]
             if callable(getattr(type(instance), "get_reward", None)) and type(instance) not in self.reward_classes:
                 self.reward_classes.append(type(instance))
+
+    def classes(self) -> dict[str | None, type]:
+        """The class of each environment (from the probed instances), by name (``None``: a single factory)."""
+        return {name: type(pool[0]) for name, pool in self._pools.items() if pool}
 
     def __call__(self) -> "TRLEnvironment":
         return TRLEnvironment(self)
@@ -97,6 +107,7 @@ class TRLEnvironment(ToolCallEnvironment):
         self.source = source
         self.instance: Any = None
         self._name: str | None = None
+        self._settled = True  # False while a call on the instance has not returned (or raised, or timed out)
 
     def reset(self, **row: Any) -> str | None:
         source = self.source
@@ -112,10 +123,22 @@ class TRLEnvironment(ToolCallEnvironment):
         self._name, self.instance = name, source.acquire(name)
         methods = tool_methods(self.instance)
         self.tools, self.sequential = source.tools + methods, methods
-        return self.instance.reset(**row)
+        self._settled = False
+        text = self.instance.reset(**row)
+        self._settled = True
+        return text
+
+    async def step(self, message: dict[str, Any]) -> StepResult:
+        settled, self._settled = self._settled, False
+        result = await super().step(message)
+        self._settled = settled and not result.info.get("tool_timeout")  # a timed-out method may still be running
+        return result
 
     def close(self) -> None:
-        if self.instance is not None:
+        """Give the instance back for a later rollout, unless a call on it raised or is still running on an
+        abandoned thread (a ``reset``/``step`` past ``env_timeout``, a method past ``tool_timeout``): then it is
+        dropped, and the factory builds a fresh one when needed."""
+        if self.instance is not None and self._settled:
             self.source.release(self._name, self.instance)
 
 

@@ -60,17 +60,31 @@ def _required_keywords(func: Any) -> tuple[list[str], bool]:
     return required, any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
-def check_reset_parameters(environment: Any, dataset: Any) -> None:
+def check_reset_parameters(environment: Any, dataset: Any, name: str = "train_dataset") -> None:
     """``reset(**row)`` is called with the row's columns: a required parameter no column fills (a typo in a column
-    name) would end every trajectory with ``env_error``."""
-    cls, columns = environment_class(environment), _columns(dataset)
-    if cls is None or columns is None or not callable(getattr(cls, "reset", None)):
+    name) would end every trajectory with ``env_error``. For TRL's ``environment_factory``, every environment class
+    is checked, and a dict of factories needs the ``environment`` column that picks each row's."""
+    from ..trl_environments import TRLEnvironments
+
+    columns = _columns(dataset)
+    if columns is None:
         return
-    required, _ = _required_keywords(cls.reset)
-    missing = [name for name in required[1:] if name not in columns]  # [0] is self
-    if missing:
-        raise ValueError(f"{cls.__name__}.reset() needs {', '.join(missing)}, which no dataset column provides "
-                         f"(columns: {', '.join(columns)}); rename the column or give the parameter a default")
+    if isinstance(environment, TRLEnvironments):
+        if environment.multi and "environment" not in columns:
+            raise ValueError(f"a dict environment_factory picks each row's environment by its 'environment' column, "
+                             f"which {name} lacks (columns: {', '.join(columns)}); add it, e.g. "
+                             f"dataset.add_column('environment', [...]) with names from {list(environment.factories)}")
+        classes = list(environment.classes().values())
+    else:
+        classes = [environment_class(environment)]
+    for cls in classes:
+        if cls is None or not callable(getattr(cls, "reset", None)):
+            continue
+        required, _ = _required_keywords(cls.reset)
+        missing = [p for p in required[1:] if p not in columns]  # [0] is self
+        if missing:
+            raise ValueError(f"{cls.__name__}.reset() needs {', '.join(missing)}, which no dataset column provides "
+                             f"(columns: {', '.join(columns)}); rename the column or give the parameter a default")
 
 
 def check_reward_signatures(reward_funcs: Any, dataset: Any, extra_fields: Iterable[str] = ()) -> None:
@@ -163,5 +177,5 @@ def run_construction_checks(environment: Any, args: Sequence[Any], kwargs: dict[
     for name, dataset in datasets.items():
         if dataset is not None:
             check_prompt_column(dataset, name)
-            check_reset_parameters(environment, dataset)
+            check_reset_parameters(environment, dataset, name)
     check_reward_signatures(given.get("reward_funcs"), datasets["train_dataset"], extra_fields=rollout_fields)
