@@ -7,7 +7,9 @@ are pure functions of what the trainer is given; each raises one line that names
 - :func:`~trl_agentic.environment.check_environment_factory`: ``environment=`` is a class or a zero-argument factory, not an instance, and its
   declared ``stop_strings`` are a list (a string would stop at each of its characters);
 - :func:`check_prompt_column`: the dataset has the ``prompt`` column TRL's sampler reads;
-- :func:`check_reset_parameters`: every required parameter of ``reset()`` is a dataset column;
+- :func:`check_rollout_mode`: native tool calls run in ``rollout_mode='chat'``;
+- :func:`check_reset_parameters`: every required parameter of ``reset()`` is a dataset column (and a dict
+  ``environment_factory`` has the ``environment`` column);
 - :func:`check_reward_signatures`: each reward function can bind the keyword arguments TRL passes it.
 
 What only training can show (the environment fails on every row, a reward returns ``None`` for everything) is
@@ -85,6 +87,20 @@ def check_reset_parameters(environment: Any, dataset: Any, name: str = "train_da
         if missing:
             raise ValueError(f"{cls.__name__}.reset() needs {', '.join(missing)}, which no dataset column provides "
                              f"(columns: {', '.join(columns)}); rename the column or give the parameter a default")
+
+
+def check_rollout_mode(environment: Any, rollout_mode: str | None) -> None:
+    """Native tool calls (a :class:`~trl_agentic.native_tools.ToolCallEnvironment`, TRL's ``tools=`` /
+    ``environment_factory=``) are chat messages rendered by the chat template: in ``rollout_mode='text'`` no call
+    would ever be parsed, and every trajectory would end after its first turn. ``None``: not known yet."""
+    from ..native_tools import ToolCallEnvironment
+    from ..trl_environments import TRLEnvironments
+
+    cls = environment_class(environment)
+    native = isinstance(environment, TRLEnvironments) or (cls is not None and issubclass(cls, ToolCallEnvironment))
+    if native and rollout_mode not in (None, "chat"):
+        raise ValueError(f"native tool calls need rollout_mode='chat' (the chat template renders the tools and their "
+                         f"results), got {rollout_mode!r}: pass rollout_mode='chat' (--rollout_mode chat)")
 
 
 def check_reward_signatures(reward_funcs: Any, dataset: Any, extra_fields: Iterable[str] = ()) -> None:
@@ -170,6 +186,7 @@ def run_construction_checks(environment: Any, args: Sequence[Any], kwargs: dict[
     ``rollout_fields``: the keyword arguments our rollout adds for the reward functions."""
     given = keyword_arguments(args, kwargs)
     check_environment_factory(environment)
+    check_rollout_mode(environment, getattr(given.get("args"), "rollout_mode", None))
     datasets = {"train_dataset": given.get("train_dataset")}
     evals = given.get("eval_dataset")
     datasets.update({f"eval_dataset[{k!r}]": v for k, v in evals.items()} if isinstance(evals, dict)

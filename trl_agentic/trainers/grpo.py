@@ -250,8 +250,6 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
             self._check_agentic_args()
             self._degenerate = DegenerateStepMonitor(self.args.max_degenerate_steps, self.args.trajectory_dir)
         if native is not None:
-            if self.args.rollout_mode != "chat":
-                raise ValueError("tools=/environment_factory= (native tool calls) need rollout_mode='chat'")
             ensure_response_parser(self.processing_class)
         if self.beta != 0.0 and getattr(self.args, "kl_estimator", "k3") != "k3":
             self._check_clipped_loss_settings()
