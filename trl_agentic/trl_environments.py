@@ -9,14 +9,18 @@ TRL's contract (``GRPOTrainer.__init__`` and ``_generate_and_score_completions``
   ``reset(**row)`` may return text, appended to the last user message of the prompt. Instances are built once and
   reused: each factory is probed once here (a broken factory fails before training), then instances are taken from a
   pool per rollout and given back when it ends.
-- ``get_reward()`` on an environment class: one extra reward function per class, named after it, weight 1, scoring
-  the rollouts of exactly that class (``None`` for the others).
+- ``get_reward()`` on an environment class: one extra reward function per class, named after it, weight 1 after
+  the user's ``reward_weights`` (which count the user's functions only), scoring the rollouts of exactly that class
+  (``None`` for the others).
+- ``train_dataset`` may be omitted with a single factory whose ``reset()`` writes the prompt (TRL's placeholder
+  rows; ``max_steps`` required); ``args=None`` is TRL's default config (:func:`trl_trainer_kwargs`).
 - reward functions receive ``environments=``: the instance of each rollout (the trainer passes them as a rollout
   field).
 
 What changes with our engine: tool calls run concurrently (the methods of one instance in call order) under
 ``tool_timeout``, a malformed call is answered with an error instead of ending the rollout, and a ``reset`` or
-factory that raises costs its rollout alone (``env_error``) instead of the batch.
+factory that raises costs its rollout alone (``env_error``) instead of the batch, and an instance whose ``reset`` or
+method raised or outlived its timeout is dropped instead of serving another rollout.
 """
 
 from __future__ import annotations
