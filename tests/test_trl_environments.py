@@ -388,25 +388,12 @@ def test_positional_trl_config_gets_the_tool_loop_budgets(qwen, tmp_path):
     assert isinstance(trainer.args, AgenticGRPOConfig) and trainer.args.rollout_mode == "chat"
 
 
-class Counter:
+class Counter(IncrementEnv):
     """Owns its data (TRL's dataset-free environment): ``reset`` writes the task."""
 
     def reset(self, **kwargs) -> str:
         self.counter, self.target = 0, 3
         return "Increment the counter to 3."
-
-    def get_reward(self) -> float:
-        return float(self.counter == self.target)
-
-    def increment(self, step: int) -> int:
-        """
-        Increment the internal counter.
-
-        Args:
-            step: Value to add to the counter.
-        """
-        self.counter += step
-        return self.counter
 
 
 def test_environment_factory_without_dataset_as_in_trl(qwen, tmp_path):
