@@ -94,6 +94,7 @@ def test_lora_adapter(tiny_model_dir, tmp_path, capsys):
     (["--samples", "2", "--k", "4"], "--k [4]: each k must be between 1 and --samples 2"),
     (["--task", "chess"], "--task 'chess' is unknown"),
     (["--task", "search_r1"], "no retriever: pass --corpus"),
+    (["--tool", "calculator_native"], "native tool calls need rollout_mode='chat'"),
 ])
 def test_errors_are_one_line(argv, message, tiny_model_dir):
     base = ["--model", tiny_model_dir, "--dataset", str(FIXTURES / "gsm8k_small.jsonl"), "--tool", "calculator"]
@@ -137,3 +138,45 @@ def test_vllm_generator_maps_the_turn_to_sampling_params(monkeypatch):
     assert recorded["params"] == {"max_tokens": 16, "logprobs": 0, "stop": ["</calc>", "</answer>"],
                                   "include_stop_str_in_output": True, "stop_token_ids": [5, 6], "temperature": 0.0,
                                   "top_p": 1.0, "seed": 3}
+
+
+def test_native_tool_calls_end_to_end(monkeypatch, tmp_path, capsys):
+    """--tool calculator_native on a model with Qwen2.5-Instruct's real tool-calling template: the prompt shows
+    calculate's schema, the model's <tool_call> is parsed and run, the result comes back as a tool message; the report,
+    the trajectories (with the parsed calls) and the HTML (the calls and their results) say so."""
+    from conventions import build_convention
+
+    qwen = build_convention("qwen2.5-instruct")
+    tok = qwen.tokenizer
+    prompts = []
+
+    def script(ids):
+        text = tok.decode(ids)
+        prompts.append(text)
+        if "<tool_response>" not in text:
+            return '<tool_call>\n{"name": "calculate", "arguments": {"expression": "(16 - 3 - 4) * 2"}}\n</tool_call><|im_end|>'
+        return ("<answer>18</answer>" if "Janet" in text else "<answer>0</answer>") + "<|im_end|>"
+
+    class Generator(ScriptedGenerator):
+        def __init__(self, model, tokenizer, *args, **kwargs):
+            super().__init__(tokenizer, script)
+
+    monkeypatch.setattr(evaluate_module, "HFGenerator", Generator)
+    out = tmp_path / "eval"
+    argv = ["--model", qwen.model_dir, "--task", "gsm8k_tools", "--tool", "calculator_native", "--rollout_mode", "chat",
+            "--dataset", str(FIXTURES / "gsm8k_small.jsonl"), "--max_rows", "2", "--max_completion_length", "200",
+            "--output_dir", str(out)]
+    assert main(argv) == 0
+    assert '"name": "calculate"' in prompts[0] and "<tools>" in prompts[0]  # the template rendered the schema
+    report = json.loads((out / "report.json").read_text())
+    assert report["successes"] == [1, 0] and report["mean_tool_calls"] == 1 and report["mean_turns"] == 2
+    rows = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
+    assert rows[0]["messages"] == [
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": "calculate", "arguments": {"expression": "(16 - 3 - 4) * 2"}}}]},
+        {"role": "tool", "name": "calculate", "content": "18"},
+        {"role": "assistant", "content": "<answer>18</answer>"},
+    ]
+    page = (out / "trajectories.html").read_text()
+    assert page.count("Tool calls (native)") == 2
+    assert "calculate({&quot;expression&quot;: &quot;(16 - 3 - 4) * 2&quot;}) → 18</li>" in page

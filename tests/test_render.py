@@ -78,6 +78,30 @@ def test_actions_and_observations_are_escaped(tokenizer, with_tokenizer):
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
 
 
+@pytest.mark.parametrize("with_tokenizer", [True, False])
+def test_native_tool_calls_and_results_are_shown_escaped(tokenizer, with_tokenizer):
+    """Each turn lists its parsed calls with their results (two calls in one turn, then a call the parser could not
+    read); the model's and the tools' text stays text."""
+    t = _trajectory(tokenizer)
+    t.messages = [
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": "search", "arguments": {"query": "<script>x</script>"}}},
+            {"type": "function", "function": {"name": "lookup", "arguments": {"id": 3}}}]},
+        {"role": "tool", "name": "search", "content": "<b>Paris</b>"},
+        {"role": "tool", "name": "lookup", "content": "{'error': 'Tool lookup not found.'}"},
+        {"role": "assistant", "content": "<tool_call>{bad"},
+        {"role": "tool", "name": "unknown", "content": "{'error': 'could not parse the tool call'}"},
+    ]
+    page = render_html([t], processing_class=tokenizer if with_tokenizer else None)
+    items = re.findall(r'<ol class="calls">(.*?)</ol>', page)
+    assert items == [
+        "<li>search({&quot;query&quot;: &quot;&lt;script&gt;x&lt;/script&gt;&quot;}) → &lt;b&gt;Paris&lt;/b&gt;</li>"
+        "<li>lookup({&quot;id&quot;: 3}) → {&#x27;error&#x27;: &#x27;Tool lookup not found.&#x27;}</li>",
+        "<li>(a call the parser could not read) → {&#x27;error&#x27;: &#x27;could not parse the tool call&#x27;}</li>",
+    ]
+    assert "<script" not in page and "<b>" not in page
+
+
 def test_token_classes_match_env_mask(tokenizer):
     t = _trajectory(tokenizer)
     tokens = _tokens(render_html([t], processing_class=tokenizer))

@@ -108,9 +108,10 @@ def increment_dataset():
 
 
 def _config(config_class, tmp_path, **extra):
-    return config_class(output_dir=str(tmp_path / "out"), per_device_train_batch_size=2, num_generations=2,
-                        max_completion_length=96, max_steps=2, learning_rate=1e-3, report_to="none", use_cpu=True,
-                        bf16=False, seed=0, save_strategy="no", logging_steps=1, **extra)
+    values = dict(output_dir=str(tmp_path / "out"), per_device_train_batch_size=2, num_generations=2,
+                  max_completion_length=96, max_steps=2, learning_rate=1e-3, report_to="none", use_cpu=True,
+                  bf16=False, seed=0, save_strategy="no", logging_steps=1)
+    return config_class(**{**values, **extra})
 
 
 @pytest.mark.parametrize("trainer_name", ["grpo", "ppo"])
@@ -290,3 +291,132 @@ def test_reset_text_joins_the_last_user_message_and_a_failing_reset_costs_its_ro
     im_end = tok.convert_tokens_to_ids("<|im_end|>")
     assert ok.prompt_ids.count(im_end) == rendered.count("<|im_end|>") - 1  # the reset text's stays text
     assert ok.stop_reason == "terminated" and broken.stop_reason == "env_error" and "no such level" in broken.error
+
+
+# -- the edges of TRL's contract, checked against TRL's own trainer ---------------------------------------------------
+def _both(qwen, tmp_path, rows, turns, **kwargs):
+    """TRL 1.16's GRPOTrainer and ours, built from the same arguments (each its own scripted model); for each, the
+    trainer, or the message of the error its constructor raised."""
+    from trl import GRPOTrainer
+
+    from trl_agentic import AgenticGRPOTrainer
+
+    built = {}
+    for name, trainer_class in (("trl", GRPOTrainer), ("ours", AgenticGRPOTrainer)):
+        tok = qwen.load_tokenizer()
+        torch.manual_seed(0)
+        model = scripted(qwen.load_model(), tok, turns)
+        arguments = {k: (v(tmp_path / name) if k == "args" and callable(v) else v) for k, v in kwargs.items()}
+        try:
+            built[name] = trainer_class(model=model, processing_class=tok, **arguments)
+        except Exception as exc:  # noqa: BLE001 - the message is compared
+            built[name] = f"{type(exc).__name__}: {exc}"
+    return built["trl"], built["ours"]
+
+
+def _reward_metrics(trainer):
+    """The reward metrics TRL logged for the round just scored (under "eval" while the model is in eval mode)."""
+    return {k: v for k, v in trainer._metrics["train" if trainer.model.training else "eval"].items()
+            if k.startswith("reward")}
+
+
+def test_get_reward_with_reward_weights_matches_trl(qwen, tmp_path):
+    """TRL checks reward_weights against the user's reward functions and gives get_reward weight 1 after them, logged
+    under the class's name: ours builds the same weights, names, rewards, metrics and advantages."""
+    from trl import GRPOConfig
+
+    def reward_func(completions, **kwargs):
+        return [len(c[-1]["content"]) / 10 for c in completions]
+
+    rows = [{"prompt": [{"role": "user", "content": f"Count to {t}."}], "target": t} for t in (3, 3, 1, 1)]
+    turns = [call("increment", step=2) + "\n" + call("increment", step=1), "Done."]
+    trl, ours = _both(qwen, tmp_path, rows, turns, train_dataset=increment_dataset(), reward_funcs=reward_func,
+                      environment_factory=IncrementEnv,
+                      args=lambda d: _config(GRPOConfig, d, reward_weights=[0.5], beta=0.0))
+    assert torch.equal(trl.reward_weights, torch.tensor([0.5, 1.0])) and torch.equal(ours.reward_weights, trl.reward_weights)
+    assert ours.reward_func_names == trl.reward_func_names == ["reward_func", "IncrementEnv"]
+    trl_batch = trl._generate_and_score_completions([dict(r) for r in rows])
+    ours_batch = ours.score_round([dict(r) for r in rows]).batch.data
+    assert torch.equal(trl_batch["advantages"], ours_batch["advantages"])
+    assert _reward_metrics(ours) == _reward_metrics(trl) and _reward_metrics(trl)["rewards/IncrementEnv/mean"] == [0.5]
+
+
+def test_reward_weights_counted_with_the_environment_reward_fail_as_in_trl(qwen, tmp_path):
+    from trl import GRPOConfig
+
+    trl, ours = _both(qwen, tmp_path, [], ["Done."], train_dataset=increment_dataset(),
+                      reward_funcs=lambda completions, **k: [0.0] * len(completions), environment_factory=IncrementEnv,
+                      args=lambda d: _config(GRPOConfig, d, reward_weights=[0.5, 1.0]))
+    assert isinstance(ours, str) and ours == trl
+    assert "Number of reward weights (2) must match number of reward functions (1)" in ours
+
+
+def test_args_none_gives_trls_default_config(qwen, tmp_path, monkeypatch):
+    """args=None: TRL builds GRPOConfig("<model name>-GRPO"); ours the same values, as an AgenticGRPOConfig with
+    TRL's tool-loop budgets (and AgenticPPOTrainer an AgenticPPOConfig)."""
+    from trl_agentic import AgenticGRPOConfig, AgenticPPOConfig, AgenticPPOTrainer
+
+    monkeypatch.chdir(tmp_path)
+    reward = lambda completions, **k: [0.0] * len(completions)  # noqa: E731
+    common = {"train_dataset": increment_dataset(), "reward_funcs": reward, "environment_factory": IncrementEnv}
+    if not torch.cuda.is_available():  # TRL's default bf16=True: both refuse a CPU-only machine with the same line
+        trl, ours = _both(qwen, tmp_path, [], ["Done."], **common)
+        assert isinstance(trl, str) and ours == trl and "use_cpu" in ours
+        monkeypatch.setattr("transformers.training_args.is_torch_bf16_gpu_available", lambda: True)
+    trl, ours = _both(qwen, tmp_path, [], ["Done."], **common)
+    assert isinstance(ours.args, AgenticGRPOConfig) and ours.args.output_dir == trl.args.output_dir
+    assert ours.args.output_dir.endswith("-GRPO") and ours.args.rollout_mode == "chat"
+    assert ours.args.max_tokens_per_turn == trl.args.max_completion_length
+    assert ours.args.learning_rate == trl.args.learning_rate and ours.args.num_generations == trl.args.num_generations
+    tok = qwen.load_tokenizer()
+    ppo = AgenticPPOTrainer(model=qwen.load_model(), processing_class=tok, train_dataset=increment_dataset(),
+                            reward_funcs=reward, tools=[multiply])
+    assert isinstance(ppo.args, AgenticPPOConfig) and ppo.args.rollout_mode == "chat"
+    assert ppo.args.output_dir.endswith("-PPO")
+
+
+def test_positional_trl_config_gets_the_tool_loop_budgets(qwen, tmp_path):
+    """GRPOTrainer(model, reward_funcs, args, train_dataset): the config given by position is converted too."""
+    from trl import GRPOConfig
+
+    from trl_agentic import AgenticGRPOConfig, AgenticGRPOTrainer
+
+    tok = qwen.load_tokenizer()
+    trainer = AgenticGRPOTrainer(qwen.load_model(), lambda completions, **k: [0.0] * len(completions),
+                                 _config(GRPOConfig, tmp_path), increment_dataset(), processing_class=tok,
+                                 tools=[multiply])
+    assert isinstance(trainer.args, AgenticGRPOConfig) and trainer.args.rollout_mode == "chat"
+
+
+class Counter(IncrementEnv):
+    """Owns its data (TRL's dataset-free environment): ``reset`` writes the task."""
+
+    def reset(self, **kwargs) -> str:
+        self.counter, self.target = 0, 3
+        return "Increment the counter to 3."
+
+
+def test_environment_factory_without_dataset_as_in_trl(qwen, tmp_path):
+    """TRL 1.16 trains without train_dataset when a single environment_factory writes the prompt in reset()
+    (placeholder rows of one empty user message, max_steps required): ours builds the same rows and prompts and
+    trains; the two cases TRL refuses fail with TRL's message."""
+    from trl import GRPOConfig
+
+    turns = [call("increment", step=3), "Done."]
+    trl, ours = _both(qwen, tmp_path, [], turns, reward_funcs=None, environment_factory=Counter,
+                      args=lambda d: _config(GRPOConfig, d, max_steps=1))
+    assert ours.train_dataset.to_list() == trl.train_dataset.to_list()
+    trl_batch = trl._generate_and_score_completions([dict(r) for r in trl.train_dataset] * 2)
+    ours_batch = ours.score_round([dict(r) for r in ours.train_dataset] * 2).batch.data
+    for key in ("prompt_ids", "completion_ids", "tool_mask", "advantages"):
+        assert torch.equal(trl_batch[key], ours_batch[key]), key
+    assert "Increment the counter to 3." in qwen.tokenizer.decode(ours_batch["prompt_ids"][0])
+    assert _reward_metrics(ours) == _reward_metrics(trl) and _reward_metrics(trl)["rewards/Counter/mean"] == [1.0]
+    ours.train()
+    assert ours.state.global_step == 1
+    for refused in ({"environment_factory": Counter, "args": lambda d: _config(GRPOConfig, d, max_steps=-1)},
+                    {"environment_factory": {"a": Counter}, "args": lambda d: _config(GRPOConfig, d)},
+                    {"tools": [multiply], "args": lambda d: _config(GRPOConfig, d)}):
+        trl, ours = _both(qwen, tmp_path, [], ["Done."], reward_funcs=lambda completions, **k: [0.0] * len(completions),
+                          **refused)
+        assert isinstance(trl, str) and ours == trl

@@ -131,6 +131,7 @@ def run_evaluation(args: EvaluateArguments, task_args: Any) -> Any:
 
     from .evaluate import evaluate
     from .render import render_html
+    from .trainers.checks import check_rollout_mode
     from .trajectory import save_trajectories
 
     if any(not 1 <= k <= args.samples for k in args.k):
@@ -138,6 +139,10 @@ def run_evaluation(args: EvaluateArguments, task_args: Any) -> Any:
     torch.manual_seed(args.seed)
     model, tokenizer = load_model(args)
     with build_task(args.task, task_args, args.max_completion_length) as task:
+        try:
+            check_rollout_mode(task.environment, args.rollout_mode)
+        except ValueError as exc:
+            raise TaskConfigError(str(exc)) from None
         rows = task.rows(take(load_rows(args.dataset, args.dataset_config, args.split, flag="--dataset",
                                         split_flag="--split"), args.max_rows), tokenizer, flag="--dataset")
         generation_config = copy.deepcopy(model.generation_config)

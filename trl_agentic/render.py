@@ -55,6 +55,9 @@ dl.meta dd { margin: 0; font-weight: 600; }
 .block.prompt-block { border-left-color: #7aa2e3; }
 .block.action { border-left-color: #3a9d3a; }
 .block.observation { border-left-color: #999; }
+.block.tool-calls { border-left-color: #c98a1a; }
+ol.calls { margin: 0; padding-left: 1.5rem; font-family: ui-monospace, SFMono-Regular, Menlo, monospace;
+  font-size: .85rem; white-space: pre-wrap; word-break: break-word; }
 .turn { margin: .75rem 0; }
 .turn-head, .label { font-size: .8rem; color: #555; margin-bottom: .2rem; }
 .turn-head { font-weight: 600; color: #333; }
@@ -223,16 +226,43 @@ def _turn_head(t: Trajectory, k: int) -> str:
     return f'<div class="turn-head">{_esc(" · ".join(parts))}</div>'
 
 
+def _tool_calls(t: Trajectory) -> list[list[list[Any]]]:
+    """Per turn, the native tool calls of ``t.messages`` as ``[name, arguments, result]`` (each assistant message is
+    one turn; each ``tool`` message answers the turn's next unanswered call, or, for a call the parser could not
+    read, stands alone with name ``None``)."""
+    turns: list[list[list[Any]]] = []
+    for message in t.messages:
+        if message.get("role") == "assistant":
+            turns.append([[c.get("function", c).get("name"), c.get("function", c).get("arguments"), None]
+                          for c in message.get("tool_calls") or []])
+        elif message.get("role") == "tool" and turns:
+            call = next((c for c in turns[-1] if c[2] is None), None)
+            if call is None:
+                turns[-1].append(call := [None, None, None])
+            call[2] = message.get("content")
+    return turns
+
+
+def _calls_block(calls: list[list[Any]]) -> str:
+    """The turn's tool calls, each ``name(arguments) → result``."""
+    items = []
+    for name, arguments, result in calls:
+        head = "(a call the parser could not read)" if name is None else f"{name}({json.dumps(arguments, default=str)})"
+        items.append(f"<li>{_esc(head)} → {_esc(result) if result is not None else '(no result)'}</li>")
+    return _block("tool-calls", "Tool calls (native)", f'<ol class="calls">{"".join(items)}</ol>')
+
+
 def _render_turns(t: Trajectory, tokens: _TokenRenderer | None) -> str:
     """The prompt and every turn. In token mode the blocks cover each completion position exactly once: anything
     before the first turn, then per turn its sampled span and the observation tokens up to the next turn."""
+    calls = [_calls_block(c) if c else "" for c in _tool_calls(t)]
     if tokens is None:
         parts = [_block("prompt-block", "Prompt", _text_block(_prompt_text(t.prompt), "prompt-text"))]
         for k, action in enumerate(t.actions):
             observation = _text_block(_item(t.observations, k), "observation-text")
             parts.append(
                 f'<div class="turn">{_turn_head(t, k)}'
-                f'{_block("action", "Action (trained)", _text_block(action, "action-text"))}'
+                f'{_block("action", "Action (trained)", _text_block(action, "action-text"))}{_item(calls, k) or ""}'
                 f'{_block("observation", "Observation (masked)", observation)}</div>'
             )
         return "".join(parts)
@@ -258,7 +288,7 @@ def _render_turns(t: Trajectory, tokens: _TokenRenderer | None) -> str:
         )
         parts.append(
             f'<div class="turn">{_turn_head(t, k)}'
-            f'{_block("action", "Action (trained)", action_body)}'
+            f'{_block("action", "Action (trained)", action_body)}{_item(calls, k) or ""}'
             f'{_block("observation", "Observation (masked)", observation_body)}{plain}</div>'
         )
     return "".join(parts)

@@ -7,7 +7,9 @@ are pure functions of what the trainer is given; each raises one line that names
 - :func:`~trl_agentic.environment.check_environment_factory`: ``environment=`` is a class or a zero-argument factory, not an instance, and its
   declared ``stop_strings`` are a list (a string would stop at each of its characters);
 - :func:`check_prompt_column`: the dataset has the ``prompt`` column TRL's sampler reads;
-- :func:`check_reset_parameters`: every required parameter of ``reset()`` is a dataset column;
+- :func:`check_rollout_mode`: native tool calls run in ``rollout_mode='chat'``;
+- :func:`check_reset_parameters`: every required parameter of ``reset()`` is a dataset column (and a dict
+  ``environment_factory`` has the ``environment`` column);
 - :func:`check_reward_signatures`: each reward function can bind the keyword arguments TRL passes it.
 
 What only training can show (the environment fails on every row, a reward returns ``None`` for everything) is
@@ -60,17 +62,45 @@ def _required_keywords(func: Any) -> tuple[list[str], bool]:
     return required, any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
-def check_reset_parameters(environment: Any, dataset: Any) -> None:
+def check_reset_parameters(environment: Any, dataset: Any, name: str = "train_dataset") -> None:
     """``reset(**row)`` is called with the row's columns: a required parameter no column fills (a typo in a column
-    name) would end every trajectory with ``env_error``."""
-    cls, columns = environment_class(environment), _columns(dataset)
-    if cls is None or columns is None or not callable(getattr(cls, "reset", None)):
+    name) would end every trajectory with ``env_error``. For TRL's ``environment_factory``, every environment class
+    is checked, and a dict of factories needs the ``environment`` column that picks each row's."""
+    from ..trl_environments import TRLEnvironments
+
+    columns = _columns(dataset)
+    if columns is None:
         return
-    required, _ = _required_keywords(cls.reset)
-    missing = [name for name in required[1:] if name not in columns]  # [0] is self
-    if missing:
-        raise ValueError(f"{cls.__name__}.reset() needs {', '.join(missing)}, which no dataset column provides "
-                         f"(columns: {', '.join(columns)}); rename the column or give the parameter a default")
+    if isinstance(environment, TRLEnvironments):
+        if environment.multi and "environment" not in columns:
+            raise ValueError(f"a dict environment_factory picks each row's environment by its 'environment' column, "
+                             f"which {name} lacks (columns: {', '.join(columns)}); add it, e.g. "
+                             f"dataset.add_column('environment', [...]) with names from {list(environment.factories)}")
+        classes = list(environment.classes().values())
+    else:
+        classes = [environment_class(environment)]
+    for cls in classes:
+        if cls is None or not callable(getattr(cls, "reset", None)):
+            continue
+        required, _ = _required_keywords(cls.reset)
+        missing = [p for p in required[1:] if p not in columns]  # [0] is self
+        if missing:
+            raise ValueError(f"{cls.__name__}.reset() needs {', '.join(missing)}, which no dataset column provides "
+                             f"(columns: {', '.join(columns)}); rename the column or give the parameter a default")
+
+
+def check_rollout_mode(environment: Any, rollout_mode: str | None) -> None:
+    """Native tool calls (a :class:`~trl_agentic.native_tools.ToolCallEnvironment`, TRL's ``tools=`` /
+    ``environment_factory=``) are chat messages rendered by the chat template: in ``rollout_mode='text'`` no call
+    would ever be parsed, and every trajectory would end after its first turn. ``None``: not known yet."""
+    from ..native_tools import ToolCallEnvironment
+    from ..trl_environments import TRLEnvironments
+
+    cls = environment_class(environment)
+    native = isinstance(environment, TRLEnvironments) or (cls is not None and issubclass(cls, ToolCallEnvironment))
+    if native and rollout_mode not in (None, "chat"):
+        raise ValueError(f"native tool calls need rollout_mode='chat' (the chat template renders the tools and their "
+                         f"results), got {rollout_mode!r}: pass rollout_mode='chat' (--rollout_mode chat)")
 
 
 def check_reward_signatures(reward_funcs: Any, dataset: Any, extra_fields: Iterable[str] = ()) -> None:
@@ -142,14 +172,21 @@ class DegenerateStepMonitor:
                 f"({cause}); {where}; max_degenerate_steps=0 turns this check off")
 
 
+def keyword_arguments(args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The arguments of ``GRPOTrainer(*args, **kwargs)``, all by name (``model``, ``reward_funcs``, ``args``, ...)."""
+    from trl import GRPOTrainer
+
+    bound = inspect.signature(GRPOTrainer.__init__).bind_partial(None, *args, **kwargs).arguments
+    return {name: value for name, value in bound.items() if name != "self"}
+
+
 def run_construction_checks(environment: Any, args: Sequence[Any], kwargs: dict[str, Any],
                             rollout_fields: Sequence[str] = ("trajectory",)) -> None:
     """Every construction check, on the arguments given to ``GRPOTrainer(*args, **kwargs)`` with an environment;
     ``rollout_fields``: the keyword arguments our rollout adds for the reward functions."""
-    from trl import GRPOTrainer
-
-    given = inspect.signature(GRPOTrainer.__init__).bind_partial(None, *args, **kwargs).arguments
+    given = keyword_arguments(args, kwargs)
     check_environment_factory(environment)
+    check_rollout_mode(environment, getattr(given.get("args"), "rollout_mode", None))
     datasets = {"train_dataset": given.get("train_dataset")}
     evals = given.get("eval_dataset")
     datasets.update({f"eval_dataset[{k!r}]": v for k, v in evals.items()} if isinstance(evals, dict)
@@ -157,5 +194,5 @@ def run_construction_checks(environment: Any, args: Sequence[Any], kwargs: dict[
     for name, dataset in datasets.items():
         if dataset is not None:
             check_prompt_column(dataset, name)
-            check_reset_parameters(environment, dataset)
+            check_reset_parameters(environment, dataset, name)
     check_reward_signatures(given.get("reward_funcs"), datasets["train_dataset"], extra_fields=rollout_fields)

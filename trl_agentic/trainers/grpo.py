@@ -33,8 +33,8 @@ from ..rollout.metrics import logprob_gap, metrics_from_sums, rollout_sums
 from ..rollout.vllm import TRLVLLMGenerator
 from ..trackers import trajectory_columns
 from ..trajectory import Trajectory, save_trajectories
-from .checks import DegenerateStepMonitor, DegenerateTrainingError, run_construction_checks
-from ..trl_environments import TRLEnvironments, agentic_config, from_trainer_kwargs, with_message_completions
+from .checks import DegenerateStepMonitor, DegenerateTrainingError, keyword_arguments, run_construction_checks
+from ..trl_environments import TRLEnvironments, from_trainer_kwargs, trl_trainer_kwargs, with_message_completions
 from .zero_variance import merge_rounds, pick_groups
 
 ZERO_VARIANCE_POLICIES = ("keep", "std_floor", "dynamic_sampling")
@@ -218,15 +218,17 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
     for every reward function (advantage 0, outside its group's baseline).
     """
 
+    config_class: type = AgenticGRPOConfig  # the default config when args=None with tools=/environment_factory=
+
     def __init__(self, *args: Any, environment: EnvironmentFactory | None = None, task: Any = None,
                  **kwargs: Any) -> None:
         check_trl_version()
+        kwargs, args = keyword_arguments(args, kwargs), ()  # GRPOTrainer's arguments, all by name
         # TRL's tools= / environment_factory= run through our engine, as native tool calls (issue 18)
         native = from_trainer_kwargs(kwargs, environment, getattr(kwargs.get("args"), "env_timeout", 60.0) / 2)
-        if native is not None:
+        if native is not None:  # args, get_reward columns, reward_weights, train_dataset: as TRL derives them
             environment = native
-            if "args" in kwargs:
-                kwargs["args"] = agentic_config(kwargs["args"], AgenticGRPOConfig)
+            kwargs = trl_trainer_kwargs(native, kwargs, self.config_class)
         self.environment = environment
         self.task = task
         if environment is not None:
@@ -235,19 +237,12 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
             if kwargs.get("rollout_func") is not None:
                 raise ValueError("pass either environment= or rollout_func=, not both")
             kwargs["rollout_func"] = self._agentic_rollout
-            funcs = kwargs.get("reward_funcs", args[1] if len(args) > 1 else None)
-            if native is not None and native.reward_classes:  # TRL's get_reward: extra reward functions
-                funcs = [*(funcs if isinstance(funcs, (list, tuple)) else [funcs] * (funcs is not None)),
-                         *native.reward_functions()]
+            funcs = kwargs.get("reward_funcs")
 
             def wrap(func: Any) -> Any:  # native tool calls: completions as TRL's messages
                 return guard_reward(with_message_completions(func) if native is not None else func)
 
-            guarded = [wrap(f) for f in funcs] if isinstance(funcs, (list, tuple)) else wrap(funcs)
-            if "reward_funcs" in kwargs or len(args) <= 1:
-                kwargs["reward_funcs"] = guarded
-            else:
-                args = (args[0], guarded, *args[2:])
+            kwargs["reward_funcs"] = [wrap(f) for f in funcs] if isinstance(funcs, (list, tuple)) else wrap(funcs)
         with warnings.catch_warnings():  # TRL's "rollout_func is experimental": ours is pinned and contract-tested
             warnings.filterwarnings("ignore", message="You are using 'rollout_func'", category=UserWarning)
             super().__init__(*args, **kwargs)
@@ -255,8 +250,6 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
             self._check_agentic_args()
             self._degenerate = DegenerateStepMonitor(self.args.max_degenerate_steps, self.args.trajectory_dir)
         if native is not None:
-            if self.args.rollout_mode != "chat":
-                raise ValueError("tools=/environment_factory= (native tool calls) need rollout_mode='chat'")
             ensure_response_parser(self.processing_class)
         if self.beta != 0.0 and getattr(self.args, "kl_estimator", "k3") != "k3":
             self._check_clipped_loss_settings()

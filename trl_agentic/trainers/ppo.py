@@ -140,6 +140,7 @@ class AgenticPPOTrainer(AgenticGRPOTrainer):
         *args, **kwargs: As :class:`AgenticGRPOTrainer` (``environment=``, ``peft_config=``, ...).
     """
 
+    config_class: type = AgenticPPOConfig  # the default config when args=None with tools=/environment_factory=
     reshuffle_each_pass = True  # a new mini-batch permutation for every PPO epoch (cleanrl, TRL's former PPO)
 
     def __init__(self, *args: Any, value_model: ValueModel | str | None = None, **kwargs: Any) -> None:
