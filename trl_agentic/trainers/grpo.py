@@ -387,8 +387,8 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
 
     def _batch(self, trajectories: list[Trajectory], completion_ids: list[list[int]], env_mask: list[list[int]],
                logprobs: list[list[float]]) -> TRLBatch:
-        """The round's batch as TRL's ``_generate_and_score_completions`` builds it (``grpo_trainer.py``, l. 2440-2935; keys in
-        its order): prompts left-padded, completions right-padded (to a multiple of ``pad_to_multiple_of``), the
+        """The round's batch as TRL's ``_generate_and_score_completions`` builds it (``grpo_trainer.py``,
+        l. 2440-2935; keys in its order): prompts left-padded, completions right-padded (to a multiple of ``pad_to_multiple_of``), the
         env mask as ``tool_mask`` (padded with 1, as TRL's), ``num_items_in_batch = sum_all processes
         completion_mask * tool_mask``. Old log-probs when the policy moves before the batch is trained on
         (``gradient_accumulation_steps`` not a multiple of ``steps_per_generation * num_iterations``) or for vLLM's
@@ -445,8 +445,8 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
         self._log_rewards(round_, advantages, zero_std)
 
     def _log_rewards(self, round_: Round, advantages: torch.Tensor, zero_std: float | None) -> None:
-        """TRL's per-round reward metrics (``grpo_trainer.py`` l. 2820-2830): ``rewards/<name>/mean`` and ``/std`` over the rows each
-        function scored, ``reward`` and ``reward_std`` of the weighted sum over scorable rows,
+        """TRL's per-round reward metrics (``grpo_trainer.py`` l. 2820-2830): ``rewards/<name>/mean`` and ``/std``
+        over the rows each function scored, ``reward`` and ``reward_std`` of the weighted sum over scorable rows,
         ``frac_reward_zero_std``; then the completions table (``advantages``: every process's, one per row)."""
         rewards_per_func = round_.rewards_per_func
         for i, name in enumerate(self.reward_func_names):
@@ -462,8 +462,8 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
 
     def _log_lengths(self, prompt_ids: list[list[int]], completion_ids: list[list[int]],
                      env_mask: list[list[int]]) -> None:
-        """TRL's length metrics (``grpo_trainer.py`` ``_generate``, l. 2276-2310), over all processes: a completion's length counts its
-        sampled (trained) tokens; it is clipped when its last token is neither an end token nor the pad token."""
+        """TRL's length metrics (``grpo_trainer.py`` ``_generate``, l. 2276-2310), over all processes: a
+        completion's length counts its sampled (trained) tokens; it is clipped when its last token is neither an end token nor the pad token."""
         device = self.accelerator.device
         lengths = self.accelerator.gather(torch.tensor([sum(m) for m in env_mask], device=device)).float()
         prompt_tokens = self.accelerator.gather(torch.tensor([len(p) for p in prompt_ids], device=device)).sum()

@@ -1,10 +1,11 @@
-"""One generation round with an environment, as values (:class:`Round`, its batch a :class:`TRLBatch`): the pieces of TRL 1.16's ``_generate_and_score_completions``
-that :class:`~trl_agentic.AgenticGRPOTrainer` owns, each a pure function with TRL's formula beside it.
+"""One generation round with an environment, as values (:class:`Round`, its batch a :class:`TRLBatch`), and the
+pieces of TRL 1.16's ``_generate_and_score_completions`` that :class:`~trl_agentic.AgenticGRPOTrainer` owns, each a
+pure function with TRL's formula beside it.
 
 A round is ``rows -> trajectories -> rewards -> advantages -> batch``; :class:`Round` carries it from one stage to the
 next. The functions here build the tensors of TRL's batch from the trajectories exactly as TRL builds them from a
 ``rollout_func``'s lists (``grpo_trainer.py``, l. 2440-2480: padding; l. 2641-2695: vLLM importance sampling);
-``tests/test_round.py`` pins them against TRL's own ``GRPOTrainer`` on identical scripted token streams.
+``tests/test_round.py`` pins them against TRL's own ``GRPOTrainer`` fed the same trajectories.
 """
 
 from __future__ import annotations
