@@ -7,8 +7,8 @@ import math
 
 import pytest
 import torch
-
 from helpers import EchoEnvironment, agentic_args, lookup_dataset, trl_replay
+
 from trl_agentic import AgenticGRPOTrainer
 from trl_agentic.trainers.round import pad, vllm_importance_sampling_ratio
 

@@ -52,7 +52,6 @@ import contextlib
 import inspect
 import time
 import warnings
-from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 import torch

@@ -36,8 +36,8 @@ from ..rollout.metrics import logprob_gap, metrics_from_sums, rollout_sums
 from ..rollout.vllm import TRLVLLMGenerator
 from ..trackers import trajectory_columns
 from ..trajectory import Trajectory, save_trajectories
-from .checks import DegenerateStepMonitor, DegenerateTrainingError, run_construction_checks
 from ..trl_environments import TRLEnvironments, agentic_config, from_trainer_kwargs, with_message_completions
+from .checks import DegenerateStepMonitor, DegenerateTrainingError, run_construction_checks
 from .round import Round, TRLBatch, pad, trl_completion_rows, vllm_importance_sampling_ratio
 from .zero_variance import merge_rounds, pick_groups
 

@@ -39,6 +39,7 @@ from ..critic import CriticGradients, SharedValueHead, ValueModel
 from .grpo import AgenticGRPOConfig, AgenticGRPOTrainer, row_advantages
 from .round import Round, TRLBatch
 
+
 @dataclass
 class AgenticPPOConfig(AgenticGRPOConfig):
     """PPO settings on top of :class:`AgenticGRPOConfig`.

@@ -11,8 +11,9 @@ next. The functions here build the tensors of TRL's batch from the trajectories 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
