@@ -244,7 +244,7 @@ def test_batch_equals_trl_tool_loop(qwen, tmp_path):
         if name == "trl":
             batch = trainer._generate_and_score_completions([dict(r) for r in rows])
         else:
-            batch = trainer.score_round([dict(r) for r in rows]).batch.data
+            batch = trainer.training_batch([dict(r) for r in rows]).data
         batches[name] = batch
     trl, ours = batches["trl"], batches["ours"]
     assert rewards["trl"] == rewards["ours"] and len(set(rewards["trl"])) > 1
