@@ -179,3 +179,27 @@ def completion_hidden_grad(model: Any, batch: Any, loss_fn: Any) -> Any:
 def agent_tokens_reward(completions, trajectory, **kwargs):
     """Varies between completions of a group, so that every step has non-zero advantages."""
     return [t.num_agent_tokens / 10 for t in trajectory]
+
+
+def trl_replay(model_dir, tokenizer, args, reward_funcs, trajectories, rows):
+    """TRL 1.16's own round on given trajectories: a plain ``GRPOTrainer`` (``args``' GRPOConfig fields) whose
+    ``rollout_func`` hands TRL each trajectory's prompt ids, completion ids and env mask (a row left empty gets one
+    masked pad token; a failed environment trains no token) and the trajectory, as an extra field for the reward
+    functions. Returns the trainer and its batch for ``rows`` (the reference for our own round)."""
+    import dataclasses
+
+    from trl import GRPOConfig, GRPOTrainer
+
+    def replay(prompts, trainer):
+        pad = tokenizer.pad_token_id
+        ids = [list(t.completion_ids) or [pad] for t in trajectories]
+        masks = [[0] * len(i) if t.env_failed else (list(t.env_mask) or [0]) for t, i in zip(trajectories, ids)]
+        return {"prompt_ids": [list(t.prompt_ids) for t in trajectories], "completion_ids": ids, "logprobs": None,
+                "env_mask": masks, "trajectory": list(trajectories)}
+
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(GRPOConfig) if f.init}
+    values.update(generation_batch_size=None, output_dir=args.output_dir + "-trl")
+    trainer = GRPOTrainer(model=model_dir, reward_funcs=reward_funcs, args=GRPOConfig(**values),
+                          processing_class=tokenizer, rollout_func=replay, train_dataset=lookup_dataset(8))
+    trainer.model.train()
+    return trainer, trainer._generate_and_score_completions([dict(r) for r in rows])

@@ -38,7 +38,7 @@ TRL_ATTRIBUTES_READ = {
     "beta", "loss_type", "epsilon_low", "epsilon_high", "importance_sampling_level", "max_completion_length",
     "num_generations", "num_generations_eval", "num_iterations", "scale_rewards", "multi_objective_aggregation",
     "reward_weights", "reward_func_names", "eos_token_ids", "generation_config", "use_vllm", "vllm_generation",
-    "aux_loss_enabled",
+    "aux_loss_enabled", "ref_model", "pad_to_multiple_of",
 }
 TRL_ATTRIBUTES_WRITTEN = {
     "model_wrapped",  # end_training frees the distributed wrapper (compat.GRPOTrainerBoundary.end_training)
@@ -48,10 +48,11 @@ PRIVATE_IN_BOUNDARY = {
     "_generate_and_score_completions", "_compute_loss", "_get_per_token_logps_and_entropies", "_calculate_rewards",
     "_prepare_inputs", "_clip_grad_norm", "_metrics", "_step", "_buffered_inputs", "_dist",
     "_log_completion_extra",  # log_completion_columns: the multi-turn columns of the completions table (trackers.py)
+    "_logs", "_pending_extra_logs", "_pending_metrics",  # log_round_table: TRL's completions table, our round
 }
 OVERRIDES = {
-    "GRPOTrainerBoundary": {"__init__", "_generate_and_score_completions", "_calculate_rewards",
-                            "_compute_loss", "_prepare_inputs", "_clip_grad_norm"},
+    "GRPOTrainerBoundary": {"__init__", "_generate_and_score_completions", "_compute_loss", "_prepare_inputs",
+                            "_clip_grad_norm"},
     "AgenticGRPOTrainer": {"__init__", "create_model_card"},
     "AgenticPPOTrainer": {"__init__", "training_step", "create_optimizer", "save_model"},
 }

@@ -58,13 +58,13 @@ def test_trl_attributes_we_read_have_the_values_we_assume(tiny_model_dir, tokeni
     )
 
 
-def test_score_round_hands_back_rows_rewards_and_trajectories(tiny_model_dir, tokenizer, tmp_path):
+def test_generation_round_hands_back_rows_rewards_and_trajectories(tiny_model_dir, tokenizer, tmp_path):
     trainer = _trainer(tiny_model_dir, tokenizer, tmp_path)
     rows = [trainer.train_dataset[i] for i in range(4)]
-    scored = trainer.score_round(rows)
+    scored = trainer.generation_round(rows)
     batch = scored.batch
-    assert scored.rewards_per_func.shape == (4, 1)
-    assert len(scored.trajectories) == 4 and trainer.rollout_rows() == []  # the hand-off is scoped to the round
+    assert scored.rewards_per_func.shape == (4, 1) and scored.rows == rows
+    assert len(scored.trajectories) == 4 and all("trajectory" not in row for row in rows)  # rows left untouched
     # the typed accessor's layout claims hold on TRL's real batch
     assert (batch.prompt_mask[:, -1] == 1).all()  # prompts are left-padded
     lengths = [len(t.completion_ids) for t in scored.trajectories]
@@ -85,7 +85,7 @@ def test_clipped_loss_with_k3_equals_trls_loss(tiny_model_dir, tokenizer, tmp_pa
     beta = 0.3
     trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, beta=beta, loss_type=loss_type,
                        importance_sampling_level=level, use_bias_correction_kl=bias_correction)
-    batch = trainer.score_round([trainer.train_dataset[i] for i in range(4)]).batch
+    batch = trainer.training_batch([trainer.train_dataset[i] for i in range(4)])
     with torch.no_grad():  # make the policy differ from the reference and from the old policy
         batch.data["ref_per_token_logps"] = batch.ref_logps + 0.2 * torch.randn_like(batch.ref_logps)
         batch.old_logps = trainer.policy_logps(trainer.model, batch) + 0.1 * torch.randn_like(batch.ref_logps)
@@ -111,7 +111,7 @@ def test_non_finite_values_at_masked_positions_do_not_reach_the_loss(tiny_model_
     """inf in the reference / old log-probs at observation positions: TRL masks by multiplication (0 * inf = NaN);
     the boundary neutralises masked positions first, so the loss equals the one with finite values there."""
     trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, beta=0.2, kl_estimator="k3")
-    batch = trainer.score_round([trainer.train_dataset[i] for i in range(4)]).batch
+    batch = trainer.training_batch([trainer.train_dataset[i] for i in range(4)])
     masked = ~batch.loss_mask.bool()
     assert masked.any()
     clean = trainer.loss(trainer.model, batch)

@@ -244,7 +244,7 @@ def test_batch_equals_trl_tool_loop(qwen, tmp_path):
         if name == "trl":
             batch = trainer._generate_and_score_completions([dict(r) for r in rows])
         else:
-            batch = trainer.score_round([dict(r) for r in rows]).batch.data
+            batch = trainer.training_batch([dict(r) for r in rows]).data
         batches[name] = batch
     trl, ours = batches["trl"], batches["ours"]
     assert rewards["trl"] == rewards["ours"] and len(set(rewards["trl"])) > 1
@@ -336,7 +336,7 @@ def test_get_reward_with_reward_weights_matches_trl(qwen, tmp_path):
     assert torch.equal(trl.reward_weights, torch.tensor([0.5, 1.0])) and torch.equal(ours.reward_weights, trl.reward_weights)
     assert ours.reward_func_names == trl.reward_func_names == ["reward_func", "IncrementEnv"]
     trl_batch = trl._generate_and_score_completions([dict(r) for r in rows])
-    ours_batch = ours.score_round([dict(r) for r in rows]).batch.data
+    ours_batch = ours.training_batch([dict(r) for r in rows]).data
     assert torch.equal(trl_batch["advantages"], ours_batch["advantages"])
     assert _reward_metrics(ours) == _reward_metrics(trl) and _reward_metrics(trl)["rewards/IncrementEnv/mean"] == [0.5]
 
@@ -407,7 +407,7 @@ def test_environment_factory_without_dataset_as_in_trl(qwen, tmp_path):
                       args=lambda d: _config(GRPOConfig, d, max_steps=1))
     assert ours.train_dataset.to_list() == trl.train_dataset.to_list()
     trl_batch = trl._generate_and_score_completions([dict(r) for r in trl.train_dataset] * 2)
-    ours_batch = ours.score_round([dict(r) for r in ours.train_dataset] * 2).batch.data
+    ours_batch = ours.training_batch([dict(r) for r in ours.train_dataset] * 2).data
     for key in ("prompt_ids", "completion_ids", "tool_mask", "advantages"):
         assert torch.equal(trl_batch[key], ours_batch[key]), key
     assert "Increment the counter to 3." in qwen.tokenizer.decode(ours_batch["prompt_ids"][0])

@@ -1,30 +1,36 @@
 """The boundary with TRL: every override of a private ``GRPOTrainer`` method and every private TRL (or transformers
 ``Trainer``) name used by trl-agentic lives in this module, and nowhere else. ``tests/test_boundary.py`` enforces it
 and also lists every public TRL attribute our code reads and every public method our trainers override;
-``tests/test_compat.py`` holds a contract test for each item below.
+``tests/test_compat.py`` and ``tests/test_round.py`` hold the contract tests.
 
-trl-agentic builds on GRPOTrainer's public surface: ``rollout_func`` (the rollout seam; its extra keys reach the
-reward functions as keyword arguments, which is how trajectories travel), the reward-function keyword arguments and
-the config. On top of it, :class:`GRPOTrainerBoundary` overrides TRL's private methods once and hands our trainers
-named hooks: ``training_batch(rows) -> TRLBatch`` (one generation round; default TRL's), ``loss(model, batch)``
-(one micro-batch; default TRL's, :meth:`~GRPOTrainerBoundary.trl_loss`), ``reward_adjustment`` (the gathered
-rewards before TRL's advantages), ``extra_parameters()`` (a critic's parameters outside the model) and
-``reshuffle_each_pass`` (PPO's new permutation per epoch).
+:class:`GRPOTrainerBoundary` hands our trainers named hooks: ``training_batch(rows) -> TRLBatch`` (one generation
+round; default TRL's ``_generate_and_score_completions``, untouched), ``loss(model, batch)`` (one micro-batch;
+default TRL's, :meth:`~GRPOTrainerBoundary.trl_loss`), ``extra_parameters()`` (a critic's parameters outside the
+model) and ``reshuffle_each_pass`` (PPO's new permutation per epoch); and the services a round of our own needs:
+TRL's reward functions (``trl_rewards``), log-probs computed as TRL computes them (``policy_logps``,
+``reference_logps``, ``logps_and_entropies``) and TRL's logging (``log_metric``, ``count_tokens``,
+``log_round_table``, ``log_completion_columns``).
 
 What it relies on, with the place in trl 1.16.0 (``trl/trainer/grpo_trainer.py`` unless named):
 
 =====================================================  ==========================================================
 TRL internal                                           used for
 =====================================================  ==========================================================
-``_generate_and_score_completions(inputs)`` (l. 2324)   overridden: ``training_batch``; called by ``score_round``
-``_calculate_rewards(inputs, prompts, ...)`` (l. 1579)  overridden: ``reward_adjustment``, and the round's rewards
+``_generate_and_score_completions(inputs)`` (l. 2324)   overridden: ``training_batch``; TRL's called by its default
+``_calculate_rewards(inputs, prompts, ...)`` (l. 1579)  called once per round: ``trl_rewards``
 ``_compute_loss(model, inputs)`` (l. 3020)              overridden: ``loss``; called by ``trl_loss``
-``_get_per_token_logps_and_entropies`` (l. 1419)        called: ``logps_and_entropies``, ``policy_logps``
+``_get_per_token_logps_and_entropies`` (l. 1419)        called: ``logps_and_entropies``, ``policy_logps``,
+                                                        ``reference_logps`` (with ``trl.trainer.utils.use_adapter``
+                                                        for a PEFT reference, l. 2727)
 ``_prepare_inputs(generation_batch)`` (l. 1522)         overridden: ``reshuffle_each_pass``, with ``_step`` (l. 948),
                                                         ``_buffered_inputs`` (l. 951) and ``trl.trainer.utils``'
                                                         ``split_tensor_dict``, ``shuffle_sequence_dict``,
                                                         ``(un)split_pixel_values_by_grid``
-``_metrics`` (l. 1080)                                  ``log_metric``: averaged and logged with TRL's metrics
+``_metrics`` (l. 1080)                                  ``log_metric``, ``count_tokens`` (TRL's ``num_tokens``,
+                                                        l. 2293): averaged and logged with TRL's metrics
+``_logs``, ``_pending_extra_logs``, ``_pending_metrics``  ``log_round_table``: TRL's completions table and the
+(l. 1088-1098)                                          reward functions' ``log_extra`` / ``log_metric`` (l. 2833-2855)
+``_log_completion_extra`` (l. 1553)                     ``log_completion_columns``
 ``_dist`` (l. 1177)                                     ``unwrap_for_generation``: FSDP parameter gathering
 ``Trainer._clip_grad_norm(model)`` (transformers)       overridden: the critic's gradients clipped with the model's
 ``VLLMGeneration.max_completion_length``,               ``TRLVLLMGenerator``: per-turn budget and stop strings
@@ -33,7 +39,8 @@ TRL internal                                           used for
 
 ``REQUIRED_SIGNATURES`` lists the parameters we call the private methods with. Nothing here replaces a method on an
 instance or writes a TRL attribute that TRL also writes, except ``_buffered_inputs`` (as TRL's own
-``_prepare_inputs``) and ``model_wrapped`` (``end_training``).
+``_prepare_inputs``), ``model_wrapped`` (``end_training``), and TRL's logging state as TRL writes it
+(``count_tokens``, ``log_round_table``), which only a round of our own writes (TRL's does not run then).
 TRL's vLLM backend (``VLLMGeneration.max_completion_length`` / ``.generation_kwargs`` / ``.generate(...)``) is
 reached only through :func:`vllm_generate`.
 ``trl.chat_template_utils.parse_response`` is reached only through :func:`parse_response`.
@@ -45,7 +52,6 @@ import contextlib
 import inspect
 import time
 import warnings
-from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
@@ -54,6 +60,7 @@ from packaging.version import Version
 from trl import GRPOTrainer
 
 from .algorithms.masked import zero_masked
+from .trainers.round import TRLBatch
 
 TESTED_TRL = (Version("1.15.0"), Version("1.17.0"))  # [min, max)
 
@@ -65,7 +72,7 @@ REQUIRED_SIGNATURES: dict[str, list[str]] = {
     "_calculate_rewards": ["self", "inputs", "prompts", "completions", "completion_ids_list"],
     "_prepare_inputs": ["self", "generation_batch"],
     "_clip_grad_norm": ["self", "model"],
-    "__init__": ["self", "model", "reward_funcs", "args", "rollout_func"],
+    "__init__": ["self", "model", "reward_funcs", "args"],
 }
 
 
@@ -129,140 +136,6 @@ def post_init_with_one_generation(config: Any, post_init: Callable[[], None]) ->
         config.num_generations = 1
 
 
-# -- the batch -------------------------------------------------------------------------------------------------
-class TRLBatch:
-    """Typed view of the batch dict TRL's ``_generate_and_score_completions`` returns (and ``_compute_loss``
-    takes). Shapes: ``B`` rows (this process), ``P`` prompt width, ``C`` completion width.
-
-    =============================  =======================================================================
-    property (TRL key)             meaning
-    =============================  =======================================================================
-    ``prompt_ids``, ``prompt_mask``  (B, P), **left**-padded
-    ``completion_ids``              (B, C), right-padded with the pad id
-    ``completion_mask``             (B, C), 1 on real completion positions (0 on padding)
-    ``env_mask`` (``tool_mask``)    (B, C), 1 where the model sampled the token, 0 on observations
-    ``loss_mask``                   ``completion_mask * env_mask``: the positions the loss trains
-    ``advantages``                  (B,) group advantages, or (B, C) per-token advantages
-    ``old_logps`` / ``ref_logps``   (B, C) or None (``old_per_token_logps`` / ``ref_per_token_logps``)
-    ``sampling_logps``              (B, C) or None: the log-probs vLLM sampled with (``sampling_per_token_logps``)
-    ``num_items_in_batch``          scalar: trained positions over all processes (for ``loss_type="dapo"``)
-    =============================  =======================================================================
-    """
-
-    LEFT_PADDED = ("prompt_ids", "prompt_mask")
-
-    def __init__(self, data: dict[str, Any]) -> None:
-        self.data = data
-
-    # -- ids and masks
-    @property
-    def prompt_ids(self) -> torch.Tensor:
-        return self.data["prompt_ids"]
-
-    @property
-    def prompt_mask(self) -> torch.Tensor:
-        return self.data["prompt_mask"]
-
-    @property
-    def completion_ids(self) -> torch.Tensor:
-        return self.data["completion_ids"]
-
-    @property
-    def completion_mask(self) -> torch.Tensor:
-        return self.data["completion_mask"]
-
-    @property
-    def env_mask(self) -> torch.Tensor:
-        mask = self.data.get("tool_mask")
-        return torch.ones_like(self.completion_mask) if mask is None else mask
-
-    @env_mask.setter
-    def env_mask(self, value: torch.Tensor) -> None:
-        self.data["tool_mask"] = value
-
-    @property
-    def loss_mask(self) -> torch.Tensor:
-        return self.completion_mask * self.env_mask
-
-    def input_ids(self) -> torch.Tensor:
-        return torch.cat([self.prompt_ids, self.completion_ids], dim=1)
-
-    def attention_mask(self) -> torch.Tensor:
-        return torch.cat([self.prompt_mask, self.completion_mask], dim=1)
-
-    # -- learning signal
-    @property
-    def advantages(self) -> torch.Tensor:
-        return self.data["advantages"]
-
-    @advantages.setter
-    def advantages(self, value: torch.Tensor) -> None:
-        self.data["advantages"] = value
-
-    @property
-    def old_logps(self) -> torch.Tensor | None:
-        return self.data.get("old_per_token_logps")
-
-    @old_logps.setter
-    def old_logps(self, value: torch.Tensor) -> None:
-        self.data["old_per_token_logps"] = value
-
-    @property
-    def ref_logps(self) -> torch.Tensor | None:
-        return self.data.get("ref_per_token_logps")
-
-    @property
-    def sampling_logps(self) -> torch.Tensor | None:
-        return self.data.get("sampling_per_token_logps")
-
-    def pop_ref_logps(self) -> torch.Tensor | None:
-        """Remove the reference log-probs (PPO puts the KL in the reward, so TRL's loss must not see them)."""
-        return self.data.pop("ref_per_token_logps", None)
-
-    @property
-    def num_items_in_batch(self) -> torch.Tensor:
-        return self.data["num_items_in_batch"]
-
-    def recount_items(self, gather: Callable[[torch.Tensor], torch.Tensor]) -> None:
-        """Recompute ``num_items_in_batch`` after the loss mask changed (``gather`` concatenates over processes)."""
-        self.data["num_items_in_batch"] = gather(self.loss_mask.sum().reshape(1)).sum()
-
-    def __getitem__(self, key: str) -> Any:  # extra keys our trainers add (PPO's values, returns)
-        return self.data[key]
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        self.data[key] = value
-
-    # -- layout, for merging rounds
-    def row_keys(self) -> list[str]:
-        """Keys of per-row tensors (dim 0 = this process's rows), in TRL's order."""
-        rows = self.prompt_ids.size(0)
-        return [k for k, v in self.data.items() if isinstance(v, torch.Tensor) and v.dim() >= 1 and v.size(0) == rows]
-
-    def pad_value(self, key: str, pad_token_id: int) -> float:
-        return pad_token_id if key in ("prompt_ids", "completion_ids") else 0
-
-    def is_left_padded(self, key: str) -> bool:
-        return key in self.LEFT_PADDED
-
-
-@dataclass
-class ScoredRound:
-    """One generation round as TRL scored it.
-
-    Attributes:
-        batch: This process's batch.
-        rewards_per_func: (B_global, num_reward_funcs) rewards of every process (NaN: unscorable).
-        trajectories: This process's trajectories, one per row (empty without an environment).
-        rows: The dataset rows of the round.
-    """
-
-    batch: TRLBatch
-    rewards_per_func: torch.Tensor
-    trajectories: list[Any]
-    rows: list[dict[str, Any]]
-
-
 class GRPOTrainerBoundary(GRPOTrainer):
     """``GRPOTrainer`` with TRL's private methods overridden once, behind named hooks (module docstring).
 
@@ -276,15 +149,14 @@ class GRPOTrainerBoundary(GRPOTrainer):
     settle_seconds: float = 1.0  # end_training: time for gloo's workers to release their last work objects
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._round_rows: list[dict[str, Any]] = []
-        self._round_rewards: torch.Tensor | None = None
         self._full_generation_batch: dict[str, Any] | None = None
         super().__init__(*args, **kwargs)
 
     # -- hooks -----------------------------------------------------------------------------------------------
     def training_batch(self, rows: list[dict[str, Any]]) -> TRLBatch:
-        """The batch to train on for one generation round of dataset ``rows`` (default: TRL's)."""
-        return self.score_round(rows).batch
+        """The batch to train on for one generation round of dataset ``rows`` (default: TRL's
+        ``_generate_and_score_completions``, untouched)."""
+        return TRLBatch(super()._generate_and_score_completions(rows))
 
     def loss(self, model: Any, batch: TRLBatch) -> torch.Tensor:
         """The loss of one micro-batch (default: TRL's)."""
@@ -294,26 +166,14 @@ class GRPOTrainerBoundary(GRPOTrainer):
         """Trained parameters that are not the model's (default: none): clipped together with the model's."""
         return []
 
-    def reward_adjustment(self, rewards_per_func: torch.Tensor, rows: list[dict[str, Any]]) -> torch.Tensor:
-        """Adjust the gathered rewards before TRL computes advantages (default: unchanged). ``rows`` are this
-        process's dataset rows, with the rollout's extra fields (``trajectory``) merged in."""
-        return rewards_per_func
-
     # -- services --------------------------------------------------------------------------------------------
-    def rollout_rows(self) -> list[dict[str, Any]]:
-        """The dataset rows of the round being generated (``rollout_func`` receives only the prompts)."""
-        return self._round_rows
-
-    def score_round(self, rows: list[dict[str, Any]]) -> ScoredRound:
-        """Generate and score one round with TRL's own code (the rollout goes through ``rollout_func``)."""
-        self._round_rows = rows
-        try:
-            data = super()._generate_and_score_completions(rows)
-        finally:
-            self._round_rows = []
-        rewards, self._round_rewards = self._round_rewards, None
-        trajectories = [row["trajectory"] for row in rows if "trajectory" in row]
-        return ScoredRound(TRLBatch(data), rewards, trajectories, rows)
+    def trl_rewards(self, rows: list[dict[str, Any]], prompts: list[Any], completions: list[Any],
+                    completion_ids: list[list[int]]) -> torch.Tensor:
+        """TRL's reward functions on one round (``GRPOTrainer._calculate_rewards``, l. 1579), with TRL's keyword
+        arguments: every column of ``rows`` but ``prompt`` (our ``trajectory`` included), ``prompts``,
+        ``completions``, ``completion_ids``, ``trainer_state``, ``log_extra``, ``log_metric``. Returns the
+        (B_global, num_reward_funcs) rewards of every process, NaN where a function returned ``None``."""
+        return self._calculate_rewards(rows, prompts, completions, completion_ids)
 
     def trl_loss(self, model: Any, batch: TRLBatch) -> torch.Tensor:
         """TRL's loss (``GRPOTrainer._compute_loss``), its k3 KL term included when ``beta != 0``.
@@ -382,13 +242,59 @@ class GRPOTrainerBoundary(GRPOTrainer):
         return torch.exp(log_ratio)
 
     def policy_logps(self, model: Any, batch: TRLBatch) -> torch.Tensor:
-        """Per-token log-probs of the completion under ``model``, computed as TRL computes them (no gradient)."""
+        """Per-token log-probs of the completion under ``model``, computed as TRL computes them (no gradient; in
+        chunks of the mode's per-device batch size, l. 2511)."""
+        size = self.args.per_device_train_batch_size if self.model.training else self.args.per_device_eval_batch_size
         with torch.no_grad():
             logps, _, _ = self._get_per_token_logps_and_entropies(
-                model, batch.input_ids(), batch.attention_mask(), batch.completion_ids.size(1),
-                batch_size=self.args.per_device_train_batch_size,
+                model, batch.input_ids(), batch.attention_mask(), batch.completion_ids.size(1), batch_size=size,
             )
         return logps
+
+    def reference_logps(self, batch: TRLBatch) -> torch.Tensor:
+        """Per-token log-probs of the completion under the reference policy, as TRL computes them (l. 2709-2738):
+        TRL's ``ref_model``, or with a PEFT adapter the base model (adapters disabled), or the initial copy of a
+        re-trained adapter loaded as ``"ref"``."""
+        if self.ref_model is not None:
+            return self.policy_logps(self.ref_model, batch)
+        from trl.trainer.utils import use_adapter
+
+        model = self.accelerator.unwrap_model(self.model)
+        with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
+            return self.policy_logps(self.model, batch)
+
+    def count_tokens(self, tokens: int) -> None:
+        """Add a round's prompt and completion tokens (all processes) to ``state.num_input_tokens_seen`` in training
+        and log it as TRL's ``num_tokens`` (l. 2290-2293)."""
+        mode = "train" if self.model.training else "eval"
+        if mode == "train":
+            self.state.num_input_tokens_seen += tokens
+        self._metrics[mode]["num_tokens"] = [self.state.num_input_tokens_seen]
+
+    def log_round_table(self, prompts: list[Any], completions: list[Any], rewards_per_func: torch.Tensor,
+                        advantages: torch.Tensor) -> None:
+        """Add a round to TRL's completions table (``_logs``: prompt, completion, rewards per function, advantage,
+        the columns logged with ``log_extra``) and average the metrics reward functions logged with ``log_metric``,
+        as TRL does at the end of ``_generate_and_score_completions`` (l. 2832-2855). ``rewards_per_func`` and
+        ``advantages`` cover every process; ``prompts`` and ``completions`` this process's rows."""
+        from accelerate.utils import gather_object
+
+        mode = "train" if self.model.training else "eval"
+        self._logs["prompt"].extend(gather_object(prompts))
+        self._logs["completion"].extend(gather_object(completions))
+        for i, name in enumerate(self.reward_func_names):
+            self._logs["rewards"][name].extend(rewards_per_func[:, i].tolist())
+        self._logs["advantages"].extend(advantages.tolist())
+        for column in sorted(set(gather_object(list(self._pending_extra_logs)))):  # same order on every rank
+            values = self._pending_extra_logs.get(column, [None] * len(prompts))
+            self._logs["extra"][column].extend(gather_object(values))
+        self._pending_extra_logs.clear()
+        for name in sorted(set(gather_object(list(self._pending_metrics)))):
+            values = self._pending_metrics.get(name, [])
+            local = torch.tensor([sum(values), len(values)], dtype=torch.float32, device=self.accelerator.device)
+            total, count = self.accelerator.gather(local).view(-1, 2).sum(dim=0).tolist()
+            self._metrics[mode][name].append(total / count)
+        self._pending_metrics.clear()
 
     def end_training(self) -> None:
         """End a run: destroy the process group (``Accelerator.end_training``, which also closes trackers) and free
@@ -422,12 +328,6 @@ class GRPOTrainerBoundary(GRPOTrainer):
     # -- TRL's private methods, overridden here and only here ------------------------------------------------
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         return self.training_batch(inputs).data
-
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # type: ignore[override]
-        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        rewards = self.reward_adjustment(rewards, inputs)
-        self._round_rewards = rewards
-        return rewards
 
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
         return self.loss(model, TRLBatch(inputs))

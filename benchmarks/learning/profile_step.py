@@ -4,7 +4,7 @@
 
 Runs the ``grpo`` or ``ppo`` stage of ``run.py`` (same model, task and settings; other options go to ``run.py``)
 for ``--steps`` steps without the final evaluation, and after each optimizer step prints the peak resident memory
-and the seconds spent in: the rollout (``RolloutEngine.run``), scoring a round (``_scored_round``, the rollout
+and the seconds spent in: the rollout (``RolloutEngine.run``), scoring a round (``generation_round``, the rollout
 included), ``training_batch`` (scoring plus, for PPO, the critic's values and GAE), ``policy_logps`` (a forward
 pass for sampling-time log-probs), ``_critic_values``, ``loss`` (the policy's forward and, for PPO, the critic's), ``backward``
 and the whole ``training_step``. Nested calls are counted in each enclosing one.
@@ -65,7 +65,7 @@ def main() -> None:
         shutil.copytree(args.sft_adapter, run_args.out / "sft" / "adapter")
     trainer_cls = AgenticPPOTrainer if args.algo == "ppo" else AgenticGRPOTrainer
     timed(RolloutEngine, "run")
-    timed(AgenticGRPOTrainer, "_scored_round")
+    timed(AgenticGRPOTrainer, "generation_round")
     timed(trainer_cls, "training_batch")
     timed(AgenticGRPOTrainer, "policy_logps")
     timed(AgenticPPOTrainer, "_critic_values")

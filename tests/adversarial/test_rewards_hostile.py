@@ -73,9 +73,10 @@ def test_trainer_turns_bad_rewards_into_unscorable_rows(tiny_model_dir, tokenize
                                  train_dataset=lookup_dataset(8), processing_class=tokenizer,
                                  environment=lambda: EchoEnvironment(turns=1))
     trainer.model.train()
-    scored = trainer.score_round([trainer.train_dataset[i] for i in range(4)])
-    assert scored.rewards_per_func[1::2].isnan().all() and not scored.rewards_per_func[0::2].isnan().any()
-    assert scored.batch.advantages[1::2].eq(0).all()
+    round_ = trainer.generation_round([trainer.train_dataset[i] for i in range(4)])
+    assert round_.rewards_per_func[1::2].isnan().all() and not round_.rewards_per_func[0::2].isnan().any()
+    batch = trainer.training_batch([trainer.train_dataset[i] for i in range(4)])
+    assert batch.advantages[1::2].eq(0).all()
 
 
 def test_garbage_configuration_gives_one_line_errors(tokenizer, tmp_path):

@@ -166,8 +166,8 @@ def test_get_reward_that_raises_or_returns_nan_or_text_costs_its_trajectory(qwen
                                  reward_funcs=lambda completions, **k: [0.25] * len(completions),
                                  args=_config(GRPOConfig, tmp_path, beta=0.0), environment_factory=Judged)
     rows = [{"prompt": [{"role": "user", "content": f"Count to {t}."}], "target": t} for t in (1, 2, 3, 4)]
-    scored = trainer.score_round(rows)
-    env_rewards = scored.rewards_per_func[:, trainer.reward_func_names.index("Judged")]
+    round_ = trainer.generation_round(rows)
+    env_rewards = round_.rewards_per_func[:, trainer.reward_func_names.index("Judged")]
     assert torch.isnan(env_rewards[[0, 1, 3]]).all() and env_rewards[2].item() == 1.0
-    assert scored.rewards_per_func[:, 0].tolist() == [0.25] * 4  # the other reward scored every rollout
-    assert torch.isfinite(scored.batch.advantages).all()
+    assert round_.rewards_per_func[:, 0].tolist() == [0.25] * 4  # the other reward scored every rollout
+    assert torch.isfinite(trainer.training_batch(rows).advantages).all()

@@ -1,9 +1,8 @@
 """Group advantages: TRL's computation number for number (floor 0), the std floor, unscorable rows."""
 
-import pytest
 import torch
 
-from helpers import EchoEnvironment, agentic_args, lookup_dataset
+from helpers import lookup_dataset
 from trl_agentic.algorithms.advantages import group_advantages
 
 
@@ -24,24 +23,36 @@ def test_unscorable_rows_get_zero_and_stay_out_of_the_baseline():
     assert adv[2] < 0 < adv[3]
 
 
-@pytest.mark.parametrize("aggregation", ["sum_then_normalize", "normalize_then_sum"])
-@pytest.mark.parametrize("scale_rewards", ["group", "batch", "none"])
-def test_equals_trls_advantages(tiny_model_dir, tokenizer, tmp_path, aggregation, scale_rewards):
-    """With std_floor=0 the function reproduces the advantages TRL computed for a real batch."""
-    from trl_agentic import AgenticGRPOTrainer
+def test_equals_trls_advantages_and_frac_reward_zero_std(tiny_model_dir, tokenizer, tmp_path):
+    """With std_floor=0 group_advantages reproduces the advantages TRL's own GRPOTrainer computes, and
+    frac_reward_zero_std the metric TRL logs, for every aggregation and scale_rewards, on rewards with unscorable
+    rows, a function's None and a group without spread (TRL fed fixed tokens through its rollout_func)."""
+    from trl import GRPOConfig, GRPOTrainer
 
-    def parity(completions, trajectory, **kwargs):
-        return [float(t.num_agent_tokens % 3) for t in trajectory]
+    from trl_agentic.algorithms.advantages import frac_reward_zero_std
 
-    def half_missing(completions, trajectory, **kwargs):
-        return [None if i % 3 == 0 else float(len(t.actions[0]) % 5) for i, t in enumerate(trajectory)]
+    nan = float("nan")
+    table = torch.tensor([[1.0, nan], [0.0, 2.0], [2.0, 1.0], [nan, nan],  # group 0
+                          [1.0, 1.0], [1.0, 1.0], [1.0, nan], [1.0, 1.0],  # group 1: no spread
+                          [3.0, 0.0], [nan, 4.0], [0.5, 0.5], [2.0, 1.0]])  # group 2
+    funcs = [lambda completions, k=k, **kw: [None if torch.isnan(v) else float(v) for v in table[:, k]]
+             for k in range(2)]
 
-    args = agentic_args(tmp_path, multi_objective_aggregation=aggregation, scale_rewards=scale_rewards,
-                        per_device_train_batch_size=8, num_generations=4, reward_weights=[1.0, 0.5])
-    trainer = AgenticGRPOTrainer(model=tiny_model_dir, reward_funcs=[parity, half_missing], args=args,
-                                 train_dataset=lookup_dataset(8), processing_class=tokenizer,
-                                 environment=lambda: EchoEnvironment(turns=2))
+    def fixed_tokens(prompts, trainer):
+        return {"prompt_ids": [[5, 6]] * len(prompts), "completion_ids": [[7, 8, 9]] * len(prompts), "logprobs": None}
+
+    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=12, num_generations=4,
+                      reward_weights=[1.0, 0.5], use_cpu=True, bf16=False, report_to="none", max_completion_length=8)
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=funcs, args=args, processing_class=tokenizer,
+                          train_dataset=lookup_dataset(12), rollout_func=fixed_tokens)
     trainer.model.train()
-    scored = trainer.score_round([trainer.train_dataset[i // 4] for i in range(8)])
-    ours = group_advantages(scored.rewards_per_func, trainer.reward_weights, 4, aggregation, scale_rewards)
-    torch.testing.assert_close(ours, scored.batch.advantages, rtol=0, atol=0)
+    rows = [{"prompt": "p"}] * 12
+    for aggregation in ("sum_then_normalize", "normalize_then_sum"):
+        for scale_rewards in ("group", "batch", "none"):
+            trainer.multi_objective_aggregation, trainer.scale_rewards = aggregation, scale_rewards
+            expected = trainer._generate_and_score_completions([dict(r) for r in rows])["advantages"]
+            ours = group_advantages(table, trainer.reward_weights, 4, aggregation, scale_rewards)
+            assert expected.ne(0).any()
+            torch.testing.assert_close(ours, expected, rtol=0, atol=0, msg=f"{aggregation}, {scale_rewards}")
+            frac = frac_reward_zero_std(table, trainer.reward_weights, 4, aggregation, scale_rewards)
+            assert frac == trainer._metrics["train"]["frac_reward_zero_std"][-1], (aggregation, scale_rewards)

@@ -68,14 +68,14 @@ def test_two_training_steps_with_environment(tiny_model_dir, tokenizer, tmp_path
     assert len(rows) == 2 * 4 and {"completion_ids", "env_mask", "actions", "step"} <= set(rows[0])
 
 
-def _scored_round(trainer, n=4):
+def _generation_round(trainer, n=4):
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1  # set by the training loop; we call the loss directly
-    return trainer.score_round([trainer.train_dataset[i] for i in range(n)])
+    return trainer.generation_round([trainer.train_dataset[i] for i in range(n)])
 
 
 def _generation_batch(trainer, n=4):
-    return _scored_round(trainer, n).batch.data
+    return _generation_round(trainer, n).batch.data
 
 
 @pytest.mark.parametrize("estimator", ["k1", "k2", "k3"])
@@ -114,11 +114,11 @@ def test_mask_truncated_trajectories_zeroes_their_mask(tiny_model_dir, tokenizer
     trainer = AgenticGRPOTrainer(model=tiny_model_dir, reward_funcs=lookup_reward, args=args,
                                  train_dataset=lookup_dataset(8), processing_class=tokenizer,
                                  environment=LookupEnvironment)
-    scored = _scored_round(trainer)
-    assert any(t.truncated for t in scored.trajectories)
-    for row, t in enumerate(scored.trajectories):
+    round_ = _generation_round(trainer)
+    assert any(t.truncated for t in round_.trajectories)
+    for row, t in enumerate(round_.trajectories):
         if t.truncated:
-            assert scored.batch.env_mask[row].sum() == 0
+            assert round_.batch.env_mask[row].sum() == 0
 
 
 def test_bad_combinations_are_refused(tiny_model_dir, tokenizer, tmp_path):
@@ -136,9 +136,9 @@ def test_chat_mode_training_step(tiny_model_dir, tokenizer, tmp_path):
     trainer = AgenticGRPOTrainer(model=tiny_model_dir, reward_funcs=agent_tokens_reward, args=args,
                                  train_dataset=lookup_dataset(8, conversational=True), processing_class=tokenizer,
                                  environment=lambda: EchoEnvironment(turns=2))
-    scored = _scored_round(trainer)
-    batch = scored.batch.data
-    for row, t in enumerate(scored.trajectories):
+    round_ = _generation_round(trainer)
+    batch = round_.batch.data
+    for row, t in enumerate(round_.trajectories):
         assert tokenizer.decode(t.prompt_ids).endswith("<|im_start|>assistant\n")
         if t.num_turns == 2:
             # the end-of-turn token is sampled or, when a budget ended the turn, added as part of the observation
@@ -162,10 +162,10 @@ def test_mask_observations_switch(tiny_model_dir, tokenizer, tmp_path, mask_obse
     trainer = AgenticGRPOTrainer(model=tiny_model_dir, reward_funcs=agent_tokens_reward, args=args,
                                  train_dataset=lookup_dataset(8), processing_class=tokenizer,
                                  environment=lambda: EchoEnvironment(turns=3))
-    scored = _scored_round(trainer)
-    assert any(t.num_observation_tokens for t in scored.trajectories)
-    for row, t in enumerate(scored.trajectories):
-        mask = scored.batch.env_mask[row, : len(t.completion_ids)].tolist()
+    round_ = _generation_round(trainer)
+    assert any(t.num_observation_tokens for t in round_.trajectories)
+    for row, t in enumerate(round_.trajectories):
+        mask = round_.batch.env_mask[row, : len(t.completion_ids)].tolist()
         assert mask == (t.env_mask if mask_observations else [1] * len(t.completion_ids))
     trainer.train()
     assert trainer.state.log_history[0]["agentic/mask_audit"] == 0

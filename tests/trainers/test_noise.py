@@ -1,5 +1,5 @@
-"""Our trainers print no warning a user cannot act on: TRL's "rollout_func is experimental" (our rollout_func is the
-supported path, pinned and contract-tested) and transformers' gradient_checkpointing FutureWarning (TRL's default)."""
+"""Our trainers print no warning a user cannot act on: TRL's "rollout_func is experimental" (our rounds do not use
+rollout_func) and transformers' gradient_checkpointing FutureWarning (TRL's default)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ import torch
 from helpers import EchoEnvironment, agentic_args, lookup_dataset
 from trl_agentic import AgenticGRPOTrainer
 from trl_agentic.algorithms.advantages import zero_std_groups
-from trl_agentic.compat import TRLBatch
+from trl_agentic.trainers.round import TRLBatch
 from trl_agentic.trainers.zero_variance import merge_rounds, pick_groups
 
 
@@ -169,3 +169,13 @@ def test_std_floor_follows_trls_aggregation_and_leaves_unscorable_rows_at_zero(t
     expected = torch.tensor([0.0 if t is None else (t - mean) / (std + 1e-4) for t in total])
     torch.testing.assert_close(batch.advantages, expected)
     assert batch.advantages[0] == 0
+
+
+def test_zero_variance_policies_without_an_environment_are_refused(tiny_model_dir, tokenizer, tmp_path):
+    """Without environment= the trainer is TRL's GRPOTrainer, whose round knows no zero-variance policy: refuse
+    the setting rather than ignore it."""
+    for policy in ("std_floor", "dynamic_sampling"):
+        with pytest.raises(ValueError, match="zero_variance_groups applies to environment rollouts"):
+            AgenticGRPOTrainer(model=tiny_model_dir, reward_funcs=lambda completions, **k: [0.0] * len(completions),
+                               args=agentic_args(tmp_path, zero_variance_groups=policy),
+                               train_dataset=lookup_dataset(8), processing_class=tokenizer)

@@ -30,8 +30,8 @@ class TRLVLLMGenerator:
     """The generation seam over TRL's vLLM backend (colocate or server).
 
     Per call it sets vLLM's ``max_tokens`` to the turn budget and the turn's end (:func:`stop_kwargs`), then restores
-    TRL's settings (:func:`trl_agentic.compat.vllm_generate`). Weight sync is TRL's: ``GRPOTrainer._generate`` syncs
-    before calling ``rollout_func`` when the step changed.
+    TRL's settings (:func:`trl_agentic.compat.vllm_generate`). The trainer's rollout pushes the policy's weights to
+    vLLM (TRL's ``vllm_generation.sync_weights()``) before a round when the step changed.
     """
 
     def __init__(self, trainer: Any) -> None:

@@ -25,8 +25,8 @@ from typing import Any
 
 from ..environment import check_environment_factory, environment_class
 
-# What TRL 1.16's GRPOTrainer passes every reward function, besides the dataset's columns (but "prompt") and the
-# extra fields of a rollout_func (our "trajectory"); tests/trainers/test_checks.py checks it against a real step.
+# What TRL 1.16's GRPOTrainer passes every reward function, besides the dataset's columns (but "prompt") and our
+# "trajectory" (compat.GRPOTrainerBoundary.trl_rewards); tests/trainers/test_checks.py checks it against a real step.
 TRL_REWARD_KWARGS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric")
 
 

@@ -1,13 +1,16 @@
 """``AgenticGRPOTrainer``: TRL's GRPOTrainer with multi-turn environment rollouts.
 
-Without ``environment=`` it is ``GRPOTrainer`` unchanged (same losses, number for number). With an environment it
-passes TRL a ``rollout_func`` that runs :class:`~trl_agentic.rollout.engine.RolloutEngine`: token-exact multi-turn
-episodes whose observation tokens are masked out of the policy loss, the KL and the entropy (the engine's
-``env_mask`` becomes TRL's mask of trained tokens). Every TRL internal it relies on is in :mod:`trl_agentic.compat`.
+Without ``environment=`` it is ``GRPOTrainer`` unchanged (same losses, number for number). With an environment one
+generation round reads top to bottom in :meth:`AgenticGRPOTrainer.training_batch`: rows -> rollout
+(:class:`~trl_agentic.rollout.engine.RolloutEngine`: token-exact multi-turn episodes) -> rewards (TRL's reward
+functions) -> group advantages -> the batch TRL's loss reads, whose mask of trained tokens (``tool_mask``) is the
+engine's ``env_mask``: observation tokens are out of the policy loss, the KL and the entropy. Every TRL internal it
+relies on is in :mod:`trl_agentic.compat`.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import warnings
 from collections import Counter
@@ -16,13 +19,13 @@ from typing import Any
 
 import torch
 from accelerate.utils import gather_object
-from trl import GRPOConfig
+from trl import GRPOConfig, is_conversational
 
-from ..algorithms.advantages import group_advantages, zero_std_groups
+from ..algorithms.advantages import frac_reward_zero_std, group_advantages, nanstd, zero_std_groups
 from ..algorithms.kl import KL_ESTIMATORS, kl_penalty
 from ..algorithms.losses import clipped_policy_loss
 from ..algorithms.masked import masked_sum, zero_masked
-from ..compat import GRPOTrainerBoundary, ScoredRound, TRLBatch, check_trl_version, unwrap_for_generation
+from ..compat import GRPOTrainerBoundary, check_trl_version, parse_response, unwrap_for_generation
 from ..environment import EnvironmentFactory
 from ..native_tools import ensure_response_parser
 from ..rewards.guard import guard_reward
@@ -33,8 +36,9 @@ from ..rollout.metrics import logprob_gap, metrics_from_sums, rollout_sums
 from ..rollout.vllm import TRLVLLMGenerator
 from ..trackers import trajectory_columns
 from ..trajectory import Trajectory, save_trajectories
-from .checks import DegenerateStepMonitor, DegenerateTrainingError, keyword_arguments, run_construction_checks
 from ..trl_environments import TRLEnvironments, from_trainer_kwargs, trl_trainer_kwargs, with_message_completions
+from .checks import DegenerateStepMonitor, DegenerateTrainingError, keyword_arguments, run_construction_checks
+from .round import Round, TRLBatch, pad, trl_completion_rows, vllm_importance_sampling_ratio
 from .zero_variance import merge_rounds, pick_groups
 
 ZERO_VARIANCE_POLICIES = ("keep", "std_floor", "dynamic_sampling")
@@ -180,6 +184,15 @@ class AgenticGRPOConfig(GRPOConfig):
         )
 
 
+def row_advantages(batch: TRLBatch) -> torch.Tensor:
+    """One advantage per row: GRPO's, or for per-token advantages (PPO) their mean over the row's trained tokens."""
+    advantages = batch.advantages.detach().float()
+    if advantages.dim() == 1:
+        return advantages
+    mask = batch.loss_mask
+    return masked_sum(advantages, mask, dim=1) / mask.sum(1).clamp(min=1)
+
+
 def _as_int(value: Any, name: str) -> int:
     try:
         return int(value)
@@ -231,21 +244,23 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
             kwargs = trl_trainer_kwargs(native, kwargs, self.config_class)
         self.environment = environment
         self.task = task
+        config = kwargs.get("args")
+        if environment is None and getattr(config, "zero_variance_groups", "keep") != "keep":
+            raise ValueError("zero_variance_groups applies to environment rollouts; without environment= the trainer "
+                             "is TRL's GRPOTrainer: pass environment= or leave zero_variance_groups='keep'")
         if environment is not None:
             fields = ("trajectory", "environments") if native is not None else ("trajectory",)
             run_construction_checks(environment, args, kwargs, fields)  # trainers/checks.py: fail before training
             if kwargs.get("rollout_func") is not None:
                 raise ValueError("pass either environment= or rollout_func=, not both")
-            kwargs["rollout_func"] = self._agentic_rollout
             funcs = kwargs.get("reward_funcs")
 
             def wrap(func: Any) -> Any:  # native tool calls: completions as TRL's messages
                 return guard_reward(with_message_completions(func) if native is not None else func)
 
             kwargs["reward_funcs"] = [wrap(f) for f in funcs] if isinstance(funcs, (list, tuple)) else wrap(funcs)
-        with warnings.catch_warnings():  # TRL's "rollout_func is experimental": ours is pinned and contract-tested
-            warnings.filterwarnings("ignore", message="You are using 'rollout_func'", category=UserWarning)
-            super().__init__(*args, **kwargs)
+        super().__init__(**kwargs)
+        self._vllm_weights_step = -1  # the global step whose weights vLLM holds (rollout)
         if environment is not None:
             self._check_agentic_args()
             self._degenerate = DegenerateStepMonitor(self.args.max_degenerate_steps, self.args.trajectory_dir)
@@ -279,7 +294,213 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
         model_card(self, self.task, model_name, dataset_name, tags).save(os.path.join(self.args.output_dir, "README.md"))
         return None
 
-    # -- rollouts --------------------------------------------------------------------------------------------
+    # -- one generation round: rows -> rollout -> rewards -> advantages -> batch ------------------------------
+    def training_batch(self, rows: list[dict[str, Any]]) -> TRLBatch:
+        """The batch of one generation round of dataset ``rows``. Without an environment it is TRL's, untouched.
+        With one, read top to bottom:
+
+        1. :meth:`generation_round`: the rollout (our engine), TRL's reward functions, the batch in TRL's layout;
+        2. :meth:`_set_group_advantages`: GRPO's group-relative advantages (``std_floor`` when configured), then
+           TRL's reward metrics and completions table;
+        3. ``dynamic_sampling``: more rounds until enough groups have a reward spread (:meth:`_dynamic_sampling`);
+        4. the round's trajectories to ``trajectory_dir`` (:meth:`_record`).
+        """
+        if self.environment is None:
+            return super().training_batch(rows)
+        round_ = self.generation_round(rows)
+        self._set_group_advantages(round_)
+        if self.args.zero_variance_groups == "dynamic_sampling" and self.model.training:
+            return self._dynamic_sampling(rows, round_)
+        self._record(round_)
+        return round_.batch
+
+    def generation_round(self, rows: list[dict[str, Any]]) -> Round:
+        """Roll out and score one round of dataset ``rows``; the batch's advantages are left at 0 for the step to set.
+
+        - rollout: one :class:`~trl_agentic.Trajectory` per row (:meth:`rollout`);
+        - rewards: TRL's reward functions with TRL's keyword arguments and ``trajectory``
+          (:meth:`~trl_agentic.compat.GRPOTrainerBoundary.trl_rewards`); a trajectory whose environment failed
+          carries no learning signal and is unscorable (NaN) for every function;
+        - batch: TRL's layout (:meth:`_batch`), with TRL's per-round metrics.
+        """
+        trajectories, instances = self.rollout(rows)
+        completion_ids, env_mask, logprobs = trl_completion_rows(
+            trajectories, self.processing_class.pad_token_id, self.args.mask_observations,
+            self.args.mask_truncated_trajectories)
+        prompts = copy.deepcopy([row["prompt"] for row in rows])
+        completions = self._completions(prompts, trajectories, completion_ids)
+        reward_rows = [{**row, "trajectory": t} for row, t in zip(rows, trajectories)]
+        if instances is not None:  # TRL's reward functions read each rollout's environment instance
+            reward_rows = [{**row, "environments": instance} for row, instance in zip(reward_rows, instances)]
+        rewards_per_func = self.trl_rewards(reward_rows, prompts, completions, completion_ids)
+        failed = torch.tensor([t.env_failed for t in trajectories], device=rewards_per_func.device)
+        rewards_per_func = rewards_per_func.masked_fill(self.accelerator.gather(failed).unsqueeze(1), torch.nan)
+        batch = self._batch(trajectories, completion_ids, env_mask, logprobs)
+        round_ = Round(rows, trajectories, rewards_per_func, batch, prompts, completions)
+        self._log_mask_audit(round_)
+        if self.model.training:  # trainers/checks.py: stop a run that can only train on nothing
+            stop = self._degenerate.observe(torch.isnan(rewards_per_func).all(dim=1).tolist(), trajectories)
+            if stop is not None:
+                self._record(round_)
+                raise DegenerateTrainingError(stop)
+        return round_
+
+    def rollout(self, rows: list[dict[str, Any]]) -> tuple[list[Trajectory], list[Any] | None]:
+        """One episode per row with :class:`~trl_agentic.rollout.engine.RolloutEngine` (each row's columns reach
+        the environment's ``reset``). Returns the trajectories and, for TRL's ``tools=``/``environment_factory=``,
+        each rollout's environment instance (``None`` otherwise)."""
+        if self.use_vllm and self.state.global_step != self._vllm_weights_step:
+            self.vllm_generation.sync_weights()  # the policy moved since vLLM last got its weights
+            self._vllm_weights_step = self.state.global_step
+        engine = RolloutEngine(self._generator(), self.processing_class, self.environment,
+                               self.args.rollout_config(), self._sync_any, eos_token_ids=self.eos_token_ids,
+                               sync_max=self._sync_max)
+        envs = [self.environment() for _ in rows] if isinstance(self.environment, TRLEnvironments) else None
+        prompts = copy.deepcopy([row["prompt"] for row in rows])
+        trajectories = engine.run(prompts, [dict(row) for row in rows], environments=envs)
+        self._log_rollout_metrics(trajectories)
+        if self.args.log_completions:  # trl_agentic/trackers.py: turns, tools, observations in the completions table
+            self.log_completion_columns(trajectory_columns(trajectories))
+        return trajectories, None if envs is None else [env.instance for env in envs]
+
+    def _completions(self, prompts: list[Any], trajectories: list[Trajectory],
+                     completion_ids: list[list[int]]) -> list[Any]:
+        """The completions TRL's reward functions receive, decoded as TRL 1.16 decodes a ``rollout_func``'s
+        (``_generate``): text prompts get the text (special tokens skipped); chat prompts one assistant message,
+        read by the tokenizer's response template (``parse_response``) when it has one."""
+        tokenizer = self.processing_class
+        if not is_conversational({"prompt": prompts[0]}):
+            return tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
+        if getattr(tokenizer, "response_template", None) is not None or \
+                getattr(tokenizer, "response_schema", None) is not None:
+            return [[parse_response(tokenizer, ids, t.prompt_ids, [])]
+                    for ids, t in zip(completion_ids, trajectories)]
+        return [[{"role": "assistant", "content": text}]
+                for text in tokenizer.batch_decode(completion_ids, skip_special_tokens=True)]
+
+    def _batch(self, trajectories: list[Trajectory], completion_ids: list[list[int]], env_mask: list[list[int]],
+               logprobs: list[list[float]]) -> TRLBatch:
+        """The round's batch as TRL's ``_generate_and_score_completions`` builds it (``grpo_trainer.py``,
+        l. 2440-2935; keys in its order): prompts left-padded, completions right-padded (to a multiple of ``pad_to_multiple_of``), the
+        env mask as ``tool_mask`` (padded with 1, as TRL's), ``num_items_in_batch = sum_all processes
+        completion_mask * tool_mask``. Old log-probs when the policy moves before the batch is trained on
+        (``gradient_accumulation_steps`` not a multiple of ``steps_per_generation * num_iterations``) or for vLLM's
+        importance-sampling correction; the reference's when ``beta != 0``."""
+        device = self.accelerator.device
+        pad_id, multiple = self.processing_class.pad_token_id, self.pad_to_multiple_of
+        prompt_ids = [t.prompt_ids for t in trajectories]
+        data: dict[str, Any] = {
+            "prompt_ids": pad(prompt_ids, pad_id, "left", multiple).to(device),
+            "prompt_mask": pad([[1] * len(p) for p in prompt_ids], 0, "left", multiple).to(device),
+            "completion_ids": pad(completion_ids, pad_id, "right", multiple).to(device),
+            "completion_mask": pad([[1] * len(c) for c in completion_ids], 0, "right", multiple).to(device),
+            "advantages": torch.zeros(len(trajectories), device=device),
+        }
+        tool_mask = pad(env_mask, 1, "right", multiple).to(device)
+        loss_mask = data["completion_mask"] * tool_mask
+        data["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
+        self._log_lengths(prompt_ids, completion_ids, env_mask)
+        batch = TRLBatch(data)
+        args = self.args
+        correction = self.use_vllm and args.vllm_importance_sampling_correction
+        if args.gradient_accumulation_steps % (args.steps_per_generation * self.num_iterations) != 0 or correction:
+            data["old_per_token_logps"] = self.policy_logps(self.model, batch)
+        sampling = None
+        if self.use_vllm:  # vLLM's sampling log-probs (None where vLLM could not score a token: NaN)
+            rows = [[float("nan") if x is None else x for x in row] for row in logprobs]
+            sampling = pad(rows, 0.0, "right", multiple, torch.float32).to(device)
+        if correction:
+            data["importance_sampling_ratio"] = vllm_importance_sampling_ratio(
+                data["old_per_token_logps"], sampling, loss_mask, args.vllm_importance_sampling_mode,
+                args.vllm_importance_sampling_clip_min, args.vllm_importance_sampling_clip_max)
+            self._log_importance_sampling(data["old_per_token_logps"], sampling, data["importance_sampling_ratio"],
+                                          loss_mask.bool())
+        if sampling is not None:
+            data["sampling_per_token_logps"] = sampling
+        if self.beta != 0.0:
+            data["ref_per_token_logps"] = self.reference_logps(batch)
+        data["tool_mask"] = tool_mask
+        if data.get("old_per_token_logps") is not None and sampling is not None:
+            self._log_logprob_gap(batch)
+        return batch
+
+    def _set_group_advantages(self, round_: Round) -> None:
+        """GRPO's advantages (:func:`~trl_agentic.algorithms.advantages.group_advantages`, bit-equal to TRL's),
+        grouped by ``num_generations`` (``num_generations_eval`` in evaluation, as TRL), with the std floor under
+        ``zero_variance_groups="std_floor"``; then TRL's reward metrics and completions table."""
+        group = self.num_generations if self.model.training else self.num_generations_eval
+        floor = self.args.std_floor if self.args.zero_variance_groups == "std_floor" else 0.0
+        advantages = group_advantages(round_.rewards_per_func, self.reward_weights, group,
+                                      self.multi_objective_aggregation, self.scale_rewards, floor)
+        round_.batch.advantages = self._local(advantages).to(round_.batch.advantages.device)
+        zero_std = frac_reward_zero_std(round_.rewards_per_func, self.reward_weights, group,
+                                        self.multi_objective_aggregation, self.scale_rewards)
+        self._log_rewards(round_, advantages, zero_std)
+
+    def _log_rewards(self, round_: Round, advantages: torch.Tensor, zero_std: float | None) -> None:
+        """TRL's per-round reward metrics (``grpo_trainer.py`` l. 2820-2830): ``rewards/<name>/mean`` and ``/std``
+        over the rows each function scored, ``reward`` and ``reward_std`` of the weighted sum over scorable rows,
+        ``frac_reward_zero_std``; then the completions table (``advantages``: every process's, one per row)."""
+        rewards_per_func = round_.rewards_per_func
+        for i, name in enumerate(self.reward_func_names):
+            self.log_metric(f"rewards/{name}/mean", torch.nanmean(rewards_per_func[:, i]).item())
+            self.log_metric(f"rewards/{name}/std", nanstd(rewards_per_func[:, i]).item())
+        rewards = self._global_rewards(round_)
+        rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+        self.log_metric("reward", torch.nanmean(rewards).item())
+        self.log_metric("reward_std", nanstd(rewards).item())
+        if zero_std is not None:
+            self.log_metric("frac_reward_zero_std", zero_std)
+        self.log_round_table(round_.prompts, round_.completions, rewards_per_func, advantages)
+
+    def _log_lengths(self, prompt_ids: list[list[int]], completion_ids: list[list[int]],
+                     env_mask: list[list[int]]) -> None:
+        """TRL's length metrics (``grpo_trainer.py`` ``_generate``, l. 2276-2310), over all processes: a
+        completion's length counts its sampled (trained) tokens; it is clipped when its last token is neither an end token nor the pad token."""
+        device = self.accelerator.device
+        lengths = self.accelerator.gather(torch.tensor([sum(m) for m in env_mask], device=device)).float()
+        prompt_tokens = self.accelerator.gather(torch.tensor([len(p) for p in prompt_ids], device=device)).sum()
+        self.count_tokens(int((prompt_tokens + lengths.sum()).item()))
+        self.log_metric("completions/mean_length", lengths.mean().item())
+        self.log_metric("completions/min_length", lengths.min().item())
+        self.log_metric("completions/max_length", lengths.max().item())
+        ends = {*self.eos_token_ids, self.processing_class.pad_token_id}
+        clipped = self.accelerator.gather(torch.tensor([ids[-1] not in ends for ids in completion_ids], device=device))
+        self.log_metric("completions/clipped_ratio", clipped.float().mean().item())
+        terminated = lengths[~clipped] if (~clipped).any() else torch.zeros(1, device=device)
+        self.log_metric("completions/mean_terminated_length", terminated.mean().item())
+        self.log_metric("completions/min_terminated_length", terminated.min().item())
+        self.log_metric("completions/max_terminated_length", terminated.max().item())
+
+    def _log_importance_sampling(self, old: torch.Tensor, sampling: torch.Tensor, ratio: torch.Tensor,
+                                 mask: torch.Tensor) -> None:
+        """TRL's vLLM metrics (``grpo_trainer.py`` l. 2860-2897): ``sampling/sampling_logp_difference/{mean,max}`` of
+        ``|log pi_old - log pi_vllm|`` over trained tokens vLLM scored (mean over processes of each process's mean,
+        as TRL), ``sampling/importance_sampling_ratio/{min,mean,max}`` of the correction (every sequence's for the
+        sequence modes, trained tokens' for the token modes)."""
+        device = self.accelerator.device
+        delta = torch.abs(old - sampling)
+        delta = delta[mask & ~torch.isnan(delta)]
+        zero = torch.tensor(0.0, device=device)
+        mean, largest = (delta.mean(), delta.max()) if delta.numel() else (zero, zero)
+        self.log_metric("sampling/sampling_logp_difference/mean", self.accelerator.gather(mean).mean().item())
+        self.log_metric("sampling/sampling_logp_difference/max", self.accelerator.gather(largest).max().item())
+        flat = ratio.flatten() if ratio.size(1) == 1 else ratio[mask]
+        stats = torch.stack([flat.min(), flat.mean(), flat.max()]) if flat.numel() else torch.zeros(3, device=device)
+        gathered = self.accelerator.gather(stats.unsqueeze(0))
+        kept = gathered[~torch.isnan(gathered).any(dim=1)]
+        kept = kept if kept.numel() else torch.full((1, 3), torch.nan, device=device)
+        self.log_metric("sampling/importance_sampling_ratio/min", kept[:, 0].min().item())
+        self.log_metric("sampling/importance_sampling_ratio/mean", kept[:, 1].mean().item())
+        self.log_metric("sampling/importance_sampling_ratio/max", kept[:, 2].max().item())
+
+    def _log_rollout_metrics(self, trajectories: list[Trajectory]) -> None:
+        total: Counter = Counter()
+        for sums in gather_object([rollout_sums(trajectories)]):
+            total.update(sums)
+        for name, value in metrics_from_sums(total).items():
+            self.log_metric(name, value)
+
     def _generator(self) -> Generator:
         if self.use_vllm:
             return TRLVLLMGenerator(self)
@@ -298,110 +519,25 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
         value = torch.tensor([local], device=self.accelerator.device)
         return int(self.accelerator.gather(value).max().item())
 
-    def _agentic_rollout(self, prompts: list[Any], trainer: Any = None) -> dict[str, Any]:
-        """TRL's ``rollout_func``: run the episodes and hand TRL ids, logprobs, the env mask and the trajectories
-        (which reach the reward functions as ``trajectory``)."""
-        engine = RolloutEngine(self._generator(), self.processing_class, self.environment,
-                               self.args.rollout_config(), self._sync_any, eos_token_ids=self.eos_token_ids,
-                               sync_max=self._sync_max)
-        native = isinstance(self.environment, TRLEnvironments)
-        envs = [self.environment() for _ in prompts] if native else None
-        trajectories = engine.run(prompts, [dict(row) for row in self.rollout_rows()], environments=envs)
-        self._log_rollout_metrics(trajectories)
-        if self.args.log_completions:  # trl_agentic/trackers.py: turns, tools, observations in the completions table
-            self.log_completion_columns(trajectory_columns(trajectories))
-        rollout = self._to_trl_rollout(trajectories)
-        if envs is not None:  # TRL's reward functions read each rollout's environment instance
-            rollout["environments"] = [env.instance for env in envs]
-        return rollout
-
-    def _to_trl_rollout(self, trajectories: list[Trajectory]) -> dict[str, Any]:
-        completion_ids, env_mask, logprobs = [], [], []
-        pad_id = self.processing_class.pad_token_id
-        for t in trajectories:
-            ids, mask, lps = list(t.completion_ids), list(t.env_mask), list(t.logprobs)
-            if not self.args.mask_observations:
-                mask = [1] * len(mask)
-            if not ids:  # TRL needs one position per row; a masked pad token trains nothing
-                ids, mask, lps = [pad_id], [0], [0.0]
-            if t.env_failed or (self.args.mask_truncated_trajectories and t.truncated):
-                mask = [0] * len(mask)
-            completion_ids.append(ids)
-            env_mask.append(mask)
-            logprobs.append(lps)
-        return {
-            "prompt_ids": [t.prompt_ids for t in trajectories],
-            "completion_ids": completion_ids,
-            "logprobs": logprobs if self.use_vllm else None,
-            "env_mask": env_mask,
-            "trajectory": trajectories,
-        }
-
-    def _log_rollout_metrics(self, trajectories: list[Trajectory]) -> None:
-        total: Counter = Counter()
-        for sums in gather_object([rollout_sums(trajectories)]):
-            total.update(sums)
-        for name, value in metrics_from_sums(total).items():
-            self.log_metric(name, value)
-
-    # -- scoring (hooks of the boundary) ---------------------------------------------------------------------
-    def reward_adjustment(self, rewards_per_func: torch.Tensor, rows: list[dict[str, Any]]) -> torch.Tensor:
-        """A trajectory whose environment failed carries no learning signal: unscorable for every function."""
-        if self.environment is None:
-            return rewards_per_func
-        failed = torch.tensor([bool(row["trajectory"].env_failed) for row in rows], device=rewards_per_func.device)
-        failed = self.accelerator.gather(failed)
-        rewards_per_func = rewards_per_func.clone()
-        rewards_per_func[failed] = torch.nan
-        return rewards_per_func
-
-    def training_batch(self, rows: list[dict[str, Any]]) -> TRLBatch:
-        scored = self._scored_round(rows)
-        policy = getattr(self.args, "zero_variance_groups", "keep")
-        if policy == "std_floor":
-            group = self.num_generations if self.model.training else self.num_generations_eval  # as TRL groups
-            advantages = group_advantages(
-                scored.rewards_per_func, self.reward_weights, group, self.multi_objective_aggregation,
-                self.scale_rewards, self.args.std_floor,
-            )
-            scored.batch.advantages = self._local(advantages).to(scored.batch.advantages.device)
-        if policy == "dynamic_sampling" and self.model.training:
-            return self._dynamic_sampling(rows, scored)
-        self._record(scored)
-        return scored.batch
-
-    def _scored_round(self, rows: list[dict[str, Any]]) -> ScoredRound:
-        scored = self.score_round(rows)
-        if self.environment is not None:
-            self._log_mask_audit(scored)
-            if self.model.training:  # trainers/checks.py: stop a run that can only train on nothing
-                unscorable = torch.isnan(scored.rewards_per_func).all(dim=1).tolist()
-                stop = self._degenerate.observe(unscorable, scored.trajectories)
-                if stop is not None:
-                    self._record(scored)
-                    raise DegenerateTrainingError(stop)
-        if scored.batch.old_logps is not None and scored.batch.sampling_logps is not None:
-            self._log_logprob_gap(scored.batch)
-        return scored
-
+    # -- zero-variance groups --------------------------------------------------------------------------------
     def _local(self, global_values: torch.Tensor) -> torch.Tensor:
         """This process's slice of a tensor over the global batch."""
         local = len(global_values) // self.accelerator.num_processes
         start = self.accelerator.process_index * local
         return global_values[start : start + local]
 
-    def _global_rewards(self, scored: ScoredRound) -> torch.Tensor:
+    def _global_rewards(self, round_: Round) -> torch.Tensor:
         """Weighted sum of the reward functions, per completion of the global batch (NaN-skipping)."""
-        weights = self.reward_weights.to(scored.rewards_per_func.device)
-        return (scored.rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
+        weights = self.reward_weights.to(round_.rewards_per_func.device)
+        return (round_.rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
 
-    def _groups_without_spread(self, scored: ScoredRound) -> torch.Tensor:
+    def _groups_without_spread(self, round_: Round) -> torch.Tensor:
         """Per group of the global batch: no reward spread among its scorable completions (``zero_std_groups``)."""
-        rewards = self._global_rewards(scored)
-        rewards[torch.isnan(scored.rewards_per_func).all(dim=1)] = torch.nan  # unscorable: out, not 0
+        rewards = self._global_rewards(round_)
+        rewards[torch.isnan(round_.rewards_per_func).all(dim=1)] = torch.nan  # unscorable: out, not 0
         return zero_std_groups(rewards, self.num_generations)
 
-    def _dynamic_sampling(self, rows: list[dict[str, Any]], first: ScoredRound) -> TRLBatch:
+    def _dynamic_sampling(self, rows: list[dict[str, Any]], first: Round) -> TRLBatch:
         """DAPO dynamic sampling; see :mod:`trl_agentic.trainers.zero_variance`. Every process runs the same number
         of rounds (the decision reads the gathered rewards), so collective calls stay aligned."""
         group = self.num_generations
@@ -411,10 +547,11 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
         for extra in range(self.args.max_extra_generation_rounds):
             if sum(int(k.sum()) for k in keeps) >= needed:
                 break
-            scored = self._scored_round(self._sample_more_rows(len(rows), extra))
-            self._record(scored)
-            rounds.append(scored.batch)
-            keeps.append(~self._groups_without_spread(scored))
+            round_ = self.generation_round(self._sample_more_rows(len(rows), extra))
+            self._set_group_advantages(round_)
+            self._record(round_)
+            rounds.append(round_.batch)
+            keeps.append(~self._groups_without_spread(round_))
         picked = pick_groups(keeps, needed)
         device = self.accelerator.device
         merged = merge_rounds(
@@ -440,12 +577,12 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
         start = self.accelerator.process_index * local_size
         return rows[start : start + local_size]
 
-    def _log_mask_audit(self, scored: ScoredRound) -> None:
+    def _log_mask_audit(self, round_: Round) -> None:
         """Count trained positions the model did not sample (:mod:`trl_agentic.rollout.audit`): must be 0.
         Logged as ``agentic/mask_audit``. With ``mask_observations=False`` observation positions are allowed."""
-        trained = scored.batch.loss_mask.bool().cpu().tolist()
+        trained = round_.batch.loss_mask.bool().cpu().tolist()
         bad = 0
-        for row, t in zip(trained, scored.trajectories):
+        for row, t in zip(trained, round_.trajectories):
             if not self.args.mask_observations:
                 row = [flag and (i >= len(t.env_mask) or t.env_mask[i] == 1) for i, flag in enumerate(row)]
             bad += unsampled_trained(t, row, self.eos_token_ids)
@@ -464,20 +601,17 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
         self.log_metric("agentic/vllm_logprob_gap", (total[:, 0].sum() / total[:, 1].sum().clamp(min=1.0)).item())
         self.log_metric("agentic/vllm_logprob_gap_max", total[:, 2].max().item())
 
-    def _record(self, scored: ScoredRound) -> None:
+    def _record(self, round_: Round) -> None:
         """Append the round's trajectories, with their rewards and advantage, to ``trajectory_dir``."""
         directory = getattr(self.args, "trajectory_dir", None)
-        if not directory or not scored.trajectories:
+        if not directory or not round_.trajectories:
             return
-        rewards = self._local(scored.rewards_per_func).cpu()
-        total = self._local(self._global_rewards(scored)).cpu()
-        advantages = scored.batch.advantages.detach().float().cpu()
-        if advantages.dim() == 2:  # per-token (PPO): the mean over trained tokens
-            mask = scored.batch.loss_mask.cpu()
-            advantages = masked_sum(advantages, mask, dim=1) / mask.sum(1).clamp(min=1)
+        rewards = self._local(round_.rewards_per_func).cpu()
+        total = self._local(self._global_rewards(round_)).cpu()
+        advantages = row_advantages(round_.batch).cpu()
         names = list(self.reward_func_names)
         path = os.path.join(directory, f"trajectories-rank{self.accelerator.process_index}.jsonl")
-        save_trajectories(scored.trajectories, path, extra={
+        save_trajectories(round_.trajectories, path, extra={
             "step": self.state.global_step,
             "reward": [None if torch.isnan(rewards[i]).all() else float(total[i]) for i in range(len(total))],
             "rewards": [{n: (None if torch.isnan(v) else float(v)) for n, v in zip(names, r)} for r in rewards],

@@ -3,7 +3,8 @@
 TRL removed its PPOTrainer in 1.13. This one reuses everything ``AgenticGRPOTrainer`` has (rollouts, environments,
 HF generate / vLLM, PEFT, accelerate) and changes three things:
 
-1. **Advantages** (:meth:`AgenticPPOTrainer.training_batch`): GAE over agent tokens (Schulman et al. 2016) with
+1. **Advantages** (:meth:`AgenticPPOTrainer.training_batch`, on the round of
+   :meth:`~trl_agentic.AgenticGRPOTrainer.generation_round`): GAE over agent tokens (Schulman et al. 2016) with
    values from the critic, on the per-token reward "outcome score on the last agent token minus ``beta * KL`` on
    every agent token" (Ziegler et al. 2019; Ouyang et al. 2022), with the chosen estimator (k1 by default, as
    Search-R1's PPO). ``advantage_mode="turn"`` runs GAE with one step per turn instead (environment turn rewards
@@ -33,9 +34,11 @@ from ..algorithms.kl import AdaptiveKLController, kl_penalty
 from ..algorithms.losses import clipped_value_loss, explained_variance
 from ..algorithms.masked import masked_mean, masked_whiten, zero_masked
 from ..algorithms.turns import broadcast_turns, gather_turn_values, turn_ids_from_spans, turn_mask
-from ..compat import ScoredRound, TRLBatch, post_init_with_one_generation
+from ..compat import post_init_with_one_generation
 from ..critic import CriticGradients, SharedValueHead, ValueModel
-from .grpo import AgenticGRPOConfig, AgenticGRPOTrainer
+from .grpo import AgenticGRPOConfig, AgenticGRPOTrainer, row_advantages
+from .round import Round, TRLBatch
+
 
 @dataclass
 class AgenticPPOConfig(AgenticGRPOConfig):
@@ -149,6 +152,8 @@ class AgenticPPOTrainer(AgenticGRPOTrainer):
         super().__init__(*args, **kwargs)
         if not isinstance(self.args, AgenticPPOConfig):
             raise TypeError(f"AgenticPPOTrainer needs args=AgenticPPOConfig(...), got {type(self.args).__name__}")
+        if self.environment is None:
+            raise ValueError("AgenticPPOTrainer trains on environment rollouts: pass environment= (or TRL's tools=)")
         self._check_clipped_loss_settings()
         self.critic = self._build_critic(value_model, peft_config)
         self.critic_gradients = CriticGradients(self.extra_parameters)
@@ -229,7 +234,8 @@ class AgenticPPOTrainer(AgenticGRPOTrainer):
 
     # -- advantages (hook of the boundary) -------------------------------------------------------------------
     def training_batch(self, rows: list[dict[str, Any]]) -> TRLBatch:
-        """Score a round, then replace TRL's group advantages by GAE over agent tokens (module docstring).
+        """One generation round (:meth:`~trl_agentic.AgenticGRPOTrainer.generation_round`: rollout, rewards, batch),
+        then GAE advantages over agent tokens instead of group advantages (module docstring).
 
         Per-token reward: ``r_t = -beta * KL_t`` on agent tokens, plus the outcome score on the last agent token
         (minus ``truncation_penalty`` for a trajectory that did not end on its own); a completion no reward function
@@ -241,15 +247,15 @@ class AgenticPPOTrainer(AgenticGRPOTrainer):
         loss's own log-probs (the ratio is 1 at the first step), and they are computed here only for the KL reward
         (``beta != 0``).
         """
-        scored = self._scored_round(rows)
-        batch = scored.batch
-        scores = self._local(self._global_rewards(scored)).to(batch.completion_ids.device)
-        unscorable = self._local(torch.isnan(scored.rewards_per_func).all(dim=1)).to(scores.device)
+        round_ = self.generation_round(rows)  # rollout -> rewards -> batch (grpo.py)
+        batch = round_.batch
+        scores = self._local(self._global_rewards(round_)).to(batch.completion_ids.device)
+        unscorable = self._local(torch.isnan(round_.rewards_per_func).all(dim=1)).to(scores.device)
         if unscorable.any():
             batch.env_mask = batch.env_mask * (~unscorable).unsqueeze(1).to(batch.env_mask.dtype)
             batch.recount_items(self.accelerator.gather)
-        if self.args.truncation_penalty is not None and scored.trajectories:
-            unfinished = torch.tensor([t.truncated for t in scored.trajectories], device=scores.device)
+        if self.args.truncation_penalty is not None:
+            unfinished = torch.tensor([t.truncated for t in round_.trajectories], device=scores.device)
             scores = scores - self.args.truncation_penalty * unfinished.float()
         mask = batch.loss_mask.bool()
 
@@ -269,19 +275,21 @@ class AgenticPPOTrainer(AgenticGRPOTrainer):
                 rewards = masked_whiten(rewards, fmask, shift_mean=False, reduce=self._reduce)
             advantages, returns = token_gae(rewards, values, fmask, self.args.gamma, self.args.lam)
         else:
-            advantages, returns = self._turn_advantages(scored, scores, values, fmask, kl)
+            advantages, returns = self._turn_advantages(round_, scores, values, fmask, kl)
         batch.advantages = masked_whiten(advantages, fmask, reduce=self._reduce)
         batch["values"], batch["returns"] = values, returns
         self._log_ppo_stats(scores, values, returns, fmask, kl)
-        self._record(scored)
+        # TRL's reward metrics and completions table (advantage column: each row's mean over its trained tokens)
+        self._log_rewards(round_, self.accelerator.gather(row_advantages(batch)), zero_std=None)
+        self._record(round_)
         return batch
 
-    def _turn_advantages(self, scored: ScoredRound, scores, values, mask, kl):
-        spans = [t.turn_spans for t in scored.trajectories]
+    def _turn_advantages(self, round_: Round, scores, values, mask, kl):
+        spans = [t.turn_spans for t in round_.trajectories]
         ids = turn_ids_from_spans(spans, mask)
         num_turns = max(1, max(len(s) for s in spans))
         env_rewards = torch.zeros(len(spans), num_turns, device=values.device)
-        for row, t in enumerate(scored.trajectories):
+        for row, t in enumerate(round_.trajectories):
             env_rewards[row, : len(t.turn_rewards)] = torch.tensor(t.turn_rewards[:num_turns], dtype=torch.float)
         turn_rewards = build_turn_rewards(scores, ids, num_turns, env_rewards, kl, self.kl_coef)
         turn_values = gather_turn_values(values, ids, num_turns)
