@@ -12,16 +12,16 @@ each family's format with scripted streams), nor the answer that ends an episode
 
 The trainers: TRL's ``tools=`` and ``environment_factory=`` with ``use_vllm=True, vllm_mode="colocate"`` run through
 our engine (``agentic/...`` metrics, the mask audit) on the real engine, with TRL's
-``vllm_structured_outputs_regex`` applied to every turn, and the weights reach vLLM after each step."""
+``vllm_structured_outputs_regex`` applied to every turn. Weight sync with vLLM is checked by ``test_vllm_trainers.py``
+(here every reward is 0: the weights never move)."""
 
 import json
 import re
 
 import pytest
-import torch
-from helpers import Drift, Recording
-from tool_calling_model import TURN_REGEX, add, build_tool_calling_model, question, tool_dataset
-from transformers import AutoTokenizer
+from helpers import Recording
+from tool_calling_model import TURN_REGEX, add, build_tool_calling_model, tool_dataset
+from transformers import AutoTokenizer, GenerationConfig
 
 from trl_agentic.native_tools import ToolCallEnvironment
 from trl_agentic.rollout.audit import unsampled_trained
@@ -73,39 +73,42 @@ def test_native_tool_calls_sampled_by_vllm_are_parsed_run_and_token_exact(tool_m
     tok = tool_tokenizer
     llm = LLM(model=tool_model_dir, dtype="float32", distributed_executor_backend="external_launcher",
               enforce_eager=True, enable_prefix_caching=True, max_model_len=1024, seed=0, gpu_memory_utilization=0.3)
-    generator = Recording(VLLMGenerator(llm, temperature=1.0, seed=11, structured_outputs_regex=TURN_REGEX))
-    rows = list(tool_dataset(6))
-    trajectories = run_rollouts(None, tok, lambda: ToolCallEnvironment([add]), rows, generator=generator,
-                                rollout_mode="chat", max_turns=4, max_tokens_per_turn=64, max_completion_length=600,
-                                overlap_chunks=1)
     ends = [tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")]
     seen = {"result": 0, "error": 0}
-    for row, t in zip(rows, trajectories):
-        # the prompt carries the tool schema, rendered by the template
-        assert t.prompt_ids == tok.apply_chat_template(row["prompt"], tools=[add], add_generation_prompt=True,
-                                                       tokenize=True, return_dict=False)
-        assert unsampled_trained(t, t.env_mask, ends) == 0  # the mask audit
-        assert all(lp == 0.0 for lp, m in zip(t.logprobs, t.env_mask) if m == 0)
-        tool_messages = [m for m in t.messages if m["role"] == "tool"]
-        spans = t.turn_spans
-        for turn, (start, stop) in enumerate(spans):
-            ids = t.completion_ids[start:stop]
-            # this turn's ids and log-probs are one of the outputs of that turn's vLLM call
-            assert (ids, t.logprobs[start:stop]) in generator.outputs[turn]
-            assert set(t.env_mask[start:stop]) == {1} and ids[-1] in ends
-            text = tok.decode(ids[:-1])
-            assert re.fullmatch(TURN_REGEX, text), text  # vLLM kept to the grammar: these are its ids
-            expected = expected_result(text)
-            seen["error" if expected[1].startswith("{'error'") else "result"] += 1
-            if turn + 1 < len(spans):  # the observation between this turn and the next: the tool message, masked
-                observed = t.completion_ids[stop:spans[turn + 1][0]]
-                assert observed == tool_suffix(tok, *expected)
-                assert set(t.env_mask[stop:spans[turn + 1][0]]) == {0}
-                name, content = expected
-                assert {"role": "tool", "name": name, "content": content} in tool_messages
-        assert len(spans) == 4 and t.stop_reason == "max_turns", t.stop_reason
+    # one seed gives every request of a call the same draw: seed 7 samples good calls of add, seed 11 failing ones
+    for seed in (7, 11):
+        generator = Recording(VLLMGenerator(llm, temperature=1.0, seed=seed, structured_outputs_regex=TURN_REGEX))
+        rows = list(tool_dataset(6))
+        trajectories = run_rollouts(None, tok, lambda: ToolCallEnvironment([add]), rows, generator=generator,
+                                    generation_config=GenerationConfig.from_pretrained(tool_model_dir),
+                                    rollout_mode="chat", max_turns=4, max_tokens_per_turn=64,
+                                    max_completion_length=600, overlap_chunks=1)
+        for row, t in zip(rows, trajectories):
+            # the prompt carries the tool schema, rendered by the template
+            assert t.prompt_ids == tok.apply_chat_template(row["prompt"], tools=[add], add_generation_prompt=True,
+                                                           tokenize=True, return_dict=False)
+            assert unsampled_trained(t, t.env_mask, ends) == 0  # the mask audit
+            assert all(lp == 0.0 for lp, m in zip(t.logprobs, t.env_mask) if m == 0)
+            tool_messages = [m for m in t.messages if m["role"] == "tool"]
+            spans = t.turn_spans
+            for turn, (start, stop) in enumerate(spans):
+                ids = t.completion_ids[start:stop]
+                # this turn's ids and log-probs are one of the outputs of that turn's vLLM call
+                assert (ids, t.logprobs[start:stop]) in generator.outputs[turn]
+                assert set(t.env_mask[start:stop]) == {1} and ids[-1] in ends
+                text = tok.decode(ids[:-1])
+                assert re.fullmatch(TURN_REGEX, text), text  # vLLM kept to the grammar: these are its ids
+                expected = expected_result(text)
+                seen["error" if expected[1].startswith("{'error'") else "result"] += 1
+                if turn + 1 < len(spans):  # the observation between this turn and the next: the tool message, masked
+                    observed = t.completion_ids[stop:spans[turn + 1][0]]
+                    assert observed == tool_suffix(tok, *expected)
+                    assert set(t.env_mask[stop:spans[turn + 1][0]]) == {0}
+                    name, content = expected
+                    assert {"role": "tool", "name": name, "content": content} in tool_messages
+            assert len(spans) == 4 and t.stop_reason == "max_turns", t.stop_reason
     print("turn kinds", seen)
-    assert all(seen.values()), f"seed 11 did not sample every kind of turn: {seen}; pick another seed"
+    assert all(seen.values()), f"the seeds did not sample every kind of turn: {seen}; pick other seeds"
 
 
 # -- the trainers: TRL's arguments, through our engine, on the real engine --------------------------------------
@@ -154,21 +157,17 @@ def test_trl_tool_arguments_train_through_our_engine_on_vllm(case, tool_model_di
                   max_steps=2, learning_rate=1e-2, report_to="none", use_cpu=True, bf16=False, seed=0,
                   save_strategy="no", logging_steps=1, **vllm)
     tok = tool_tokenizer
-    prompt = tok.apply_chat_template(question(2, 3), tools=[add], add_generation_prompt=True, tokenize=True,
-                                     return_dict=False)
-    drift = Drift(torch.tensor([prompt + tok('<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n'
-                                             '</tool_call><|im_end|>', add_special_tokens=False)["input_ids"]]))
     tools = {"environment_factory": AddEnv} if case.endswith("environment_factory") else {"tools": [add]}
     if case.startswith("grpo"):  # TRL's config, unchanged
         args = GRPOConfig(num_generations=2, max_tool_calling_iterations=2, **common)
         trainer = AgenticGRPOTrainer(model=tool_model_dir, processing_class=tok, args=args,
-                                     train_dataset=tool_dataset(8), reward_funcs=answer_reward, callbacks=[drift],
+                                     train_dataset=tool_dataset(8), reward_funcs=answer_reward,
                                      **tools)
     else:
         args = AgenticPPOConfig(num_generations=1, beta=0.05, rollout_mode="chat", max_turns=3,
                                 max_tokens_per_turn=64, **common)
         trainer = AgenticPPOTrainer(model=tool_model_dir, processing_class=tok, args=args,
-                                    train_dataset=tool_dataset(8), reward_funcs=answer_reward, callbacks=[drift],
+                                    train_dataset=tool_dataset(8), reward_funcs=answer_reward,
                                     **tools)
     trainer.train()
     logs = [entry for entry in trainer.state.log_history if "agentic/vllm_logprob_gap" in entry]
@@ -177,9 +176,11 @@ def test_trl_tool_arguments_train_through_our_engine_on_vllm(case, tool_model_di
     calls = [entry.get(name, 0.0) for entry in logs]
     gaps = [entry["agentic/vllm_logprob_gap"] for entry in logs]
     print(f"{case}: add calls per trajectory {calls}, turns {[e['agentic/turns_mean'] for e in logs]}, "
-          f"drift {drift.after_step}, gap {gaps}")
+          f"gap {gaps}")
     assert sum(calls) > 0  # vLLM sampled calls of add, and our engine ran them
     if "environment_factory" in case:
         assert any("rewards/AddEnv/mean" in entry for entry in logs)
-    # step 2 sampled with the weights after step 1: had they not been synced, the gap would be about the drift
-    assert drift.after_step[1] > 10 * gaps[1], (drift.after_step, gaps)
+    # Weight sync is not checked here (test_vllm_trainers.py does, without a grammar): every call is constrained, no
+    # rollout answers, every reward is 0 and the weights never move. With vllm_structured_outputs_regex vLLM's
+    # log-probs are the constrained sampler's: the gap to the trainer's measured 5.8 per token on this random model.
+    assert all(gap > 1.0 for gap in gaps), gaps
