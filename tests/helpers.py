@@ -9,6 +9,8 @@ import textwrap
 from pathlib import Path
 from typing import Any, Sequence
 
+from transformers import TrainerCallback
+
 from trl_agentic.environment import StepResult
 from trl_agentic.rollout.generation import Generation
 
@@ -203,3 +205,37 @@ def trl_replay(model_dir, tokenizer, args, reward_funcs, trajectories, rows):
                           processing_class=tokenizer, rollout_func=replay, train_dataset=lookup_dataset(8))
     trainer.model.train()
     return trainer, trainer._generate_and_score_completions([dict(r) for r in rows])
+
+
+class Drift(TrainerCallback):
+    """Mean |delta log-prob| of a fixed sequence (``ids``, a ``1 x n`` tensor) under the model, from before training
+    to after each step: how far one optimizer step moves the model, against which the vLLM tests compare the
+    trainer/vLLM log-prob gap (a gap far below the drift means the new weights reached vLLM)."""
+
+    def __init__(self, ids):
+        self.ids, self.before, self.after_step = ids, None, {}
+
+    def _logps(self, model):
+        import torch
+
+        with torch.no_grad():
+            logits = model(input_ids=self.ids).logits[:, :-1].float()
+        return torch.log_softmax(logits, -1).gather(-1, self.ids[:, 1:, None]).squeeze(-1)
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self.before = self._logps(model)
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        self.after_step[state.global_step] = (self._logps(model) - self.before).abs().mean().item()
+
+
+class Recording:
+    """Wraps a generator (the generation seam) and keeps every output it returned: ids and log-probs per call."""
+
+    def __init__(self, inner):
+        self.inner, self.outputs = inner, []
+
+    def generate(self, prompts, max_new_tokens, stop_strings, stop_token_ids):
+        out = self.inner.generate(prompts, max_new_tokens, stop_strings, stop_token_ids)
+        self.outputs.append([(list(g.ids), list(g.logprobs)) for g in out])
+        return out

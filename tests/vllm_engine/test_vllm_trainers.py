@@ -5,30 +5,11 @@ trainer's and vLLM's log-probs of the sampled tokens stays far below how much on
 
 import pytest
 import torch
-from helpers import EchoEnvironment, agentic_args, lookup_dataset, ppo_args
-from transformers import TrainerCallback
+from helpers import Drift, EchoEnvironment, agentic_args, lookup_dataset, ppo_args
 
 from trl_agentic import AgenticGRPOTrainer, AgenticPPOTrainer
 
 pytestmark = pytest.mark.vllm
-
-
-class Drift(TrainerCallback):
-    """Mean |delta log-prob| of a fixed sequence under the model, from before training to after each step."""
-
-    def __init__(self, ids):
-        self.ids, self.before, self.after_step = ids, None, {}
-
-    def _logps(self, model):
-        with torch.no_grad():
-            logits = model(input_ids=self.ids).logits[:, :-1].float()
-        return torch.log_softmax(logits, -1).gather(-1, self.ids[:, 1:, None]).squeeze(-1)
-
-    def on_train_begin(self, args, state, control, model=None, **kwargs):
-        self.before = self._logps(model)
-
-    def on_step_end(self, args, state, control, model=None, **kwargs):
-        self.after_step[state.global_step] = (self._logps(model) - self.before).abs().mean().item()
 
 
 CASES = {

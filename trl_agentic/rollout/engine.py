@@ -392,12 +392,14 @@ def run_rollouts(
         config: A :class:`RolloutConfig`; or pass its fields as keyword arguments (``max_turns=3``, ...).
         generator: Override the generation backend (defaults to :class:`HFGenerator` with sampling and log-probs).
         generation_config: transformers ``GenerationConfig`` for the default generator (default: the model's, with
-            sampling on). Its ``eos_token_id`` (every end id) is where turns end.
+            sampling on). Its ``eos_token_id`` (every end id) is where turns end, with a given ``generator`` too
+            (pass it with a vLLM generator: the model's end ids are in its generation config, not its tokenizer).
     """
     config = RolloutConfig.from_arguments(config, config_kwargs)
     if generator is None:
         generator = HFGenerator(model, processing_class, generation_config, return_logprobs=True)
-    engine = RolloutEngine(generator, processing_class, environment, config)
+    eos_token_ids = None if generation_config is None else get_eos_token_ids(processing_class, generation_config)
+    engine = RolloutEngine(generator, processing_class, environment, config, eos_token_ids=eos_token_ids)
     rows = [dict(row) for row in rows]
     missing = [i for i, row in enumerate(rows) if prompt_column not in row]
     if missing:

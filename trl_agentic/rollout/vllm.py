@@ -53,20 +53,25 @@ class VLLMGenerator:
             re-sends the whole history, and the cache turns that re-read into a lookup.
         greedy: Temperature 0 (``temperature`` and ``top_p`` are then ignored).
         temperature, top_p, seed: Sampling settings (``seed`` makes a run repeatable).
+        structured_outputs_regex: Every turn must match this regex (vLLM's structured outputs; TRL's
+            ``vllm_structured_outputs_regex``), or ``None``.
     """
 
     def __init__(self, llm: Any, greedy: bool = False, temperature: float = 1.0, top_p: float = 1.0,
-                 seed: int | None = None) -> None:
+                 seed: int | None = None, structured_outputs_regex: str | None = None) -> None:
         self.llm = llm
         self.sampling = dict(temperature=0.0 if greedy else temperature, top_p=1.0 if greedy else top_p, seed=seed)
+        self.regex = structured_outputs_regex
 
     def generate(
         self, prompts: list[list[int]], max_new_tokens: int, stop_strings: Sequence[str], eos_token_ids: Sequence[int]
     ) -> list[Generation]:
         from vllm import SamplingParams
+        from vllm.sampling_params import StructuredOutputsParams
 
+        constraint = {} if self.regex is None else {"structured_outputs": StructuredOutputsParams(regex=self.regex)}
         params = SamplingParams(max_tokens=max_new_tokens, logprobs=0, **stop_kwargs(stop_strings, eos_token_ids),
-                                **self.sampling)
+                                **self.sampling, **constraint)
         outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompts], params, use_tqdm=False)
         return [_generation(out.outputs[0]) for out in outputs]
 
