@@ -67,9 +67,12 @@ class VLLMGenerator:
         self, prompts: list[list[int]], max_new_tokens: int, stop_strings: Sequence[str], eos_token_ids: Sequence[int]
     ) -> list[Generation]:
         from vllm import SamplingParams
-        from vllm.sampling_params import StructuredOutputsParams
 
-        constraint = {} if self.regex is None else {"structured_outputs": StructuredOutputsParams(regex=self.regex)}
+        constraint = {}
+        if self.regex is not None:
+            from vllm.sampling_params import StructuredOutputsParams
+
+            constraint = {"structured_outputs": StructuredOutputsParams(regex=self.regex)}
         params = SamplingParams(max_tokens=max_new_tokens, logprobs=0, **stop_kwargs(stop_strings, eos_token_ids),
                                 **self.sampling, **constraint)
         outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompts], params, use_tqdm=False)
