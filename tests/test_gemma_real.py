@@ -65,3 +65,32 @@ def test_lora_training_step(gemma, tmp_path):
     row = next(r for r in trainer.state.log_history if "loss" in r)
     assert row["agentic/mask_audit"] == 0
     assert any(not torch.equal(before[n], p.detach()) for n, p in trainer.model.named_parameters() if n in before)
+
+
+def test_native_tool_calls_stop_in_one_line(gemma, tmp_path):
+    """Gemma-3's chat template renders no tool calls and TRL knows no response template for it, so TRL's ``tools=``
+    cannot work with this model: construction stops in one line that says what to use instead (text tags)."""
+    from datasets import Dataset
+
+    conv, model = gemma
+
+    def lookup(key: str) -> str:
+        """
+        Looks a key up.
+
+        Args:
+            key: The key.
+
+        Returns:
+            The value.
+        """
+        return "42"
+
+    args = AgenticGRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, num_generations=2,
+                             max_completion_length=48, max_steps=1, report_to="none", use_cpu=True, bf16=False,
+                             save_strategy="no", rollout_mode="chat")
+    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": "What is the value of key k7?"}]}] * 2)
+    with pytest.raises(ValueError, match="TagEnvironment") as error:
+        AgenticGRPOTrainer(model=model, reward_funcs=lambda completions, **kwargs: [0.0] * len(completions),
+                           args=args, processing_class=conv.tokenizer, train_dataset=dataset, tools=[lookup])
+    assert "\n" not in str(error.value)
