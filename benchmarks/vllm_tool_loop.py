@@ -5,13 +5,13 @@
 
 Both sides are TRL's ``GRPOTrainer(tools=[add])`` on the same ``GRPOConfig`` (``use_vllm=True,
 vllm_mode="colocate"``, seed 0), the same tiny model and dataset (``tests/tool_calling_model.py``: a random
-Qwen2.5-convention model, every turn constrained by vLLM's structured outputs to a call of ``add`` or an answer, so
-both loops really parse and run calls): ``trl`` is TRL's class, whose ``_tool_call_loop`` runs the calls; ``ours``
+Qwen2.5-convention model, every turn constrained by vLLM's structured outputs to a call of ``add`` or of the
+unknown ``sub``, so both loops really parse and run calls, and rollouts end at the turn limit): ``trl`` is TRL's class, whose ``_tool_call_loop`` runs the calls; ``ours``
 is :class:`~trl_agentic.AgenticGRPOTrainer`, which takes ``tools=`` into our engine. A round trains one trainer per
 side (the order alternates between rounds); the first ``--warmup`` steps of each are dropped.
 
-Reported per side, median over the kept steps of every round: rollout wall time per step (TRL's ``_generate``,
-which both take: vLLM generation, tool calls, weight sync; timed by a subclass, benchmark only), whole step time
+Reported per side, median over the kept steps of every round: rollout wall time per step (TRL's ``_generate``, or
+our trainer's ``rollout``: vLLM generation, tool calls, weight sync; timed by a subclass, benchmark only), whole step time
 (``on_step_begin`` to ``on_step_end``), and per step: agent tokens generated (tokens with ``tool_mask`` 1), assistant
 turns, tool calls (``<tool_call>`` tokens the model generated), and rollout time per generated token. The two loops
 sample different sequences (they call vLLM differently), so compare the per-token time and the counts, not only
@@ -53,7 +53,8 @@ def cpu_weight_sync() -> None:
 
 
 def timed(base: type) -> type:
-    """``base`` with its ``_generate`` (TRL's, taken by both sides) timed and its output counted."""
+    """``base`` with its rollout timed and its output counted: TRL's ``_generate`` (TRL's side) or our
+    ``rollout`` (ours: our round does not go through ``_generate``)."""
 
     class Timed(base):
         rollouts: list[dict[str, float]]
@@ -74,6 +75,17 @@ def timed(base: type) -> type:
             self.rollouts.append(dict(rollout_s=seconds, tokens=tokens, turns=turns, calls=calls,
                                       rows=len(completion_ids)))
             return out
+
+        def rollout(self, rows):  # ours: AgenticGRPOTrainer's rollout (weight sync, vLLM generation, tool calls)
+            started = time.perf_counter()
+            trajectories, instances = super().rollout(rows)
+            seconds = time.perf_counter() - started
+            call = self.processing_class.convert_tokens_to_ids("<tool_call>")
+            self.rollouts.append(dict(
+                rollout_s=seconds, tokens=sum(sum(t.env_mask) for t in trajectories),
+                turns=sum(t.num_turns for t in trajectories), rows=len(trajectories),
+                calls=sum(i == call and m for t in trajectories for i, m in zip(t.completion_ids, t.env_mask))))
+            return trajectories, instances
 
     Timed.__name__ = f"Timed{base.__name__}"
     return Timed
