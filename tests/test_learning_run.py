@@ -106,3 +106,19 @@ def test_documented_run_commands_parse():
     for argv in commands:
         args = run.make_parser().parse_args(argv)
         assert {s.strip() for s in args.stages.split(",")} <= set(run.STAGES), argv
+
+
+def test_seed_summary_gives_mean_and_spread_over_runs(tmp_path, capsys):
+    run = _load("run")
+    for seed, (em, searches) in enumerate([(0.89, 2.0), (0.75, 2.0), (0.5, 1.5)]):
+        (tmp_path / f"s{seed}" / "grpo").mkdir(parents=True)
+        report = {"em": em, "mean_searches": searches, "mean_turns": searches + 1, "steps": 12,
+                  "trajectories_per_step": 16, "seconds": 60.0}
+        (tmp_path / f"s{seed}" / "grpo" / "report.json").write_text(json.dumps(report))
+    assert run.main(["--summary", *(str(tmp_path / f"s{s}") for s in range(3))]) == 0
+    row = capsys.readouterr().out.splitlines()[-1]
+    # mean 0.7133, sample sd 0.1975; searches 1.8333 +- 0.2887
+    assert row == ("| after SFT + GRPO (12 steps x 16 trajectories) | 3 | 0.71 +- 0.20 | 0.89, 0.75, 0.50 | "
+                   "1.83 +- 0.29 | 2.83 +- 0.29 |")
+    assert run.main(["--summary", "--out", str(tmp_path / "s2")]) == 0  # one run: its own table
+    assert "| after SFT + GRPO (12 steps x 16 trajectories) | 0.50 | 1.50 | 2.50 | 1.0 |" in capsys.readouterr().out

@@ -21,8 +21,9 @@ Stages (``--stages``, in this order; each writes ``<out>/<stage>/report.json`` a
   head with its own LoRA; ``ppo_warmup``: the first ``--critic-warmup-steps`` steps train the critic alone;
   ``ppo_turn``: the same with GAE over turns, ``advantage_mode="turn"``).
 - ``rft``: rejection-sampling fine-tuning at GRPO's number of samples (:func:`trl_agentic.sft.rft`, one round):
-  ``--num-generations`` samples (T = 1) of each of ``--rl-steps x --rl-prompts-per-step`` training questions (as many
-  questions and samples as GRPO draws), then SFT of a fresh LoRA on the correct ones (one per question).
+  ``--num-generations`` samples (at ``--temperature``, as the RL rollouts) of each of ``--rl-steps x
+  --rl-prompts-per-step`` training questions (as many questions and samples as GRPO draws), then SFT of a fresh LoRA
+  on the correct ones (one per question).
 
 RL stages write curves: the sampled reward, searches and turns per trajectory at every step, and greedy EM on the
 first ``--curve-size`` held-out questions every ``--eval-every`` steps, to ``<out>/<stage>/curves.json``; every
@@ -46,6 +47,7 @@ import functools
 import json
 import os
 import random
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -71,7 +73,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--sft-train", type=Path, help="questions of the SFT demonstrations (default: the training ones)")
     p.add_argument("--out", type=Path, default=Path("runs/learning/full"))
     p.add_argument("--stages", default=",".join(STAGES), help="comma-separated subset of: " + ", ".join(STAGES))
-    p.add_argument("--summary", action="store_true", help="only print the table of the reports in --out")
+    p.add_argument("--summary", nargs="*", type=Path, metavar="OUT",
+                   help="only print the table of the reports in --out; given several run folders (one per seed), "
+                        "the mean and standard deviation of each stage over them")
     p.add_argument("--model", default=GGUF_MODEL, help="model directory or hub id (default: Gemma-3-270M GGUF)")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--threads", type=int, default=2, help="torch threads on CPU")
@@ -458,10 +462,30 @@ def summary(out: Path) -> str:
     return "\n".join(lines)
 
 
+def seed_summary(outs: list[Path]) -> str:
+    """One row per stage over the runs ``outs`` (one per seed): mean +- sample standard deviation of EM, searches and
+    turns over the runs that have the stage, then each run's EM in the order given."""
+    lines = ["| stage | runs | EM mean +- sd | EM per run | mean searches | mean turns |", "|---|---|---|---|---|---|"]
+    for stage in STAGES:
+        reports = [json.loads(p.read_text()) for out in outs if (p := out / stage / "report.json").exists()]
+        if not reports:
+            continue
+
+        def spread(key: str) -> str:
+            values = [r[key] for r in reports]
+            sd = statistics.stdev(values) if len(values) > 1 else 0.0
+            return f"{statistics.fmean(values):.2f} +- {sd:.2f}"
+
+        per_run = ", ".join(f"{r['em']:.2f}" for r in reports)
+        lines.append(f"| {ROW_NAMES[stage].format(**reports[0])} | {len(reports)} | {spread('em')} | {per_run} | "
+                     f"{spread('mean_searches')} | {spread('mean_turns')} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
-    if args.summary:
-        print(summary(args.out))
+    if args.summary is not None:
+        print(seed_summary(args.summary) if len(args.summary) > 1 else summary((args.summary or [args.out])[0]))
         return 0
     stages = [s.strip() for s in args.stages.split(",") if s.strip()]
     unknown = [s for s in stages if s not in STAGES]
