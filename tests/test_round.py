@@ -58,7 +58,14 @@ def test_round_equals_trls_on_the_same_trajectories(tiny_model_dir, tokenizer, t
         assert "ref_per_token_logps" in batch and "old_per_token_logps" in batch
 
     for name, values in trl._metrics["train"].items():
+        if name == "completions/clipped_ratio" or "terminated_length" in name:
+            continue  # ours: the trajectory was cut by a budget; TRL's: the last token is no end id (below)
         assert ours._metrics["train"][name] == pytest.approx(values, nan_ok=True), name
+    ended = [t for t in trajectories if not t.truncated]
+    assert ended, "no trajectory ended on its own: the check below would prove nothing"
+    assert ours._metrics["train"]["completions/clipped_ratio"] == [1 - len(ended) / len(trajectories)]
+    assert ours._metrics["train"]["completions/mean_terminated_length"] == [
+        pytest.approx(sum(t.num_agent_tokens for t in ended) / len(ended))]
     assert {"completions/mean_length", "frac_reward_zero_std", "rewards/turns/std", "custom/turns"} <= set(
         trl._metrics["train"])
     for key in ("prompt", "completion", "advantages"):

@@ -399,7 +399,7 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
         tool_mask = pad(env_mask, 1, "right", multiple).to(device)
         loss_mask = data["completion_mask"] * tool_mask
         data["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
-        self._log_lengths(prompt_ids, completion_ids, env_mask)
+        self._log_lengths(trajectories, env_mask)
         batch = TRLBatch(data)
         args = self.args
         correction = self.use_vllm and args.vllm_importance_sampling_correction
@@ -453,19 +453,21 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
             self.log_metric("frac_reward_zero_std", zero_std)
         self.log_round_table(round_.prompts, round_.completions, rewards_per_func, advantages)
 
-    def _log_lengths(self, prompt_ids: list[list[int]], completion_ids: list[list[int]],
-                     env_mask: list[list[int]]) -> None:
+    def _log_lengths(self, trajectories: list[Trajectory], env_mask: list[list[int]]) -> None:
         """TRL's length metrics (``grpo_trainer.py`` ``_generate``, l. 2276-2310), over all processes: a
-        completion's length counts its sampled (trained) tokens; it is clipped when its last token is neither an end token nor the pad token."""
+        completion's length counts its sampled (trained) tokens; it is clipped when its trajectory did not end on its
+        own (:attr:`~trl_agentic.Trajectory.truncated`: a turn, token or environment budget cut it). TRL's test, a
+        last token that is neither an end id nor the pad id, would call clipped every trajectory that ends at a stop
+        string such as ``</answer>``."""
         device = self.accelerator.device
         lengths = self.accelerator.gather(torch.tensor([sum(m) for m in env_mask], device=device)).float()
-        prompt_tokens = self.accelerator.gather(torch.tensor([len(p) for p in prompt_ids], device=device)).sum()
+        prompt_tokens = self.accelerator.gather(torch.tensor([len(t.prompt_ids) for t in trajectories], device=device))
+        prompt_tokens = prompt_tokens.sum()
         self.count_tokens(int((prompt_tokens + lengths.sum()).item()))
         self.log_metric("completions/mean_length", lengths.mean().item())
         self.log_metric("completions/min_length", lengths.min().item())
         self.log_metric("completions/max_length", lengths.max().item())
-        ends = {*self.eos_token_ids, self.processing_class.pad_token_id}
-        clipped = self.accelerator.gather(torch.tensor([ids[-1] not in ends for ids in completion_ids], device=device))
+        clipped = self.accelerator.gather(torch.tensor([t.truncated for t in trajectories], device=device))
         self.log_metric("completions/clipped_ratio", clipped.float().mean().item())
         terminated = lengths[~clipped] if (~clipped).any() else torch.zeros(1, device=device)
         self.log_metric("completions/mean_terminated_length", terminated.mean().item())
