@@ -86,7 +86,7 @@ def test_curves_come_from_the_step_logs_and_are_plotted(tmp_path):
     assert curves == {"step": [1, 2], "reward": [0.25, 0.5], "searches": [1.0, 0.0], "turns": [2.0, 1.5]}
     (tmp_path / "grpo").mkdir()
     (tmp_path / "grpo" / "report.json").write_text(json.dumps({"curves": {**curves, "eval": [[0, 0.1, 1, 2]]}}))
-    run.plot_curves(tmp_path, tmp_path / "plot" / "curves.png")
+    run.plot_curves([tmp_path], tmp_path / "plot" / "curves.png")
     assert (tmp_path / "plot" / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -115,7 +115,14 @@ def test_seed_summary_gives_mean_and_spread_over_runs(tmp_path, capsys):
         report = {"em": em, "mean_searches": searches, "mean_turns": searches + 1, "steps": 12,
                   "trajectories_per_step": 16, "seconds": 60.0}
         (tmp_path / f"s{seed}" / "grpo" / "report.json").write_text(json.dumps(report))
-    assert run.main(["--summary", *(str(tmp_path / f"s{s}") for s in range(3))]) == 0
+    for seed in range(3):  # curves of each run, drawn together
+        report = json.loads((tmp_path / f"s{seed}" / "grpo" / "report.json").read_text())
+        report["curves"] = {"step": [1, 2], "reward": [0.25, 0.5], "searches": [2.0, 2.0], "turns": [3.0, 3.0],
+                            "eval": [[0, 0.4, 2, 3], [2, 0.5, 2, 3]]}
+        (tmp_path / f"s{seed}" / "grpo" / "report.json").write_text(json.dumps(report))
+    plot = tmp_path / "seeds.png"
+    assert run.main(["--summary", *(str(tmp_path / f"s{s}") for s in range(3)), "--plot", str(plot)]) == 0
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     row = capsys.readouterr().out.splitlines()[-1]
     # mean 0.7133, sample sd 0.1975; searches 1.8333 +- 0.2887
     assert row == ("| after SFT + GRPO (12 steps x 16 trajectories) | 3 | 0.71 +- 0.20 | 0.89, 0.75, 0.50 | "

@@ -75,7 +75,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--stages", default=",".join(STAGES), help="comma-separated subset of: " + ", ".join(STAGES))
     p.add_argument("--summary", nargs="*", type=Path, metavar="OUT",
                    help="only print the table of the reports in --out; given several run folders (one per seed), "
-                        "the mean and standard deviation of each stage over them")
+                        "the mean and standard deviation of each stage over them (with --plot: all their curves)")
     p.add_argument("--model", default=GGUF_MODEL, help="model directory or hub id (default: Gemma-3-270M GGUF)")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--threads", type=int, default=2, help="torch threads on CPU")
@@ -421,9 +421,9 @@ ROW_NAMES = {
 }
 
 
-def plot_curves(out: Path, path: Path) -> None:
+def plot_curves(outs: list[Path], path: Path) -> None:
     """Draw held-out EM, sampled reward, searches and turns per trajectory against the step, one line per RL stage
-    of ``out`` with curves (``rft``, a single SFT round, has none)."""
+    of each run folder of ``outs`` with curves (``rft``, a single SFT round, has none)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -431,20 +431,21 @@ def plot_curves(out: Path, path: Path) -> None:
 
     fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
     titles = ("held-out EM (greedy)", "sampled reward", "searches per trajectory", "turns per trajectory")
-    for stage in RL_STAGES:
-        report = out / stage / "report.json"
-        if not report.exists() or "curves" not in (r := json.loads(report.read_text())):
-            continue
-        c = r["curves"]
-        if c["eval"]:
-            axes[0].plot([e[0] for e in c["eval"]], [e[1] for e in c["eval"]], marker="o", label=stage)
-        for ax, key in zip(axes[1:], ("reward", "searches", "turns")):
-            ax.plot(c["step"], c[key], label=stage)
+    for out in outs:
+        for stage in RL_STAGES:
+            report = out / stage / "report.json"
+            if not report.exists() or "curves" not in (r := json.loads(report.read_text())):
+                continue
+            c, label = r["curves"], stage if len(outs) == 1 else f"{out.name} {stage}"
+            if c["eval"]:
+                axes[0].plot([e[0] for e in c["eval"]], [e[1] for e in c["eval"]], marker="o", label=label)
+            for ax, key in zip(axes[1:], ("reward", "searches", "turns")):
+                ax.plot(c["step"], c[key], label=label)
     for ax, title in zip(axes, titles):
         ax.set_title(title)
         ax.set_xlabel("step")
     axes[0].legend()
-    fig.suptitle(str(out))
+    fig.suptitle(", ".join(str(out) for out in outs))
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=80)
@@ -485,7 +486,10 @@ def seed_summary(outs: list[Path]) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
     if args.summary is not None:
-        print(seed_summary(args.summary) if len(args.summary) > 1 else summary((args.summary or [args.out])[0]))
+        outs = args.summary or [args.out]
+        print(seed_summary(outs) if len(outs) > 1 else summary(outs[0]))
+        if args.plot:
+            plot_curves(outs, args.plot)
         return 0
     stages = [s.strip() for s in args.stages.split(",") if s.strip()]
     unknown = [s for s in stages if s not in STAGES]
@@ -504,7 +508,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"== {stage}: EM {report['em']:.3f}  searches {report['mean_searches']:.2f}  turns "
               f"{report['mean_turns']:.2f}  ({report['seconds'] / 60:.1f} min)", flush=True)
         if "curves" in report:
-            plot_curves(args.out, args.plot or args.out / "curves.png")
+            plot_curves([args.out], args.plot or args.out / "curves.png")
     print(summary(args.out))
     return 0
 
