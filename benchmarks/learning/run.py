@@ -463,6 +463,11 @@ def summary(out: Path) -> str:
     return "\n".join(lines)
 
 
+def _mean_sd(values: list[float]) -> str:
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.fmean(values):.2f} +- {sd:.2f}"
+
+
 def seed_summary(outs: list[Path]) -> str:
     """One row per stage over the runs ``outs`` (one per seed): mean +- sample standard deviation of EM, searches and
     turns over the runs that have the stage, then each run's EM in the order given."""
@@ -471,15 +476,10 @@ def seed_summary(outs: list[Path]) -> str:
         reports = [json.loads(p.read_text()) for out in outs if (p := out / stage / "report.json").exists()]
         if not reports:
             continue
-
-        def spread(key: str) -> str:
-            values = [r[key] for r in reports]
-            sd = statistics.stdev(values) if len(values) > 1 else 0.0
-            return f"{statistics.fmean(values):.2f} +- {sd:.2f}"
-
+        em, searches, turns = (_mean_sd([r[key] for r in reports]) for key in ("em", "mean_searches", "mean_turns"))
         per_run = ", ".join(f"{r['em']:.2f}" for r in reports)
-        lines.append(f"| {ROW_NAMES[stage].format(**reports[0])} | {len(reports)} | {spread('em')} | {per_run} | "
-                     f"{spread('mean_searches')} | {spread('mean_turns')} |")
+        lines.append(f"| {ROW_NAMES[stage].format(**reports[0])} | {len(reports)} | {em} | {per_run} | {searches} | "
+                     f"{turns} |")
     return "\n".join(lines)
 
 
