@@ -26,8 +26,9 @@ Stages (``--stages``, in this order; each writes ``<out>/<stage>/report.json`` a
   on the correct ones (one per question).
 
 RL stages write curves: the sampled reward, searches and turns per trajectory at every step, and greedy EM on the
-first ``--curve-size`` held-out questions every ``--eval-every`` steps, to ``<out>/<stage>/curves.json``; every
-stage redraws ``--plot`` (default ``<out>/curves.png``) with the curves of all the RL stages of ``--out``.
+first ``--curve-size`` held-out questions every ``--eval-every`` steps, under ``"curves"`` in
+``<out>/<stage>/report.json``; every stage redraws ``--plot`` (default ``<out>/curves.png``) with the curves of all
+the RL stages of ``--out``.
 
 Every stage but ``closed_book`` and ``fewshot`` prompts with the same short instruction (``INSTRUCTION``); every
 stage is scored by :func:`trl_agentic.evaluate.evaluate` (greedy, exact match) on the held-out questions.
