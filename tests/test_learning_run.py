@@ -129,3 +129,34 @@ def test_seed_summary_gives_mean_and_spread_over_runs(tmp_path, capsys):
                    "1.83 +- 0.29 | 2.83 +- 0.29 |")
     assert run.main(["--summary", "--out", str(tmp_path / "s2")]) == 0  # one run: its own table
     assert "| after SFT + GRPO (12 steps x 16 trajectories) | 0.50 | 1.50 | 2.50 | 1.0 |" in capsys.readouterr().out
+
+
+
+@pytest.mark.parametrize("keep_all", [False, True])
+def test_rft_stage_runs_end_to_end_on_a_local_model(data, tmp_path, tiny_model_dir, monkeypatch, keep_all):
+    """The ``rft`` stage through ``main`` on a tiny local model and a saved SFT adapter: the random model answers
+    nothing right, so rft keeps nothing and evaluates the SFT model; with a success threshold of 0 every sample
+    passes, one is kept per question and rft trains its own adapter."""
+    import functools
+
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    import trl_agentic.sft
+
+    if keep_all:
+        monkeypatch.setattr(trl_agentic.sft, "rejection_sampling",
+                            functools.partial(trl_agentic.sft.rejection_sampling, success_threshold=0.0))
+    run, out = _load("run"), tmp_path / "run"
+    sft = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+                         LoraConfig(r=2, target_modules="all-linear", task_type="CAUSAL_LM"))
+    sft.save_pretrained(out / "sft" / "adapter")
+    assert run.main(["--data", str(data), "--out", str(out), "--model", tiny_model_dir, "--stages", "rft",
+                     "--test-size", "2", "--eval-batch-size", "4", "--sft-epochs", "1", "--rl-steps", "1",
+                     "--rl-prompts-per-step", "2", "--num-generations", "2", "--max-tokens-per-turn", "8",
+                     "--max-completion-length", "64", "--lora-r", "2"]) == 0
+    report = json.loads((out / "rft" / "report.json").read_text())
+    assert report["samples"] == 4 and len(report["examples"]) == 2
+    assert report["kept"] == (2 if keep_all else 0)  # at most one kept trajectory per question
+    assert (out / "rft" / "adapter" / "adapter_config.json").exists() is keep_all
+    assert (report["train_loss"] is not None) is keep_all

@@ -20,7 +20,7 @@ Stages (``--stages``, in this order; each writes ``<out>/<stage>/report.json`` a
   (observations masked, then ``mask_observations=False``), ``AgenticPPOTrainer`` (one sample per question, a value
   head with its own LoRA; ``ppo_warmup``: the first ``--critic-warmup-steps`` steps train the critic alone;
   ``ppo_turn``: the same with GAE over turns, ``advantage_mode="turn"``).
-- ``rft``: rejection-sampling fine-tuning at GRPO's number of samples (:func:`trl_agentic.sft.rft`, one round):
+- ``rft``: rejection-sampling fine-tuning at GRPO's number of samples (one round of ``recipes/rft.py``'s loop):
   ``--num-generations`` samples (at ``--temperature``, as the RL rollouts) of each of ``--rl-steps x
   --rl-prompts-per-step`` training questions (as many questions and samples as GRPO draws), then SFT of a fresh LoRA
   on the correct ones (one per question).
@@ -248,26 +248,33 @@ def with_adapters(args: argparse.Namespace, *adapters: Path) -> Any:
     return model.eval()
 
 
-def run_sft(task: Task, args: argparse.Namespace) -> dict[str, Any]:
+def train_lora(model: Any, dataset: Any, tokenizer: Any, args: argparse.Namespace, name: str) -> tuple[Path, float]:
+    """A fresh LoRA on ``model`` trained with TRL's ``SFTTrainer`` (``--sft-*`` settings), saved to
+    ``<out>/<name>/adapter``; returns the adapter's path and the mean training loss."""
     from trl import SFTConfig, SFTTrainer
 
+    config = SFTConfig(
+        output_dir=str(args.out / name / "trainer"), num_train_epochs=args.sft_epochs, learning_rate=args.sft_lr,
+        per_device_train_batch_size=args.sft_batch_size, lr_scheduler_type="cosine", warmup_steps=0.1,
+        logging_steps=4, save_strategy="no", report_to="none", seed=args.seed, use_cpu=args.device == "cpu",
+        max_length=None, bf16=False, gradient_checkpointing=False,
+    )
+    trainer = SFTTrainer(model=model, args=config, train_dataset=dataset, processing_class=tokenizer,
+                         peft_config=lora_config(args))
+    result = trainer.train()
+    trainer.model.save_pretrained(str(args.out / name / "adapter"))
+    return args.out / name / "adapter", result.training_loss
+
+
+def run_sft(task: Task, args: argparse.Namespace) -> dict[str, Any]:
     from trl_agentic.sft import sft_dataset
 
     tokenizer, base = load_base(args.model, args.device)
     demos = task.demonstrations(args.sft_demos)
     dataset = sft_dataset(demos, tokenizer, environment=task.environment, **task.budgets)
-    config = SFTConfig(
-        output_dir=str(args.out / "sft" / "trainer"), num_train_epochs=args.sft_epochs, learning_rate=args.sft_lr,
-        per_device_train_batch_size=args.sft_batch_size, lr_scheduler_type="cosine", warmup_steps=0.1,
-        logging_steps=4, save_strategy="no", report_to="none", seed=args.seed, use_cpu=args.device == "cpu",
-        max_length=None, bf16=False, gradient_checkpointing=False,
-    )
-    trainer = SFTTrainer(model=copy.deepcopy(base), args=config, train_dataset=dataset, processing_class=tokenizer,
-                         peft_config=lora_config(args))
-    result = trainer.train()
-    trainer.model.save_pretrained(str(args.out / "sft" / "adapter"))
-    metrics = evaluate_stage(with_adapters(args, args.out / "sft" / "adapter"), tokenizer, task, args)
-    return {**metrics, "demonstrations": len(dataset), "train_loss": result.training_loss,
+    adapter, loss = train_lora(copy.deepcopy(base), dataset, tokenizer, args, "sft")
+    metrics = evaluate_stage(with_adapters(args, adapter), tokenizer, task, args)
+    return {**metrics, "demonstrations": len(dataset), "train_loss": loss,
             "trained_tokens": sum(sum(label != -100 for label in labels) for labels in dataset["labels"])}
 
 
@@ -359,36 +366,29 @@ def run_rl(task: Task, args: argparse.Namespace, name: str) -> dict[str, Any]:
 
 
 def run_rft(task: Task, args: argparse.Namespace) -> dict[str, Any]:
-    """One round of rejection-sampling fine-tuning with GRPO's number of questions and samples."""
-    from trl import SFTConfig
-
+    """One round of rejection-sampling fine-tuning (the loop of ``recipes/rft.py``) with GRPO's number of questions
+    and samples: sample from the SFT model, keep one correct trajectory per question
+    (:func:`trl_agentic.sft.rejection_sampling`), train a fresh LoRA on them."""
     from trl_agentic.rewards import QAReward
-    from trl_agentic.sft import rft
+    from trl_agentic.sft import rejection_sampling, sft_dataset
 
     tokenizer, _ = load_base(args.model, args.device)
     rows = rl_rows(task, args)[: args.rl_steps * args.rl_prompts_per_step]
     model = with_adapters(args, args.out / "sft" / "adapter")
     sampling = copy.deepcopy(model.generation_config)
     sampling.temperature, sampling.top_k, sampling.top_p = args.temperature, 0, 1.0  # as the RL rollouts
-    config = SFTConfig(
-        output_dir=str(args.out / "rft" / "trainer"), num_train_epochs=args.sft_epochs, learning_rate=args.sft_lr,
-        per_device_train_batch_size=args.sft_batch_size, lr_scheduler_type="cosine", warmup_steps=0.1,
-        logging_steps=4, save_strategy="no", report_to="none", seed=args.seed, use_cpu=args.device == "cpu",
-        max_length=None, bf16=False, gradient_checkpointing=False,
-    )
-    model, history = rft(model, tokenizer, task.environment, rows, QAReward("em"), config,
-                         samples_per_row=args.num_generations, peft_config=lora_config(args),
-                         batch_size=args.eval_batch_size, generation_config=sampling, show_progress=False,
-                         **task.budgets)
-    (round_,) = history
-    adapters = [args.out / "sft" / "adapter"]
-    if round_.num_kept:  # else no sample was correct and nothing was trained: the SFT model is evaluated
-        model.save_pretrained(str(args.out / "rft" / "adapter"))
-        adapters.append(args.out / "rft" / "adapter")
+    sample = rejection_sampling(model, tokenizer, task.environment, rows, QAReward("em"),
+                                samples_per_row=args.num_generations, batch_size=args.eval_batch_size,
+                                generation_config=sampling, show_progress=False, **task.budgets)
+    adapters, loss = [args.out / "sft" / "adapter"], None
+    if sample.trajectories:  # else no sample was correct and nothing is trained: the SFT model is evaluated
+        adapter, loss = train_lora(model, sft_dataset(sample.trajectories, show_progress=False), tokenizer, args,
+                                   "rft")
+        adapters.append(adapter)
     metrics = evaluate_stage(with_adapters(args, *adapters), tokenizer, task, args)
-    return {**metrics, "samples": len(rows) * args.num_generations, "kept": round_.num_kept,
-            "sample_accuracy": round_.report.accuracy, "sample_mean_searches": round_.report.mean_tool_calls,
-            "train_loss": round_.train_loss}
+    return {**metrics, "samples": len(rows) * args.num_generations, "kept": len(sample.trajectories),
+            "sample_accuracy": sample.report.accuracy, "sample_mean_searches": sample.report.mean_tool_calls,
+            "train_loss": loss}
 
 
 def run_stage(stage: str, task: Task, args: argparse.Namespace) -> dict[str, Any]:
