@@ -131,6 +131,15 @@ def test_seed_summary_gives_mean_and_spread_over_runs(tmp_path, capsys):
     assert "| after SFT + GRPO (12 steps x 16 trajectories) | 0.50 | 1.50 | 2.50 | 1.0 |" in capsys.readouterr().out
 
 
+def test_seed_summary_names_what_differs_between_runs(tmp_path, capsys):
+    run = _load("run")
+    for seed, kept in enumerate([32, 30, 32]):
+        (tmp_path / f"s{seed}" / "rft").mkdir(parents=True)
+        report = {"em": 0.9, "mean_searches": 2.0, "mean_turns": 3.0, "samples": 192, "kept": kept, "seconds": 60.0}
+        (tmp_path / f"s{seed}" / "rft" / "report.json").write_text(json.dumps(report))
+    assert run.main(["--summary", *(str(tmp_path / f"s{s}") for s in range(3))]) == 0
+    assert "| after SFT + RFT (192 samples, 32/30/32 kept) | 3 | 0.90 +- 0.00 |" in capsys.readouterr().out
+
 
 @pytest.mark.parametrize("keep_all", [False, True])
 def test_rft_stage_runs_end_to_end_on_a_local_model(data, tmp_path, tiny_model_dir, monkeypatch, keep_all):

@@ -469,6 +469,13 @@ def _mean_sd(values: list[float]) -> str:
     return f"{statistics.fmean(values):.2f} +- {sd:.2f}"
 
 
+def _row_name(stage: str, reports: list[dict[str, Any]]) -> str:
+    """The stage's row name over several runs: a value that differs between runs (RFT's kept samples) is given for
+    each run in order, "32/30/32"."""
+    values = {key: [str(r.get(key)) for r in reports] for key in reports[0]}
+    return ROW_NAMES[stage].format(**{k: v[0] if len(set(v)) == 1 else "/".join(v) for k, v in values.items()})
+
+
 def seed_summary(outs: list[Path]) -> str:
     """One row per stage over the runs ``outs`` (one per seed): mean +- sample standard deviation of EM, searches and
     turns over the runs that have the stage, then each run's EM in the order given."""
@@ -479,8 +486,7 @@ def seed_summary(outs: list[Path]) -> str:
             continue
         em, searches, turns = (_mean_sd([r[key] for r in reports]) for key in ("em", "mean_searches", "mean_turns"))
         per_run = ", ".join(f"{r['em']:.2f}" for r in reports)
-        lines.append(f"| {ROW_NAMES[stage].format(**reports[0])} | {len(reports)} | {em} | {per_run} | {searches} | "
-                     f"{turns} |")
+        lines.append(f"| {_row_name(stage, reports)} | {len(reports)} | {em} | {per_run} | {searches} | {turns} |")
     return "\n".join(lines)
 
 
