@@ -169,3 +169,30 @@ def test_rft_stage_runs_end_to_end_on_a_local_model(data, tmp_path, tiny_model_d
     assert report["kept"] == (2 if keep_all else 0)  # at most one kept trajectory per question
     assert (out / "rft" / "adapter" / "adapter_config.json").exists() is keep_all
     assert (report["train_loss"] is not None) is keep_all
+
+
+def test_grad_accum_that_does_not_divide_the_step_fails_before_loading_anything(data, tmp_path):
+    run = _load("run")
+    with pytest.raises(SystemExit, match="--grad-accum 3 must divide the 16 trajectories per step"):
+        run.main(["--data", str(data), "--out", str(tmp_path), "--stages", "grpo", "--grad-accum", "3"])
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("stage", ["grpo", "ppo_warmup"])
+def test_rl_stage_runs_in_micro_batches_of_one(data, tmp_path, tiny_model_dir, stage):
+    """An RL stage through ``main`` with ``--grad-accum`` = trajectories per step: one optimizer step on micro-batches
+    of one trajectory, its curves and report written (the memory knob of the PPO run in docs/benchmarks.md)."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    run, out = _load("run"), tmp_path / "run"
+    sft = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+                         LoraConfig(r=2, target_modules="all-linear", task_type="CAUSAL_LM"))
+    sft.save_pretrained(out / "sft" / "adapter")
+    assert run.main(["--data", str(data), "--out", str(out), "--model", tiny_model_dir, "--stages", stage,
+                     "--test-size", "2", "--eval-batch-size", "4", "--rl-steps", "1", "--rl-prompts-per-step", "2",
+                     "--num-generations", "2", "--grad-accum", "4", "--critic-warmup-steps", "0",
+                     "--max-tokens-per-turn", "8", "--max-completion-length", "64", "--lora-r", "2"]) == 0
+    report = json.loads((out / stage / "report.json").read_text())
+    assert report["trajectories_per_step"] == 4 and report["micro_batch"] == 1 and len(report["train_reward"]) == 1
+    assert (out / stage / "adapter" / "adapter_config.json").exists()

@@ -98,6 +98,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--rl-prompts-per-step", type=int, default=4, help="GRPO: questions per step")
     p.add_argument("--num-generations", type=int, default=4, help="GRPO group size (PPO: 1 sample per question, "
                    "prompts-per-step x num-generations questions per step)")
+    p.add_argument("--grad-accum", type=int, default=2,
+                   help="RL stages: micro-batches per optimizer step (more: less memory, the same trajectories per step)")
     p.add_argument("--temperature", type=float, default=1.0,
                    help="sampling temperature of the RL rollouts and of rft's samples (evaluation is greedy)")
     p.add_argument("--critic-lr", type=float, default=2e-4)
@@ -336,15 +338,17 @@ def run_rl(task: Task, args: argparse.Namespace, name: str) -> dict[str, Any]:
     )
     per_step = args.rl_prompts_per_step * args.num_generations  # trajectories per optimizer step
     if name.startswith("ppo"):
-        config = AgenticPPOConfig(**common, num_generations=1, per_device_train_batch_size=per_step // 2,
-                                  gradient_accumulation_steps=2, critic="shared",
+        config = AgenticPPOConfig(**common, num_generations=1, critic="shared",
+                                  per_device_train_batch_size=per_step // args.grad_accum,
+                                  gradient_accumulation_steps=args.grad_accum,
                                   critic_learning_rate=args.critic_lr, vf_coef=0.1, gamma=1.0, lam=0.95,
                                   critic_warmup_steps=args.critic_warmup_steps if name == "ppo_warmup" else 0,
                                   advantage_mode="turn" if name == "ppo_turn" else "token")
         trainer_cls = AgenticPPOTrainer
     else:
         config = AgenticGRPOConfig(**common, num_generations=args.num_generations,
-                                   per_device_train_batch_size=per_step // 2, gradient_accumulation_steps=2)
+                                   per_device_train_batch_size=per_step // args.grad_accum,
+                                   gradient_accumulation_steps=args.grad_accum)
         trainer_cls = AgenticGRPOTrainer
     sft_adapter = args.out / "sft" / "adapter"
     curves: dict[str, list] = {"eval": []}
@@ -361,8 +365,8 @@ def run_rl(task: Task, args: argparse.Namespace, name: str) -> dict[str, Any]:
         curves["value_loss"] = [log["ppo/value_loss"] for log in logs]
         curves["explained_variance"] = [log.get("ppo/explained_variance") for log in logs]
     metrics = evaluate_stage(with_adapters(args, sft_adapter, args.out / name / "adapter"), tokenizer, task, args)
-    return {**metrics, "steps": args.rl_steps, "trajectories_per_step": per_step, "train_reward": curves["reward"],
-            "curves": curves}
+    return {**metrics, "steps": args.rl_steps, "trajectories_per_step": per_step,
+            "micro_batch": config.per_device_train_batch_size, "train_reward": curves["reward"], "curves": curves}
 
 
 def run_rft(task: Task, args: argparse.Namespace) -> dict[str, Any]:
@@ -502,6 +506,10 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [s for s in stages if s not in STAGES]
     if unknown:
         raise SystemExit(f"unknown stage(s) {unknown}; choose from {', '.join(STAGES)}")
+    per_step = args.rl_prompts_per_step * args.num_generations
+    if per_step % args.grad_accum:
+        raise SystemExit(f"--grad-accum {args.grad_accum} must divide the {per_step} trajectories per step "
+                         "(--rl-prompts-per-step x --num-generations)")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     set_determinism(args.seed, args.threads, args.device)
     task = Task(args)
