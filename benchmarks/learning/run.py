@@ -4,7 +4,7 @@
     python benchmarks/learning/run.py --data runs/learning/data --out runs/learning/full
     python benchmarks/learning/make_task.py --out runs/twohop/data --hops 2
     python benchmarks/learning/run.py --data runs/twohop/data --out runs/twohop/onehop_sft --max-turns 4 \
-        --sft-train runs/twohop/data/train_onehop.jsonl --stages sft,grpo --plot docs/learning_twohop.png
+        --sft-train runs/twohop/data/train_onehop.jsonl --stages sft,grpo
 
 Stages (``--stages``, in this order; each writes ``<out>/<stage>/report.json`` and prints one line):
 
