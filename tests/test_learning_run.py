@@ -29,6 +29,16 @@ def _task(run, data, *extra):
     return run.Task(run.make_parser().parse_args(["--data", str(data), *extra]))
 
 
+def _save_sft_adapter(tiny_model_dir, out):
+    """A random LoRA on the tiny model saved where the RL and RFT stages read the SFT adapter."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    sft = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+                         LoraConfig(r=2, target_modules="all-linear", task_type="CAUSAL_LM"))
+    sft.save_pretrained(out / "sft" / "adapter")
+
+
 def _rows(path):
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
@@ -148,18 +158,13 @@ def test_rft_stage_runs_end_to_end_on_a_local_model(data, tmp_path, tiny_model_d
     passes, one is kept per question and rft trains its own adapter."""
     import functools
 
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
     import trl_agentic.sft
 
     if keep_all:
         monkeypatch.setattr(trl_agentic.sft, "rejection_sampling",
                             functools.partial(trl_agentic.sft.rejection_sampling, success_threshold=0.0))
     run, out = _load("run"), tmp_path / "run"
-    sft = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
-                         LoraConfig(r=2, target_modules="all-linear", task_type="CAUSAL_LM"))
-    sft.save_pretrained(out / "sft" / "adapter")
+    _save_sft_adapter(tiny_model_dir, out)
     assert run.main(["--data", str(data), "--out", str(out), "--model", tiny_model_dir, "--stages", "rft",
                      "--test-size", "2", "--eval-batch-size", "4", "--sft-epochs", "1", "--rl-steps", "1",
                      "--rl-prompts-per-step", "2", "--num-generations", "2", "--max-tokens-per-turn", "8",
@@ -178,21 +183,17 @@ def test_grad_accum_that_does_not_divide_the_step_fails_before_loading_anything(
     assert not any(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize("stage", ["grpo", "ppo_warmup"])
+@pytest.mark.parametrize("stage", ["grpo", "ppo"])
 def test_rl_stage_runs_in_micro_batches_of_one(data, tmp_path, tiny_model_dir, stage):
     """An RL stage through ``main`` with ``--grad-accum`` = trajectories per step: one optimizer step on micro-batches
     of one trajectory, its curves and report written (the memory knob of the PPO run in docs/benchmarks.md)."""
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
     run, out = _load("run"), tmp_path / "run"
-    sft = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
-                         LoraConfig(r=2, target_modules="all-linear", task_type="CAUSAL_LM"))
-    sft.save_pretrained(out / "sft" / "adapter")
+    _save_sft_adapter(tiny_model_dir, out)
     assert run.main(["--data", str(data), "--out", str(out), "--model", tiny_model_dir, "--stages", stage,
                      "--test-size", "2", "--eval-batch-size", "4", "--rl-steps", "1", "--rl-prompts-per-step", "2",
-                     "--num-generations", "2", "--grad-accum", "4", "--critic-warmup-steps", "0",
-                     "--max-tokens-per-turn", "8", "--max-completion-length", "64", "--lora-r", "2"]) == 0
+                     "--num-generations", "2", "--grad-accum", "4", "--max-tokens-per-turn", "8",
+                     "--max-completion-length", "64", "--lora-r", "2"]) == 0
     report = json.loads((out / stage / "report.json").read_text())
-    assert report["trajectories_per_step"] == 4 and report["micro_batch"] == 1 and len(report["train_reward"]) == 1
+    assert report["trajectories_per_step"] == 4 and report["micro_batch"] == 1
+    assert len(report["train_reward"]) == 1
     assert (out / stage / "adapter" / "adapter_config.json").exists()

@@ -99,7 +99,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-generations", type=int, default=4, help="GRPO group size (PPO: 1 sample per question, "
                    "prompts-per-step x num-generations questions per step)")
     p.add_argument("--grad-accum", type=int, default=2,
-                   help="RL stages: micro-batches per optimizer step (more: less memory, the same trajectories per step)")
+                   help="RL stages: micro-batches per optimizer step (more: less memory, same trajectories per step)")
     p.add_argument("--temperature", type=float, default=1.0,
                    help="sampling temperature of the RL rollouts and of rft's samples (evaluation is greedy)")
     p.add_argument("--critic-lr", type=float, default=2e-4)
@@ -321,6 +321,11 @@ def step_curves(log_history: list[dict[str, Any]]) -> dict[str, list]:
             "turns": [log.get("agentic/turns_mean") for log in rows]}
 
 
+def trajectories_per_step(args: argparse.Namespace) -> int:
+    """Trajectories per optimizer step of the RL stages (GRPO's questions x group size; PPO's questions)."""
+    return args.rl_prompts_per_step * args.num_generations
+
+
 def run_rl(task: Task, args: argparse.Namespace, name: str) -> dict[str, Any]:
     from datasets import Dataset
 
@@ -336,7 +341,7 @@ def run_rl(task: Task, args: argparse.Namespace, name: str) -> dict[str, Any]:
         max_tokens_per_turn=args.max_tokens_per_turn, max_completion_length=args.max_completion_length,
         max_observation_tokens=args.max_completion_length, gradient_checkpointing=False,
     )
-    per_step = args.rl_prompts_per_step * args.num_generations  # trajectories per optimizer step
+    per_step = trajectories_per_step(args)
     if name.startswith("ppo"):
         config = AgenticPPOConfig(**common, num_generations=1, critic="shared",
                                   per_device_train_batch_size=per_step // args.grad_accum,
@@ -506,8 +511,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [s for s in stages if s not in STAGES]
     if unknown:
         raise SystemExit(f"unknown stage(s) {unknown}; choose from {', '.join(STAGES)}")
-    per_step = args.rl_prompts_per_step * args.num_generations
-    if per_step % args.grad_accum:
+    if (per_step := trajectories_per_step(args)) % args.grad_accum:
         raise SystemExit(f"--grad-accum {args.grad_accum} must divide the {per_step} trajectories per step "
                          "(--rl-prompts-per-step x --num-generations)")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
