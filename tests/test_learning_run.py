@@ -192,8 +192,9 @@ def test_rl_stage_runs_in_micro_batches_of_one(data, tmp_path, tiny_model_dir, s
     assert run.main(["--data", str(data), "--out", str(out), "--model", tiny_model_dir, "--stages", stage,
                      "--test-size", "2", "--eval-batch-size", "4", "--rl-steps", "1", "--rl-prompts-per-step", "2",
                      "--num-generations", "2", "--grad-accum", "4", "--max-tokens-per-turn", "8",
-                     "--max-completion-length", "64", "--lora-r", "2"]) == 0
+                     "--max-completion-length", "64", "--lora-r", "2", "--lam", "1.0"]) == 0
     report = json.loads((out / stage / "report.json").read_text())
     assert report["trajectories_per_step"] == 4 and report["micro_batch"] == 1
+    assert report.get("lam") == (1.0 if stage == "ppo" else None)  # GAE lambda: PPO stages only
     assert len(report["train_reward"]) == 1
     assert (out / stage / "adapter" / "adapter_config.json").exists()

@@ -104,6 +104,8 @@ def make_parser() -> argparse.ArgumentParser:
                    help="sampling temperature of the RL rollouts and of rft's samples (evaluation is greedy)")
     p.add_argument("--critic-lr", type=float, default=2e-4)
     p.add_argument("--critic-warmup-steps", type=int, default=4, help="ppo_warmup: value-only steps first")
+    p.add_argument("--lam", type=float, default=0.95,
+                   help="PPO stages: GAE lambda (gamma is 1); 1.0 is Search-R1's (verl's algorithm.lam)")
     p.add_argument("--eval-every", type=int, default=5, help="RL stages: held-out EM every this many steps (0: never)")
     p.add_argument("--curve-size", type=int, default=50, help="held-out questions of the EM curve")
     p.add_argument("--plot", type=Path, help="PNG of the RL curves (default: <out>/curves.png)")
@@ -346,7 +348,7 @@ def run_rl(task: Task, args: argparse.Namespace, name: str) -> dict[str, Any]:
         config = AgenticPPOConfig(**common, num_generations=1, critic="shared",
                                   per_device_train_batch_size=per_step // args.grad_accum,
                                   gradient_accumulation_steps=args.grad_accum,
-                                  critic_learning_rate=args.critic_lr, vf_coef=0.1, gamma=1.0, lam=0.95,
+                                  critic_learning_rate=args.critic_lr, vf_coef=0.1, gamma=1.0, lam=args.lam,
                                   critic_warmup_steps=args.critic_warmup_steps if name == "ppo_warmup" else 0,
                                   advantage_mode="turn" if name == "ppo_turn" else "token")
         trainer_cls = AgenticPPOTrainer
@@ -371,7 +373,8 @@ def run_rl(task: Task, args: argparse.Namespace, name: str) -> dict[str, Any]:
         curves["explained_variance"] = [log.get("ppo/explained_variance") for log in logs]
     metrics = evaluate_stage(with_adapters(args, sft_adapter, args.out / name / "adapter"), tokenizer, task, args)
     return {**metrics, "steps": args.rl_steps, "trajectories_per_step": per_step,
-            "micro_batch": config.per_device_train_batch_size, "train_reward": curves["reward"], "curves": curves}
+            "micro_batch": config.per_device_train_batch_size, **({"lam": config.lam} if name.startswith("ppo") else {}),
+            "train_reward": curves["reward"], "curves": curves}
 
 
 def run_rft(task: Task, args: argparse.Namespace) -> dict[str, Any]:
