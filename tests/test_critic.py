@@ -61,6 +61,14 @@ def perturb_lora(model, adapter: str) -> None:
                 p.copy_(0.5 * torch.randn(p.shape, generator=g))
 
 
+def perturb_head(head) -> None:
+    """A fresh value head is zero (a constant critic, V = 0); make it depend on the hidden states."""
+    g = torch.Generator().manual_seed(11)
+    with torch.no_grad():
+        head.weight.copy_(torch.randn(head.weight.shape, generator=g))
+        head.bias.fill_(0.3)
+
+
 def value_loss(values, mask):
     returns = torch.linspace(-1, 1, values.numel()).view_as(values)
     loss, _ = clipped_value_loss(values, values.detach() + 0.01, returns, mask, 0.2)
@@ -70,6 +78,7 @@ def value_loss(values, mask):
 def test_value_model_shapes_dtype_and_alignment(policy_path, batch):
     input_ids, attention_mask = batch
     critic = ValueModel.from_policy(policy_path)
+    perturb_head(critic.head)
     full = critic(input_ids, attention_mask)
     assert full.shape == (3, 12) and full.dtype == torch.float32
     completion = critic(input_ids, attention_mask, completion_length=5)
@@ -82,6 +91,7 @@ def test_value_model_from_instance_equals_from_path(policy_path, batch):
     policy = Qwen2ForCausalLM.from_pretrained(policy_path)
     from_path = ValueModel.from_policy(policy_path)
     from_copy = ValueModel.from_policy(policy)
+    perturb_head(from_path.head)
     from_copy.head.load_state_dict(from_path.head.state_dict())
     assert_close(from_copy(input_ids, attention_mask), from_path(input_ids, attention_mask))
     # a deep copy: training the critic leaves the policy alone
@@ -93,6 +103,7 @@ def test_value_model_from_peft_policy_starts_from_merged_weights(policy_path, ba
     policy = get_peft_model(Qwen2ForCausalLM.from_pretrained(policy_path), lora())
     perturb_lora(policy, "default")
     critic = ValueModel.from_policy(policy)
+    perturb_head(critic.head)
     hidden = policy(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True).hidden_states[-1]
     assert_close(critic(input_ids, attention_mask), critic.head(hidden).squeeze(-1))
     assert not any("lora" in name for name, _ in critic.named_parameters())
@@ -102,6 +113,7 @@ def test_value_model_from_peft_policy_starts_from_merged_weights(policy_path, ba
 def test_value_model_gradients_reach_head_and_backbone_and_not_masked_values(policy_path, batch):
     input_ids, attention_mask = batch
     critic = ValueModel.from_policy(policy_path)
+    perturb_head(critic.head)
     values = critic(input_ids, attention_mask, completion_length=6)
     values.retain_grad()
     mask = completion_mask(attention_mask, 6)
@@ -115,6 +127,7 @@ def test_value_model_gradients_reach_head_and_backbone_and_not_masked_values(pol
 def test_value_model_with_lora_trains_adapter_and_head_only(policy_path, batch):
     input_ids, attention_mask = batch
     critic = ValueModel.from_policy(policy_path, peft_config=lora())
+    perturb_head(critic.head)
     mask = completion_mask(attention_mask, 6)
     value_loss(critic(input_ids, attention_mask, completion_length=6), mask).backward()
     lora_params = {n: p for n, p in critic.named_parameters() if "lora_" in n}
@@ -129,6 +142,7 @@ def test_value_model_with_lora_trains_adapter_and_head_only(policy_path, batch):
 def test_value_model_save_load_round_trip(policy_path, batch, tmp_path, use_lora):
     input_ids, attention_mask = batch
     critic = ValueModel.from_policy(policy_path, peft_config=lora() if use_lora else None)
+    perturb_head(critic.head)
     if use_lora:
         perturb_lora(critic, "default")
     else:
@@ -145,6 +159,7 @@ def test_shared_head_only_same_values_from_hidden_states_and_forward(policy_path
     input_ids, attention_mask = batch
     policy = Qwen2ForCausalLM.from_pretrained(policy_path)
     shared = SharedValueHead(policy)
+    perturb_head(shared.head)
     assert [n for n, _ in shared.named_parameters()] == ["head.weight", "head.bias"]
     out = policy(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
     from_hidden = shared.values_from_hidden_states(out.hidden_states[-1], completion_length=5)
@@ -174,6 +189,7 @@ def test_shared_critic_adapter_runs_its_own_adapter_and_restores_the_policy(poli
     logits_before = policy(input_ids=input_ids, attention_mask=attention_mask).logits
     shared = SharedValueHead(policy, adapter_config=lora(r=2))
     perturb_lora(policy, "critic")
+    perturb_head(shared.head)
     flags = {n: p.requires_grad for n, p in policy.named_parameters()}
     assert all(flags[n] for n in flags if "lora_" in n)  # both adapters trainable at rest
     values = shared(input_ids, attention_mask, completion_length=5)
@@ -198,6 +214,7 @@ def test_shared_critic_adapter_one_backward_gives_each_adapter_its_own_gradient(
     policy = peft_policy(policy_path)
     shared = SharedValueHead(policy, adapter_config=lora(r=2))
     perturb_lora(policy, "critic")
+    perturb_head(shared.head)
     mask = completion_mask(attention_mask, 5)
 
     def policy_loss():
@@ -233,6 +250,7 @@ def test_shared_critic_adapter_under_gradient_checkpointing_gets_the_same_gradie
         torch.manual_seed(3)
         shared = SharedValueHead(policy, adapter_config=lora(r=2))
         perturb_lora(policy, "critic")
+        perturb_head(shared.head)
         if checkpointing:
             policy.get_base_model().activation_checkpointing_enable({"use_reentrant": reentrant})
             policy.enable_input_require_grads()  # as TRL does for PEFT + checkpointing
@@ -258,6 +276,7 @@ def test_shared_save_load_round_trip(policy_path, batch, tmp_path, with_adapter)
     input_ids, attention_mask = batch
     policy = peft_policy(policy_path)
     shared = SharedValueHead(policy, adapter_config=lora(r=2) if with_adapter else None)
+    perturb_head(shared.head)
     if with_adapter:
         perturb_lora(policy, "critic")
     shared.save_pretrained(tmp_path)
@@ -269,3 +288,31 @@ def test_shared_save_load_round_trip(policy_path, batch, tmp_path, with_adapter)
     if with_adapter:
         assert all(p.requires_grad for n, p in fresh_policy.named_parameters() if ".critic." in n)
         assert fresh_policy.active_adapter == "default"
+
+
+@pytest.mark.parametrize("layout", ["separate", "shared", "shared_adapter"])
+def test_a_fresh_critic_predicts_zero_whatever_the_hidden_scale_and_learns_from_the_first_step(
+    policy_path, batch, layout
+):
+    """An untrained critic is the constant baseline V = 0 (Gemma's hidden states have an RMS of 2 to 5, and a random
+    head turned that into values of +-10); its head gets a gradient at once, the decoder from the second step."""
+    input_ids, attention_mask = batch
+    mask = completion_mask(attention_mask, 5)
+    if layout == "separate":
+        critic = ValueModel.from_policy(policy_path)
+        with torch.no_grad():  # hidden states far from unit scale
+            critic.backbone.norm.weight.mul_(50.0)
+        trunk = list(critic.backbone.layers[0].parameters())
+    else:
+        policy = peft_policy(policy_path)
+        critic = SharedValueHead(policy, adapter_config=lora(r=2) if layout == "shared_adapter" else None)
+        adapter = "critic" if layout == "shared_adapter" else "default"
+        trunk = [p for n, p in policy.named_parameters() if f"lora_B.{adapter}." in n]
+    values = critic(input_ids, attention_mask, completion_length=5)
+    assert torch.equal(values, torch.zeros_like(values))
+    value_loss(values, mask).backward()
+    assert critic.head.weight.grad.abs().sum() > 0
+    assert all(p.grad is None or p.grad.abs().sum() == 0 for p in trunk)  # dL/dh = (V - R) w = 0 at w = 0
+    torch.optim.SGD(critic.head.parameters(), lr=0.1).step()
+    value_loss(critic(input_ids, attention_mask, completion_length=5), mask).backward()
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in trunk)

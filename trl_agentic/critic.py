@@ -47,10 +47,18 @@ def _decoder(model: nn.Module) -> nn.Module:
 
 
 def _new_value_head(hidden_size: int) -> nn.Linear:
-    """``Linear(hidden, 1)`` in float32, weights ~ N(0, 1/(hidden+1)) and zero bias (the reward-head init of
-    Ziegler et al. 2019, arXiv 1909.08593): initial values ~ N(0, 1) on unit-scale normalised hidden states."""
+    """``Linear(hidden, 1)`` in float32 with zero weight and bias: the untrained critic predicts ``V = 0`` in every
+    state, a constant baseline (explained variance 0), whatever the scale of the hidden states.
+
+    The reward-head init of Ziegler et al. 2019 (arXiv 1909.08593), weights ~ N(0, 1/(hidden+1)), gives values
+    ~ N(0, rms(h)^2), unit-scale only on unit-scale hidden states. Gemma-3-270M's last hidden states have an RMS of
+    2 to 5 per token, so its first values swung by up to 10 between neighbouring tokens against returns in [0, 1]
+    (value loss 8.7 and explained variance -30 at the first PPO step, docs/benchmarks.md). From zero the head
+    still learns at once, ``dL/dw = (V - R) h``; the decoder (or the critic's adapter) gets its gradient, which
+    flows through ``w``, from the second optimizer step on.
+    """
     head = nn.Linear(hidden_size, 1, dtype=torch.float32)
-    nn.init.normal_(head.weight, std=1.0 / (hidden_size + 1) ** 0.5)
+    nn.init.zeros_(head.weight)
     nn.init.zeros_(head.bias)
     return head
 

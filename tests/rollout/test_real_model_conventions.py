@@ -245,8 +245,9 @@ def test_training_step_invariants(name, mode, algo, tmp_path):
     torch.manual_seed(0)
     batch = trainer.training_batch([trainer.train_dataset[i] for i in range(8)])
     assert trainer._metrics["train"]["agentic/mask_audit"] == [0.0]
-    if algo == "grpo":  # non-zero advantages everywhere, so that every trained position is pushed
-        batch.advantages = torch.linspace(-1.0, 1.0, batch.advantages.numel())
+    # non-zero advantages everywhere, so that every trained position is pushed (the rewards here can tie, and a
+    # fresh critic is the constant V = 0)
+    batch.advantages = torch.linspace(-1.0, 1.0, batch.advantages.numel()).view_as(batch.advantages)
     assert (batch.env_mask == 0).any()
     grad = completion_hidden_grad(trainer.model, batch, lambda: trainer.loss(trainer.model, batch))
     trained = batch.loss_mask.bool()

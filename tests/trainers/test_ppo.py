@@ -188,6 +188,8 @@ def test_shared_critic_without_peft_trains_the_trunk_only_when_asked(tiny_model_
     trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, environment=lambda: EchoEnvironment(turns=2),
                        critic="shared", critic_detach_backbone=detach)
     batch = trainer.training_batch([trainer.train_dataset[i] for i in range(4)])
+    with torch.no_grad():  # a fresh head is zero, which passes no gradient to the trunk
+        trainer.critic.head.weight.normal_()
     trainer.model.zero_grad()
     values = trainer._critic_values(batch)
     (values * batch.loss_mask).sum().backward()
