@@ -95,6 +95,23 @@ def test_token_gae_without_observations_is_textbook_gae():
     assert_close(adv, closed_form)
 
 
+def test_an_outcome_score_reaches_every_agent_token_whole_only_at_lambda_one():
+    """With an outcome score alone (no KL), gamma = 1: at lam = 1 each agent token's advantage is ``score - V_t``
+    (Search-R1's and verl's lam); at lam < 1 and V = 0 the score reaches token ``t`` scaled by ``lam ** n_t``, with
+    ``n_t`` the agent tokens after it in the row (observations do not count): 0.95 ** 51 = 0.07 at the first token
+    of a 52-token two-hop trajectory."""
+    mask, _ = multi_turn_layout(2)
+    g = torch.Generator().manual_seed(9)
+    scores = torch.rand(mask.shape[0], generator=g)
+    values = torch.where(mask.bool(), torch.randn(mask.shape, generator=g), 0.0)
+    rewards = build_token_rewards(scores, mask)
+    adv, _ = token_gae(rewards, values, mask, 1.0, 1.0)
+    assert_close(adv, torch.where(mask.bool(), scores[:, None] - values, 0.0))
+    adv, _ = token_gae(rewards, torch.zeros(mask.shape), mask, 1.0, 0.95)
+    after = mask.flip(1).cumsum(1).flip(1) - 1  # agent tokens after each position
+    assert_close(adv, torch.where(mask.bool(), scores[:, None] * 0.95 ** after.float(), 0.0))
+
+
 def test_gae_ignores_non_finite_masked_inputs_and_detaches():
     mask, _ = multi_turn_layout(0)
     rewards = torch.where(mask.bool(), torch.randn(mask.shape), torch.nan)
