@@ -66,7 +66,12 @@ class AgenticPPOConfig(AgenticGRPOConfig):
     vf_coef: float = field(default=0.1, metadata={"help": "Weight of the value loss."})
     cliprange_value: float = field(default=0.2, metadata={"help": "Value clip range around the old values."})
     gamma: float = field(default=1.0, metadata={"help": "Discount per step (token or turn)."})
-    lam: float = field(default=0.95, metadata={"help": "GAE lambda."})
+    lam: float = field(
+        default=0.95,
+        metadata={"help": "GAE lambda (TRL's former PPOConfig default). With an outcome score and gamma 1, the score "
+                  "reaches a token scaled by lam per later agent token; 1.0 (Search-R1's, verl's default) gives "
+                  "every agent token score - V."},
+    )
     whiten_rewards: bool = field(
         default=False,
         metadata={"help": "Whiten the per-token rewards (no mean shift); advantage_mode='token' only."},
