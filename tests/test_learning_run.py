@@ -198,3 +198,26 @@ def test_rl_stage_runs_in_micro_batches_of_one(data, tmp_path, tiny_model_dir, s
     assert report.get("lam") == (1.0 if stage == "ppo" else None)  # GAE lambda: PPO stages only
     assert len(report["train_reward"]) == 1
     assert (out / stage / "adapter" / "adapter_config.json").exists()
+
+
+def test_num_iterations_that_does_not_divide_the_steps_fails_before_loading_anything(data, tmp_path):
+    run = _load("run")
+    with pytest.raises(SystemExit, match="--num-iterations 2 must divide --rl-steps 3"):
+        run.main(["--data", str(data), "--out", str(tmp_path), "--stages", "grpo", "--rl-steps", "3",
+                  "--num-iterations", "2"])
+    assert not any(tmp_path.iterdir())
+
+
+def test_grpo_with_two_passes_samples_one_batch_for_two_steps(data, tmp_path, tiny_model_dir):
+    """``--rl-steps 2 --num-iterations 2``: one batch of 4 trajectories sampled (one reward logged), two optimizer
+    steps on it; the row name says the passes and the samples (what ``rft`` then draws)."""
+    run, out = _load("run"), tmp_path / "run"
+    _save_sft_adapter(tiny_model_dir, out)
+    assert run.main(["--data", str(data), "--out", str(out), "--model", tiny_model_dir, "--stages", "grpo",
+                     "--test-size", "2", "--eval-batch-size", "4", "--rl-steps", "2", "--num-iterations", "2",
+                     "--rl-prompts-per-step", "2", "--num-generations", "2", "--max-tokens-per-turn", "8",
+                     "--max-completion-length", "64", "--lora-r", "2", "--eval-every", "0"]) == 0
+    report = json.loads((out / "grpo" / "report.json").read_text())
+    assert (report["steps"], report["num_iterations"], report["samples"]) == (2, 2, 4)
+    assert len(report["train_reward"]) == 1
+    assert "after SFT + GRPO (2 steps x 4 trajectories, 2 passes: 4 samples)" in run.summary(out)

@@ -21,9 +21,9 @@ Stages (``--stages``, in this order; each writes ``<out>/<stage>/report.json`` a
   head with its own LoRA; ``ppo_warmup``: the first ``--critic-warmup-steps`` steps train the critic alone;
   ``ppo_turn``: the same with GAE over turns, ``advantage_mode="turn"``).
 - ``rft``: rejection-sampling fine-tuning at GRPO's number of samples (one round of ``recipes/rft.py``'s loop):
-  ``--num-generations`` samples (at ``--temperature``, as the RL rollouts) of each of ``--rl-steps x
-  --rl-prompts-per-step`` training questions (as many questions and samples as GRPO draws), then SFT of a fresh LoRA
-  on the correct ones (one per question).
+  ``--num-generations`` samples (at ``--temperature``, as the RL rollouts) of each of ``--rl-steps /
+  --num-iterations x --rl-prompts-per-step`` training questions (as many questions and samples as GRPO draws), then
+  SFT of a fresh LoRA on the correct ones (one per question).
 
 RL stages write curves: the sampled reward, searches and turns per trajectory at every step, and greedy EM on the
 first ``--curve-size`` held-out questions every ``--eval-every`` steps, under ``"curves"`` in
@@ -98,6 +98,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--rl-prompts-per-step", type=int, default=4, help="GRPO: questions per step")
     p.add_argument("--num-generations", type=int, default=4, help="GRPO group size (PPO: 1 sample per question, "
                    "prompts-per-step x num-generations questions per step)")
+    p.add_argument("--num-iterations", type=int, default=1,
+                   help="RL stages: optimizer steps on each batch of samples (TRL's num_iterations, PPO's epochs); "
+                        "--rl-steps / --num-iterations batches are sampled (rft samples as many)")
     p.add_argument("--grad-accum", type=int, default=2,
                    help="RL stages: micro-batches per optimizer step (more: less memory, same trajectories per step)")
     p.add_argument("--temperature", type=float, default=1.0,
@@ -328,6 +331,12 @@ def trajectories_per_step(args: argparse.Namespace) -> int:
     return args.rl_prompts_per_step * args.num_generations
 
 
+def sampled_batches(args: argparse.Namespace) -> int:
+    """Batches the RL stages sample: ``--rl-steps`` optimizer steps, ``--num-iterations`` on each batch. ``rft``
+    samples the questions of as many batches."""
+    return args.rl_steps // args.num_iterations
+
+
 def run_rl(task: Task, args: argparse.Namespace, name: str) -> dict[str, Any]:
     from datasets import Dataset
 
@@ -342,6 +351,7 @@ def run_rl(task: Task, args: argparse.Namespace, name: str) -> dict[str, Any]:
         mask_observations=name != "grpo_unmasked", rollout_mode="text", max_turns=args.max_turns,
         max_tokens_per_turn=args.max_tokens_per_turn, max_completion_length=args.max_completion_length,
         max_observation_tokens=args.max_completion_length, gradient_checkpointing=False,
+        num_iterations=args.num_iterations,
     )
     per_step = trajectories_per_step(args)
     if name.startswith("ppo"):
@@ -373,6 +383,7 @@ def run_rl(task: Task, args: argparse.Namespace, name: str) -> dict[str, Any]:
         curves["explained_variance"] = [log.get("ppo/explained_variance") for log in logs]
     metrics = evaluate_stage(with_adapters(args, sft_adapter, args.out / name / "adapter"), tokenizer, task, args)
     return {**metrics, "steps": args.rl_steps, "trajectories_per_step": per_step,
+            "num_iterations": args.num_iterations, "samples": sampled_batches(args) * per_step,
             "micro_batch": config.per_device_train_batch_size, **({"lam": config.lam} if name.startswith("ppo") else {}),
             "train_reward": curves["reward"], "curves": curves}
 
@@ -385,7 +396,7 @@ def run_rft(task: Task, args: argparse.Namespace) -> dict[str, Any]:
     from trl_agentic.sft import rejection_sampling, sft_dataset
 
     tokenizer, _ = load_base(args.model, args.device)
-    rows = rl_rows(task, args)[: args.rl_steps * args.rl_prompts_per_step]
+    rows = rl_rows(task, args)[: sampled_batches(args) * args.rl_prompts_per_step]
     model = with_adapters(args, args.out / "sft" / "adapter")
     sampling = copy.deepcopy(model.generation_config)
     sampling.temperature, sampling.top_k, sampling.top_p = args.temperature, 0, 1.0  # as the RL rollouts
@@ -425,13 +436,22 @@ ROW_NAMES = {
     "fewshot": "few-shot with search, untrained",
     "sft": "after SFT warm start ({demonstrations} demonstrations)",
     "sft_again": "after SFT warm start, evaluated again from the saved adapter",
-    "grpo": "after SFT + GRPO ({steps} steps x {trajectories_per_step} trajectories)",
-    "grpo_unmasked": "after SFT + GRPO, observations unmasked ({steps} steps)",
-    "ppo": "after SFT + PPO, critic ({steps} steps x {trajectories_per_step} trajectories)",
-    "ppo_warmup": "after SFT + PPO, critic warm-up ({steps} steps x {trajectories_per_step} trajectories)",
-    "ppo_turn": "after SFT + PPO, turn-level GAE ({steps} steps x {trajectories_per_step} trajectories)",
+    "grpo": "after SFT + GRPO ({budget})",
+    "grpo_unmasked": "after SFT + GRPO, observations unmasked ({steps} steps{passes})",
+    "ppo": "after SFT + PPO, critic ({budget})",
+    "ppo_warmup": "after SFT + PPO, critic warm-up ({budget})",
+    "ppo_turn": "after SFT + PPO, turn-level GAE ({budget})",
     "rft": "after SFT + RFT ({samples} samples, {kept} kept)",
 }
+
+
+def _label_fields(report: dict[str, Any]) -> dict[str, Any]:
+    """The report's fields with the ones row names derive: an RL stage's ``budget`` ("12 steps x 16 trajectories",
+    then ", 2 passes: 192 samples" when each batch was trained on more than once) and ``passes``."""
+    iterations = report.get("num_iterations", 1)
+    passes = f", {iterations} passes: {report.get('samples')} samples" if iterations > 1 else ""
+    budget = f"{report.get('steps')} steps x {report.get('trajectories_per_step')} trajectories{passes}"
+    return {**report, "budget": budget, "passes": passes}
 
 
 def plot_curves(outs: list[Path], path: Path) -> None:
@@ -471,7 +491,7 @@ def summary(out: Path) -> str:
         path = out / stage / "report.json"
         if path.exists():
             r = json.loads(path.read_text())
-            lines.append(f"| {ROW_NAMES[stage].format(**r)} | {r['em']:.2f} | {r['mean_searches']:.2f} | "
+            lines.append(f"| {ROW_NAMES[stage].format(**_label_fields(r))} | {r['em']:.2f} | {r['mean_searches']:.2f} | "
                          f"{r['mean_turns']:.2f} | {r['seconds'] / 60:.1f} |")
     return "\n".join(lines)
 
@@ -484,7 +504,8 @@ def _mean_sd(values: list[float]) -> str:
 def _row_name(stage: str, reports: list[dict[str, Any]]) -> str:
     """The stage's row name over several runs: a value that differs between runs (RFT's kept samples) is given for
     each run in order, "32/30/32"."""
-    values = {key: [str(r.get(key)) for r in reports] for key in reports[0]}
+    fields = [_label_fields(r) for r in reports]
+    values = {key: [str(f.get(key)) for f in fields] for key in fields[0]}
     return ROW_NAMES[stage].format(**{k: v[0] if len(set(v)) == 1 else "/".join(v) for k, v in values.items()})
 
 
@@ -514,6 +535,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [s for s in stages if s not in STAGES]
     if unknown:
         raise SystemExit(f"unknown stage(s) {unknown}; choose from {', '.join(STAGES)}")
+    if args.num_iterations < 1 or args.rl_steps % args.num_iterations:
+        raise SystemExit(f"--num-iterations {args.num_iterations} must divide --rl-steps {args.rl_steps} (each sampled "
+                         "batch takes --num-iterations optimizer steps)")
     if (per_step := trajectories_per_step(args)) % args.grad_accum:
         raise SystemExit(f"--grad-accum {args.grad_accum} must divide the {per_step} trajectories per step "
                          "(--rl-prompts-per-step x --num-generations)")
