@@ -155,7 +155,8 @@ def test_seed_summary_names_what_differs_between_runs(tmp_path, capsys):
 def test_rft_stage_runs_end_to_end_on_a_local_model(data, tmp_path, tiny_model_dir, monkeypatch, keep_all):
     """The ``rft`` stage through ``main`` on a tiny local model and a saved SFT adapter: the random model answers
     nothing right, so rft keeps nothing and evaluates the SFT model; with a success threshold of 0 every sample
-    passes, one is kept per question and rft trains its own adapter."""
+    passes, one is kept per question and rft trains its own adapter. It samples the questions of GRPO's batches: 2
+    steps of 2 passes are one batch of 2 questions x 2 samples."""
     import functools
 
     import trl_agentic.sft
@@ -166,8 +167,8 @@ def test_rft_stage_runs_end_to_end_on_a_local_model(data, tmp_path, tiny_model_d
     run, out = _load("run"), tmp_path / "run"
     _save_sft_adapter(tiny_model_dir, out)
     assert run.main(["--data", str(data), "--out", str(out), "--model", tiny_model_dir, "--stages", "rft",
-                     "--test-size", "2", "--eval-batch-size", "4", "--sft-epochs", "1", "--rl-steps", "1",
-                     "--rl-prompts-per-step", "2", "--num-generations", "2", "--max-tokens-per-turn", "8",
+                     "--test-size", "2", "--eval-batch-size", "4", "--sft-epochs", "1", "--rl-steps", "2",
+                     "--num-iterations", "2", "--rl-prompts-per-step", "2", "--num-generations", "2", "--max-tokens-per-turn", "8",
                      "--max-completion-length", "64", "--lora-r", "2"]) == 0
     report = json.loads((out / "rft" / "report.json").read_text())
     assert report["samples"] == 4 and len(report["examples"]) == 2
@@ -208,16 +209,17 @@ def test_num_iterations_that_does_not_divide_the_steps_fails_before_loading_anyt
     assert not any(tmp_path.iterdir())
 
 
-def test_grpo_with_two_passes_samples_one_batch_for_two_steps(data, tmp_path, tiny_model_dir):
+@pytest.mark.parametrize("stage", ["grpo", "ppo"])
+def test_two_passes_sample_one_batch_for_two_steps(data, tmp_path, tiny_model_dir, stage):
     """``--rl-steps 2 --num-iterations 2``: one batch of 4 trajectories sampled (one reward logged), two optimizer
     steps on it; the row name says the passes and the samples (what ``rft`` then draws)."""
     run, out = _load("run"), tmp_path / "run"
     _save_sft_adapter(tiny_model_dir, out)
-    assert run.main(["--data", str(data), "--out", str(out), "--model", tiny_model_dir, "--stages", "grpo",
+    assert run.main(["--data", str(data), "--out", str(out), "--model", tiny_model_dir, "--stages", stage,
                      "--test-size", "2", "--eval-batch-size", "4", "--rl-steps", "2", "--num-iterations", "2",
                      "--rl-prompts-per-step", "2", "--num-generations", "2", "--max-tokens-per-turn", "8",
                      "--max-completion-length", "64", "--lora-r", "2", "--eval-every", "0"]) == 0
-    report = json.loads((out / "grpo" / "report.json").read_text())
+    report = json.loads((out / stage / "report.json").read_text())
     assert (report["steps"], report["num_iterations"], report["samples"]) == (2, 2, 4)
     assert len(report["train_reward"]) == 1
-    assert "after SFT + GRPO (2 steps x 4 trajectories, 2 passes: 4 samples)" in run.summary(out)
+    assert "(2 steps x 4 trajectories, 2 passes: 4 samples)" in run.summary(out)
