@@ -184,17 +184,24 @@ def test_grad_accum_that_does_not_divide_the_step_fails_before_loading_anything(
     assert not any(tmp_path.iterdir())
 
 
+def _run_tiny_rl_stage(run, data, out, tiny_model_dir, stage, *extra):
+    """``run.main`` with one RL stage on the tiny model from a random saved SFT adapter: 2 questions x 2 samples per
+    step, 2 test questions; ``extra`` adds or overrides flags. Returns the stage's report."""
+    _save_sft_adapter(tiny_model_dir, out)
+    assert run.main(["--data", str(data), "--out", str(out), "--model", tiny_model_dir, "--stages", stage,
+                     "--test-size", "2", "--eval-batch-size", "4", "--rl-prompts-per-step", "2",
+                     "--num-generations", "2", "--max-tokens-per-turn", "8", "--max-completion-length", "64",
+                     "--lora-r", "2", *extra]) == 0
+    return json.loads((out / stage / "report.json").read_text())
+
+
 @pytest.mark.parametrize("stage", ["grpo", "ppo"])
 def test_rl_stage_runs_in_micro_batches_of_one(data, tmp_path, tiny_model_dir, stage):
     """An RL stage through ``main`` with ``--grad-accum`` = trajectories per step: one optimizer step on micro-batches
     of one trajectory, its curves and report written (the memory knob of the PPO run in docs/benchmarks.md)."""
     run, out = _load("run"), tmp_path / "run"
-    _save_sft_adapter(tiny_model_dir, out)
-    assert run.main(["--data", str(data), "--out", str(out), "--model", tiny_model_dir, "--stages", stage,
-                     "--test-size", "2", "--eval-batch-size", "4", "--rl-steps", "1", "--rl-prompts-per-step", "2",
-                     "--num-generations", "2", "--grad-accum", "4", "--max-tokens-per-turn", "8",
-                     "--max-completion-length", "64", "--lora-r", "2", "--lam", "1.0"]) == 0
-    report = json.loads((out / stage / "report.json").read_text())
+    report = _run_tiny_rl_stage(run, data, out, tiny_model_dir, stage, "--rl-steps", "1", "--grad-accum", "4",
+                                "--lam", "1.0")
     assert report["trajectories_per_step"] == 4 and report["micro_batch"] == 1
     assert report.get("lam") == (1.0 if stage == "ppo" else None)  # GAE lambda: PPO stages only
     assert len(report["train_reward"]) == 1
@@ -214,12 +221,8 @@ def test_two_passes_sample_one_batch_for_two_steps(data, tmp_path, tiny_model_di
     """``--rl-steps 2 --num-iterations 2``: one batch of 4 trajectories sampled (one reward logged), two optimizer
     steps on it; the row name says the passes and the samples (what ``rft`` then draws)."""
     run, out = _load("run"), tmp_path / "run"
-    _save_sft_adapter(tiny_model_dir, out)
-    assert run.main(["--data", str(data), "--out", str(out), "--model", tiny_model_dir, "--stages", stage,
-                     "--test-size", "2", "--eval-batch-size", "4", "--rl-steps", "2", "--num-iterations", "2",
-                     "--rl-prompts-per-step", "2", "--num-generations", "2", "--max-tokens-per-turn", "8",
-                     "--max-completion-length", "64", "--lora-r", "2", "--eval-every", "0"]) == 0
-    report = json.loads((out / stage / "report.json").read_text())
+    report = _run_tiny_rl_stage(run, data, out, tiny_model_dir, stage, "--rl-steps", "2", "--num-iterations", "2",
+                                "--eval-every", "0")
     assert (report["steps"], report["num_iterations"], report["samples"]) == (2, 2, 4)
     assert len(report["train_reward"]) == 1
     assert "(2 steps x 4 trajectories, 2 passes: 4 samples)" in run.summary(out)
