@@ -4,11 +4,11 @@ with the name of what changed."""
 import pytest
 import torch
 import trl
-
 from helpers import EchoEnvironment, agentic_args, lookup_dataset
+
 from trl_agentic import AgenticGRPOTrainer, compat
-from trl_agentic.trainers.grpo import CLIPPED_LOSS_TYPES
 from trl_agentic.toy import lookup_reward
+from trl_agentic.trainers.grpo import CLIPPED_LOSS_TYPES
 
 
 def _trainer(tiny_model_dir, tokenizer, tmp_path, **overrides):

@@ -6,8 +6,8 @@ per training step (not once per turn), and every turn is one batched call. A rea
 """
 
 import pytest
-
 from helpers import EchoEnvironment, agentic_args, lookup_dataset
+
 from trl_agentic import AgenticGRPOTrainer
 from trl_agentic.rollout.vllm import TRLVLLMGenerator
 from trl_agentic.toy import lookup_reward

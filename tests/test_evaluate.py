@@ -4,8 +4,8 @@ import itertools
 import math
 
 import pytest
-
 from helpers import even_rows_right
+
 from trl_agentic.evaluate import evaluate, pass_at_k
 from trl_agentic.toy import LookupEnvironment, lookup_reward, make_lookup_dataset
 

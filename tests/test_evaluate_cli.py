@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from helpers import ScriptedGenerator
+
 from trl_agentic import evaluate as evaluate_module
 from trl_agentic.evaluate_cli import main
 

@@ -8,9 +8,9 @@ import json
 import time
 
 import pytest
-
 from conventions import build_convention
 from helpers import ScriptedGenerator
+
 from trl_agentic.native_tools import ToolCallEnvironment, ensure_response_parser, parse_turn
 from trl_agentic.rollout.engine import RolloutConfig, RolloutEngine
 from trl_agentic.rollout.metrics import metrics_from_sums, rollout_sums

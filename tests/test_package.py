@@ -5,7 +5,6 @@ import sys
 
 import trl_agentic
 
-
 SURFACE = {
     "AgenticGRPOTrainer", "AgenticGRPOConfig", "AgenticPPOTrainer", "AgenticPPOConfig",
     "Environment", "StepResult", "TagEnvironment", "TagProtocol", "Trajectory", "RolloutConfig", "run_rollouts",

@@ -7,7 +7,6 @@ import os
 import re
 from pathlib import Path
 
-
 ROOT = Path(__file__).resolve().parents[1]
 _BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 

@@ -4,8 +4,8 @@ engine as native tool calls: the ids are the chat template's own rendering of th
 from __future__ import annotations
 
 import pytest
-
 from conventions import build_convention
+
 from trl_agentic.rollout.engine import RolloutConfig
 from trl_agentic.sft import DemonstrationError, sft_dataset, transcript_to_trajectory
 

@@ -3,7 +3,6 @@
 import asyncio
 import time
 
-
 from trl_agentic import TagEnvironment
 
 
@@ -54,6 +53,7 @@ def test_failing_and_hanging_tools_return_error_observations():
 def test_huge_tool_output_is_cut_inside_the_tags(tokenizer):
     """The engine caps the tool output's tokens inside the observation tags: both tags survive."""
     from helpers import ScriptedGenerator
+
     from trl_agentic import RolloutConfig
     from trl_agentic.rollout.engine import RolloutEngine
 

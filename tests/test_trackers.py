@@ -8,8 +8,8 @@ from __future__ import annotations
 import glob
 
 import pandas as pd
-
 from helpers import agentic_args, even_rows_right, lookup_dataset
+
 from trl_agentic import AgenticGRPOTrainer, Trajectory
 from trl_agentic.rewards import Component, CompositeReward
 from trl_agentic.toy import LookupEnvironment, lookup_reward

@@ -8,7 +8,6 @@ import os
 
 import pytest
 import torch
-
 from conventions import build_convention
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -118,8 +117,7 @@ def _config(config_class, tmp_path, **extra):
 def test_trl_environment_factory_example_trains(qwen, tmp_path, trainer_name):
     from trl import GRPOConfig
 
-    from trl_agentic import AgenticPPOConfig, AgenticPPOTrainer
-    from trl_agentic import AgenticGRPOTrainer
+    from trl_agentic import AgenticGRPOTrainer, AgenticPPOConfig, AgenticPPOTrainer
 
     seen = []
 

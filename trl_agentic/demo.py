@@ -85,14 +85,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     import datasets
     import torch
     from datasets import Dataset
-    from transformers import GenerationConfig, TrainerCallback, logging as hf_logging
+    from transformers import GenerationConfig, TrainerCallback
+    from transformers import logging as hf_logging
     from trl import SFTConfig, SFTTrainer
 
     from trl_agentic import AgenticGRPOConfig, AgenticGRPOTrainer
     from trl_agentic.evaluate import evaluate
     from trl_agentic.sft import sft_dataset
-    from trl_agentic.toy import LOOKUP_TAGS, LookupEnvironment, build_tiny_model, build_tokenizer, lookup_success
-    from trl_agentic.toy import make_lookup_dataset
+    from trl_agentic.toy import (
+        LOOKUP_TAGS,
+        LookupEnvironment,
+        build_tiny_model,
+        build_tokenizer,
+        lookup_success,
+        make_lookup_dataset,
+    )
 
     hf_logging.set_verbosity_error()
     datasets.disable_progress_bars()

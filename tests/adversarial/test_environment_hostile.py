@@ -6,8 +6,8 @@ Each scenario that could hang runs in a child process (helpers.run_isolated): a 
 import json
 
 import pytest
-
 from helpers import EchoEnvironment, ScriptedGenerator, run_isolated
+
 from trl_agentic import RolloutConfig, StepResult
 from trl_agentic.rollout.engine import RolloutEngine
 

@@ -64,6 +64,7 @@ def test_composite_reward_does_not_propagate_nan_or_inf():
 
 def test_trainer_turns_bad_rewards_into_unscorable_rows(tiny_model_dir, tokenizer, tmp_path):
     from helpers import EchoEnvironment, agentic_args, lookup_dataset
+
     from trl_agentic import AgenticGRPOTrainer
 
     def nan_for_some(completions, trajectory, **kwargs):
@@ -81,6 +82,7 @@ def test_trainer_turns_bad_rewards_into_unscorable_rows(tiny_model_dir, tokenize
 
 def test_garbage_configuration_gives_one_line_errors(tokenizer, tmp_path):
     from helpers import EchoEnvironment, ScriptedGenerator
+
     from trl_agentic import RolloutConfig
     from trl_agentic.rollout.engine import RolloutEngine
 

@@ -5,14 +5,12 @@ the batch or the run.)"""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 import torch
-
 from conventions import build_convention
 from helpers import ScriptedGenerator
-from test_trl_environments import IncrementEnv, _config, call, increment_dataset, multiply, scripted
+from test_trl_environments import IncrementEnv, _config, call, increment_dataset, scripted
 
 from trl_agentic.rollout.engine import RolloutConfig, RolloutEngine
 from trl_agentic.trl_environments import TRLEnvironments

@@ -1,8 +1,8 @@
 """Group advantages: TRL's computation number for number (floor 0), the std floor, unscorable rows."""
 
 import torch
-
 from helpers import lookup_dataset
+
 from trl_agentic.algorithms.advantages import group_advantages
 
 

@@ -11,6 +11,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
 
 from helpers import EchoEnvironment, agentic_args, lookup_dataset, ppo_args  # noqa: E402
+
 from trl_agentic import AgenticGRPOTrainer, AgenticPPOTrainer  # noqa: E402
 from trl_agentic.rollout import engine as engine_module  # noqa: E402
 from trl_agentic.toy import build_tiny_model, build_tokenizer  # noqa: E402

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-
 from test_recipes import FIXTURES, RECIPES, REPO, _command_lines, load_recipe
 
 CONFIG = RECIPES / "configs" / "rft_gsm8k_tools.yaml"

@@ -1,8 +1,8 @@
 """The rollout engine: token exactness, masks, budgets, stop strings, failures, multi-rank call alignment."""
 
 import pytest
-
 from helpers import EchoEnvironment, ScriptedGenerator
+
 from trl_agentic import RolloutConfig, run_rollouts
 from trl_agentic.rollout.engine import RolloutEngine
 from trl_agentic.rollout.generation import cut_at_stop

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from conventions import CONVENTIONS, build_convention
 from helpers import ScriptedGenerator, agentic_args, completion_hidden_grad, ppo_args
+
 from trl_agentic import AgenticGRPOTrainer, AgenticPPOTrainer, Environment, RolloutConfig, StepResult, run_rollouts
-from trl_agentic.rollout.engine import RolloutEngine
 from trl_agentic.rollout.audit import sampled_positions, unsampled_trained
+from trl_agentic.rollout.engine import RolloutEngine
 from trl_agentic.rollout.observations import ObservationEncoder
 
 MODES = ("text", "chat")

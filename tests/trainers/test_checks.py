@@ -8,8 +8,8 @@ import json
 
 import pytest
 from datasets import Dataset
-
 from helpers import EchoEnvironment, agentic_args, lookup_dataset
+
 from trl_agentic import AgenticGRPOTrainer, Environment, StepResult, run_rollouts
 from trl_agentic.toy import LookupEnvironment, lookup_reward
 

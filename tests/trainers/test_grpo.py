@@ -3,12 +3,12 @@
 
 import pytest
 import torch
+from helpers import EchoEnvironment, agentic_args, completion_hidden_grad, lookup_dataset
 from peft import LoraConfig
 
-from helpers import EchoEnvironment, agentic_args, completion_hidden_grad, lookup_dataset
 from trl_agentic import AgenticGRPOTrainer
-from trl_agentic.trajectory import load_trajectories
 from trl_agentic.toy import LookupEnvironment, lookup_reward
+from trl_agentic.trajectory import load_trajectories
 
 
 def length_reward(completions, **kwargs):

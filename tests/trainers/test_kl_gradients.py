@@ -7,8 +7,8 @@ import warnings
 
 import pytest
 import torch
-
 from helpers import agentic_args
+
 from trl_agentic.algorithms.kl import kl_penalty
 
 

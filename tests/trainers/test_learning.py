@@ -1,8 +1,8 @@
 """Short learning checks on the toy tool task (kept small for CI) and the toy reward itself."""
 
 import pytest
-
 from helpers import agentic_args, lookup_dataset
+
 from trl_agentic import AgenticGRPOTrainer, Trajectory
 from trl_agentic.toy import LookupEnvironment, lookup_reward
 

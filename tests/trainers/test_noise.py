@@ -6,6 +6,7 @@ from __future__ import annotations
 import warnings
 
 from helpers import agentic_args, lookup_dataset, ppo_args
+
 from trl_agentic import AgenticGRPOTrainer
 from trl_agentic.toy import LookupEnvironment, lookup_reward
 

@@ -2,9 +2,9 @@
 
 import pytest
 import torch
+from helpers import EchoEnvironment, lookup_dataset, ppo_args
 from peft import LoraConfig
 
-from helpers import EchoEnvironment, lookup_dataset, ppo_args
 from trl_agentic import AgenticPPOTrainer
 from trl_agentic.critic import SharedValueHead, ValueModel
 from trl_agentic.toy import LookupEnvironment, lookup_reward

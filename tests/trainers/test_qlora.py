@@ -4,9 +4,9 @@ training step of AgenticGRPOTrainer runs here. Skipped where bitsandbytes is not
 
 import pytest
 import torch
+from helpers import agent_tokens_reward, agentic_args, lookup_dataset
 from peft import LoraConfig
 
-from helpers import agent_tokens_reward, agentic_args, lookup_dataset
 from trl_agentic import AgenticGRPOTrainer
 from trl_agentic.toy import LookupEnvironment, lookup_reward
 

@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-
 from helpers import EchoEnvironment, agentic_args, lookup_dataset
+
 from trl_agentic import AgenticGRPOTrainer
 from trl_agentic.algorithms.advantages import zero_std_groups
 from trl_agentic.trainers.round import TRLBatch

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .base import RewardFunction, Sample, golds_as_list
 from ..tag_protocol import SEARCH_R1_TAGS, TagProtocol
+from .base import RewardFunction, Sample, golds_as_list
 from .format import check_format
 from .text import find_blocks, last_block
 from .verifiers.qa import exact_match, normalize_answer, usable_golds

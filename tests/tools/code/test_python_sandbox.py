@@ -9,12 +9,18 @@ import uuid
 import warnings
 
 import pytest
-
-from trl_agentic.tools import ExecutionResult, PythonSandbox, SandboxError, ToolOutput, acall_tool, call_tool
-from trl_agentic.tools import extract_code
-from trl_agentic.tools.code import backends, isolation
-
 from helpers import sandbox_backends
+
+from trl_agentic.tools import (
+    ExecutionResult,
+    PythonSandbox,
+    SandboxError,
+    ToolOutput,
+    acall_tool,
+    call_tool,
+    extract_code,
+)
+from trl_agentic.tools.code import backends, isolation
 
 BACKENDS = sandbox_backends()
 

@@ -13,10 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import sandbox_backends
 
 from trl_agentic.tools import PythonSandbox
-
-from helpers import sandbox_backends
 
 BACKENDS = sandbox_backends()
 

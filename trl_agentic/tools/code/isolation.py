@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 from .host import python_dirs, readable_by_others
 
-
 _WARNED_FALLBACK = False
 
 

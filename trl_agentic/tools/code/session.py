@@ -7,8 +7,8 @@ import signal
 from typing import TYPE_CHECKING, Any
 
 from .base import CodeSession
-from .result import STATE_LOST, ExecutionResult
 from .exchange import Outcome, RpcHandler
+from .result import STATE_LOST, ExecutionResult
 from .worker import Worker
 
 if TYPE_CHECKING:

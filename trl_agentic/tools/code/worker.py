@@ -11,9 +11,9 @@ from __future__ import annotations
 import atexit
 import functools
 import json
-import secrets
 import logging
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -26,8 +26,8 @@ from typing import Any
 
 from .base import SandboxError
 from .bwrap import bwrap_command
-from .host import count_tasks_of_uid, fresh_uid
 from .exchange import Exchange, Outcome, RpcHandler
+from .host import count_tasks_of_uid, fresh_uid
 from .launch import LaunchSpec
 from .proctree import ProcessTree
 from .protocol import ByteHeadTail, close_fd, frame, read_chunk
