@@ -86,6 +86,19 @@ def parse_response(processing_class: Any, ids: Sequence[int], prefix: Sequence[i
     return trl_parse_response(processing_class, list(ids), prefix=list(prefix), tools=list(tools) or None)
 
 
+def trl_tool_chat_template(processing_class: Any) -> str | None:
+    """The chat template TRL 1.16's ``GRPOTrainer`` renders tool rollouts with instead of the tokenizer's own, or
+    ``None`` when it keeps that one: when the template is not prefix-preserving (Qwen3's strips earlier reasoning),
+    TRL swaps in its training variant (``trl.get_training_chat_template``; ``GRPOTrainer.__init__``, with
+    ``trl.chat_template_utils.is_chat_template_prefix_preserving``, which is not a top-level export)."""
+    from trl import get_training_chat_template
+    from trl.chat_template_utils import is_chat_template_prefix_preserving
+
+    if is_chat_template_prefix_preserving(processing_class):
+        return None
+    return get_training_chat_template(processing_class)
+
+
 def check_trl_version() -> None:
     """Warn when TRL is outside the tested range (the contract tests say exactly what broke)."""
     version = Version(trl.__version__)
@@ -314,6 +327,10 @@ class GRPOTrainerBoundary(GRPOTrainer):
         self.accelerator.end_training()
         self.model_wrapped = self.model
         self.accelerator.free_memory()  # drops accelerate's references to the prepared objects, then gc.collect()
+
+    def end(self) -> None:
+        """transformers' ``Trainer.end()`` (what TRL's scripts call last), as :meth:`end_training`."""
+        self.end_training()
 
     def log_metric(self, name: str, value: float) -> None:
         """Append a metric for the current mode; TRL averages and logs it with its own metrics."""

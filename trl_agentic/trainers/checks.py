@@ -89,16 +89,21 @@ def check_reset_parameters(environment: Any, dataset: Any, name: str = "train_da
                              f"(columns: {', '.join(columns)}); rename the column or give the parameter a default")
 
 
-def check_rollout_mode(environment: Any, rollout_mode: str | None) -> None:
-    """Native tool calls (a :class:`~trl_agentic.native_tools.ToolCallEnvironment`, TRL's ``tools=`` /
-    ``environment_factory=``) are chat messages rendered by the chat template: in ``rollout_mode='text'`` no call
-    would ever be parsed, and every trajectory would end after its first turn. ``None``: not known yet."""
+def uses_native_tool_calls(environment: Any) -> bool:
+    """Whether the environment's actions are native tool calls: TRL's ``tools=`` / ``environment_factory=``, or a
+    :class:`~trl_agentic.native_tools.ToolCallEnvironment` (class, or ``functools.partial`` of one)."""
     from ..native_tools import ToolCallEnvironment
     from ..trl_environments import TRLEnvironments
 
     cls = environment_class(environment)
-    native = isinstance(environment, TRLEnvironments) or (cls is not None and issubclass(cls, ToolCallEnvironment))
-    if native and rollout_mode not in (None, "chat"):
+    return isinstance(environment, TRLEnvironments) or (cls is not None and issubclass(cls, ToolCallEnvironment))
+
+
+def check_rollout_mode(environment: Any, rollout_mode: str | None) -> None:
+    """Native tool calls (:func:`uses_native_tool_calls`) are chat messages rendered by the chat template: in
+    ``rollout_mode='text'`` no call would ever be parsed, and every trajectory would end after its first turn.
+    ``None``: not known yet."""
+    if uses_native_tool_calls(environment) and rollout_mode not in (None, "chat"):
         raise ValueError(f"native tool calls need rollout_mode='chat' (the chat template renders the tools and their "
                          f"results), got {rollout_mode!r}: pass rollout_mode='chat' (--rollout_mode chat)")
 
@@ -184,6 +189,8 @@ def run_construction_checks(environment: Any, args: Sequence[Any], kwargs: dict[
                             rollout_fields: Sequence[str] = ("trajectory",)) -> None:
     """Every construction check, on the arguments given to ``GRPOTrainer(*args, **kwargs)`` with an environment;
     ``rollout_fields``: the keyword arguments our rollout adds for the reward functions."""
+    from ..trl_environments import TRLEnvironments
+
     given = keyword_arguments(args, kwargs)
     check_environment_factory(environment)
     check_rollout_mode(environment, getattr(given.get("args"), "rollout_mode", None))
@@ -193,6 +200,7 @@ def run_construction_checks(environment: Any, args: Sequence[Any], kwargs: dict[
                     else {"eval_dataset": evals})
     for name, dataset in datasets.items():
         if dataset is not None:
-            check_prompt_column(dataset, name)
+            if not isinstance(environment, TRLEnvironments):  # TRL's environments may write the prompt in reset()
+                check_prompt_column(dataset, name)
             check_reset_parameters(environment, dataset, name)
     check_reward_signatures(given.get("reward_funcs"), datasets["train_dataset"], extra_fields=rollout_fields)
