@@ -46,6 +46,7 @@ instance or writes a TRL attribute that TRL also writes, except ``_buffered_inpu
 TRL's vLLM backend (``VLLMGeneration.max_completion_length`` / ``.generation_kwargs`` / ``.generate(...)`` /
 ``.mode`` / ``.tensor_parallel_size`` / ``.tp_group``) is reached only through :func:`vllm_generate`.
 ``trl.chat_template_utils.parse_response`` is reached only through :func:`parse_response`.
+TRL's GRPO script (``trl.scripts.grpo``, what ``trl grpo`` runs) is reached only through :func:`trl_grpo_script`.
 """
 
 from __future__ import annotations
@@ -438,3 +439,13 @@ def _padded_count(backend: Any, count: int) -> int:
     counts: list[Any] = [None] * torch.distributed.get_world_size(group)
     torch.distributed.all_gather_object(counts, count, group=group)
     return max(counts)
+
+
+# -- TRL's command-line script -------------------------------------------------------------------------------------
+def trl_grpo_script() -> Any:
+    """TRL's GRPO script, the module ``trl grpo`` runs (``trl/scripts/grpo.py``): its ``GRPOScriptArguments`` (the
+    ``--reward_funcs`` / ``--reward_model_name_or_path`` flags) and ``main(script_args, training_args, model_args,
+    dataset_args)``, which builds whatever ``trl.GRPOTrainer`` names when it runs (``trl_agentic.cli``)."""
+    from trl.scripts import grpo
+
+    return grpo
