@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import runpy
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -66,9 +66,8 @@ def _cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedPro
 
 
 def test_console_script_is_declared():
-    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    module, _, name = scripts["trl-agentic"].partition(":")
-    assert (module, name) == ("trl_agentic.cli", "main")
+    section = (ROOT / "pyproject.toml").read_text().split("[project.scripts]\n", 1)[1].split("\n[", 1)[0]
+    assert re.search(r'^trl-agentic = "trl_agentic\.cli:main"', section, re.MULTILINE), section
     from trl_agentic import cli
 
     assert callable(cli.main)

@@ -24,7 +24,8 @@ def fake_generate_for(eos: int, pad: int):
         if len(calls) == 1:
             rows = [SAMPLED + SAMPLED[:1]] * input_ids.shape[0]
         else:
-            rows = [SAMPLED + [eos] if i % 2 == 0 else SAMPLED[:1] + [eos, pad, pad] for i in range(input_ids.shape[0])]
+            rows = [SAMPLED + [eos] if i % 2 == 0 else SAMPLED[:1] + [eos, pad, pad]
+                    for i in range(input_ids.shape[0])]
         return torch.cat([input_ids, torch.tensor(rows, device=input_ids.device)], dim=1)
 
     return fake_generate, calls
@@ -52,8 +53,9 @@ def test_trainer_step_with_an_environment_and_trls_generate_double(tiny_model_di
             return trajectories, instances
 
     trainer = Recording(model=tiny_model_dir, reward_funcs=lambda completions, **kw: [1.0] * len(completions),
-                        args=agentic_args(tmp_path, max_steps=1, max_turns=3, max_tokens_per_turn=4), train_dataset=lookup_dataset(8),
-                        processing_class=tokenizer, environment=lambda: EchoEnvironment(turns=2))
+                        args=agentic_args(tmp_path, max_steps=1, max_turns=3, max_tokens_per_turn=4),
+                        train_dataset=lookup_dataset(8), processing_class=tokenizer,
+                        environment=lambda: EchoEnvironment(turns=2))
     fake, calls = fake_generate_for(tokenizer.eos_token_id, tokenizer.pad_token_id)
     with patch.object(trainer.model, "generate", side_effect=fake):
         trainer.train()
