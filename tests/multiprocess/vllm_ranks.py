@@ -80,7 +80,7 @@ for mode in modes:
     install("server" if mode == "server" else "colocate", record["served"])
     vllm = {"vllm_mode": "server"} if mode == "server" else {"vllm_mode": "colocate", "vllm_tensor_parallel_size": 2}
     args = agentic_args(
-        type("P", (), {"__truediv__": lambda self, other: os.path.join(out_dir, mode, other)})(),
+        type("P", (), {"__truediv__": lambda self, other, mode=mode: os.path.join(out_dir, mode, other)})(),
         per_device_train_batch_size=3, num_generations=2, max_steps=2, max_turns=4, max_completion_length=64,
         max_tokens_per_turn=6, use_vllm=True, **vllm)
     trainer = AgenticGRPOTrainer(model=model_dir, reward_funcs=reward, args=args, train_dataset=lookup_dataset(12),
