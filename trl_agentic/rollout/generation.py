@@ -123,7 +123,9 @@ class HFGenerator:
             ``generate`` on (the trainer passes TRL's ``unwrap_model_for_generation``); by default
             :func:`generation_mode`.
         return_logprobs: Also return the log-prob of each sampled token under the sampling distribution (keeps
-            every step's scores in memory: fine for evaluation, off in the trainer, which recomputes them).
+            every step's scores in memory: fine for evaluation, off in the trainer, which recomputes them). ``None``
+            when ``generate`` returns a plain tensor of ids (no scores), as transformers does without
+            ``return_dict_in_generate`` and as TRL's tests' doubles do.
     """
 
     def __init__(
@@ -180,10 +182,14 @@ class HFGenerator:
                 generation_config=config,
                 stopping_criteria=self._stopping_criteria(stop_strings),
             )
-        new_ids = out.sequences[:, width:].cpu()
+        # transformers returns a GenerateOutput when asked (return_dict_in_generate), else a tensor of ids; a model
+        # or a test double (TRL's tests mock generate so) may return the tensor anyway: then there are no scores
+        sequences = out if isinstance(out, torch.Tensor) else out.sequences
+        scores = None if isinstance(out, torch.Tensor) else out.scores
+        new_ids = sequences[:, width:].cpu()
         logprobs = None
-        if self.return_logprobs:
-            step_logps = torch.stack([torch.log_softmax(s.float(), dim=-1) for s in out.scores], dim=1).cpu()
+        if self.return_logprobs and scores is not None:
+            step_logps = torch.stack([torch.log_softmax(s.float(), dim=-1) for s in scores], dim=1).cpu()
             logprobs = step_logps.gather(-1, new_ids.unsqueeze(-1)).squeeze(-1)
         results = []
         for row in range(len(prompts)):

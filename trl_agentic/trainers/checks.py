@@ -178,10 +178,15 @@ class DegenerateStepMonitor:
 
 
 def keyword_arguments(args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The arguments of ``GRPOTrainer(*args, **kwargs)``, all by name (``model``, ``reward_funcs``, ``args``, ...)."""
-    from trl import GRPOTrainer
+    """The arguments of ``GRPOTrainer(*args, **kwargs)``, all by name (``model``, ``reward_funcs``, ``args``, ...).
 
-    bound = inspect.signature(GRPOTrainer.__init__).bind_partial(None, *args, **kwargs).arguments
+    Bound against TRL's own class, the one our boundary subclasses, not ``trl.GRPOTrainer`` looked up now: a user
+    who runs TRL's script (``trl/scripts/grpo.py`` builds whatever ``trl.GRPOTrainer`` names) with
+    ``trl.GRPOTrainer = AgenticGRPOTrainer`` would otherwise bind against our ``(*args, **kwargs)``."""
+    from ..compat import GRPOTrainerBoundary
+
+    (trl_trainer,) = GRPOTrainerBoundary.__bases__
+    bound = inspect.signature(trl_trainer.__init__).bind_partial(None, *args, **kwargs).arguments
     return {name: value for name, value in bound.items() if name != "self"}
 
 
