@@ -20,7 +20,7 @@ its own training row, sharing the trajectory's reward (:mod:`trl_agentic.agents.
 Budgets hold across requests: ``max_turns`` counts model calls of the whole trajectory, ``max_completion_length``
 bounds each segment (its sampled and added tokens), ``max_tokens_per_turn`` (and the request's ``max_tokens``) one
 turn. A request over budget is answered at once with an empty ``finish_reason: "length"`` and the trajectory is
-marked truncated (``max_turns`` / ``max_tokens``).
+marked truncated (``max_turns`` / ``max_tokens``); every later request of a truncated trajectory is answered so too.
 """
 
 from __future__ import annotations
@@ -121,8 +121,8 @@ class Session:
             self._check_open()
             self.requests += 1
             cfg = self.config
-            if self.turns >= cfg.max_turns:
-                return self._over_budget("max_turns")
+            if self.truncation is not None or self.turns >= cfg.max_turns:
+                return self._over_budget(self.truncation or "max_turns")
             segment, delta = self._extension(request)
             if segment is None:
                 segment = self._new_segment(request)
