@@ -30,7 +30,7 @@ def answer_script(tok):
 
 def rollout(qwen, agent, **config):
     tok = qwen.load_tokenizer()
-    values = dict(max_turns=4, max_tokens_per_turn=32, max_completion_length=256, env_timeout=5.0)
+    values = dict(max_turns=4, max_tokens_per_turn=64, max_completion_length=256, env_timeout=5.0)
     ro = AgentRollout(agent, tok, RolloutConfig(**{**values, **config}), [tok.convert_tokens_to_ids("<|im_end|>")])
     return ro, tok, ScriptedGenerator(tok, answer_script(tok))
 

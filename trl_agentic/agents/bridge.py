@@ -4,9 +4,9 @@ Requests arrive one by one on the server's thread (:meth:`GenerationBridge.submi
 thread (the trainer's main thread, where every other model call runs) in :meth:`GenerationBridge.serve`, one
 ``Generator.generate`` call per round for everything pending:
 
-- a round starts as soon as *every* running agent has a request waiting (nothing more can come), or ``window``
-  seconds after the first request of the round arrived, whichever is first; requests that arrive while a round
-  generates go to the next one;
+- a round starts as soon as *every* running agent has a request waiting (nothing more can come), or when no request
+  has arrived for ``window`` seconds (a burst of requests keeps the round open), or ``MAX_WAIT_WINDOWS * window``
+  seconds after its first request, whichever is first; requests that arrive while a round generates go to the next;
 - one call per round: ``max_new_tokens`` is the largest budget of the round and the stop strings are those every
   request of the round has; each request then keeps its own prefix (its own budget, stop strings and the end ids,
   :func:`~trl_agentic.rollout.generation.cut_at_stop`, in the session), so the kept ids are exactly the ids sampled.
@@ -28,6 +28,9 @@ from typing import Callable, Sequence
 
 from ..rollout.generation import Generation, Generator
 
+MAX_WAIT_WINDOWS = 10
+"""A round waits at most this many windows after its first request."""
+
 
 @dataclass
 class Pending:
@@ -46,7 +49,7 @@ class GenerationBridge:
     Args:
         generator: The generation seam.
         eos_token_ids: Every id that ends a turn.
-        window: Longest wait, in seconds, for more requests once one is pending.
+        window: Seconds without a new request after which a round starts.
         sync_any: Given whether this process still has work, whether any process has (identity on one process).
         multi_process: Whether ``sync_any`` spans several processes (then rounds are paced by ``window`` and empty
             rounds generate a dummy).
@@ -62,6 +65,7 @@ class GenerationBridge:
         self._pending: list[Pending] = []
         self._running: set[str] = set()
         self._first_at: float | None = None
+        self._last_at = 0.0
         self._cond = threading.Condition()
         self.stats: Counter = Counter()
 
@@ -74,8 +78,9 @@ class GenerationBridge:
             if key not in self._running:
                 item.future.cancel()
                 return item.future
+            self._last_at = time.monotonic()
             if not self._pending:
-                self._first_at = time.monotonic()
+                self._first_at = self._last_at
             self._pending.append(item)
             self._cond.notify_all()
         return item.future
@@ -119,7 +124,10 @@ class GenerationBridge:
         if not self._pending:
             return False
         waiting = {item.key for item in self._pending}
-        return self._running <= waiting or time.monotonic() - self._first_at >= self.window
+        return self._running <= waiting or time.monotonic() >= self._round_deadline()
+
+    def _round_deadline(self) -> float:
+        return min(self._last_at + self.window, self._first_at + MAX_WAIT_WINDOWS * self.window)
 
     def _take(self) -> list[Pending]:
         """The next round: wait until it is ready (or, with several processes, at most ``window``)."""
@@ -129,7 +137,7 @@ class GenerationBridge:
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:
                     break
-                waits = [t for t in (deadline, self._first_at + self.window if self._pending else None) if t]
+                waits = [t for t in (deadline, self._round_deadline() if self._pending else None) if t]
                 self._cond.wait(timeout=max(0.0, min(waits) - now) if waits else None)
             batch, self._pending = self._pending, []
             return batch

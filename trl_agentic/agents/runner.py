@@ -60,8 +60,8 @@ class Agent:
 
     Args:
         fn: ``async def fn(client, **row)`` or ``def fn(client, **row)`` (module docstring).
-        batch_window: Longest wait, in seconds, for other agents' model calls to join a generation batch once one is
-            waiting (a batch starts at once when every running agent is waiting).
+        batch_window: Seconds without a new model call after which the waiting calls are generated as one batch (a
+            batch starts at once when every running agent is waiting; see :mod:`~trl_agentic.agents.bridge`).
         max_prompt_tokens: Longest conversation a request may start a segment with (400 ``context_length_exceeded``).
         model_name: The model name ``/v1/models`` lists (requests may name any model).
         request_timeout: The HTTP timeout of the clients handed to the agent, in seconds.
@@ -69,7 +69,7 @@ class Agent:
     """
 
     fn: Callable[..., Any]
-    batch_window: float = 0.01
+    batch_window: float = 0.02
     max_prompt_tokens: int = 8192
     model_name: str = "policy"
     request_timeout: float = 600.0
