@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 
 from .environment import EnvironmentFactory
 from .rollout.engine import RolloutConfig, RolloutEngine
-from .rollout.generation import Generator, HFGenerator
+from .rollout.generation import Generator, HFGenerator, get_eos_token_ids
 from .rollout.observations import is_conversational
 from .trajectory import Trajectory
 
@@ -90,7 +90,7 @@ def score_trajectories(
     for chat prompts, decoded without special tokens as TRL decodes them), ``completion_ids``, ``trajectory`` and
     every dataset column as a list."""
     tokenizer = getattr(processing_class, "tokenizer", processing_class)
-    prompts = [row[prompt_column] for row in rows]
+    prompts = [row.get(prompt_column) for row in rows]
     texts = [tokenizer.decode(t.completion_ids, skip_special_tokens=True) for t in trajectories]
     completions: list[Any] = [
         [{"role": "assistant", "content": text}] if is_conversational(prompt) else text
@@ -120,6 +120,7 @@ def evaluate(
     generator: Generator | None = None,
     generation_config: Any = None,
     show_progress: bool = True,
+    agent: Any = None,
     **config_kwargs: Any,
 ) -> tuple[EvaluationReport, list[Trajectory]]:
     """Roll out ``samples_per_row`` trajectories per row and measure them (module docstring).
@@ -139,6 +140,9 @@ def evaluate(
         generator: Override the generation backend (default: transformers ``generate``).
         generation_config: transformers ``GenerationConfig`` (default: the model's).
         show_progress: A progress bar over batches.
+        agent: Instead of ``environment`` (pass ``None``), an agent of any framework run against the policy through
+            the OpenAI-compatible endpoint, as in training (:mod:`trl_agentic.agents`); the reward function also
+            receives ``agent_output``.
 
     Returns:
         The report and the trajectories (row-major: the samples of row 0, then of row 1, ...).
@@ -151,7 +155,15 @@ def evaluate(
         generation_config = copy.deepcopy(generation_config if generation_config is not None else model.generation_config)
         generation_config.do_sample = not greedy
         generator = HFGenerator(model, processing_class, generation_config, return_logprobs=False)
-    engine = RolloutEngine(generator, processing_class, environment, config)
+    if agent is not None:  # trl_agentic.agents: the agent talks to the endpoint, as in training (issue 34)
+        if environment is not None:
+            raise ValueError("pass either environment= or agent=, not both")
+        from .agents.runner import AgentRollout
+
+        eos = get_eos_token_ids(processing_class, getattr(generator, "generation_config", None))
+        runner = AgentRollout(agent, processing_class, config, eos)
+    else:
+        engine = RolloutEngine(generator, processing_class, environment, config)
     expanded = [row for row in rows for _ in range(samples_per_row)]
     batches = range(0, len(expanded), batch_size)
     if show_progress:
@@ -162,9 +174,15 @@ def evaluate(
     rewards: list[float | None] = []
     for start in batches:
         chunk = expanded[start : start + batch_size]
-        done = engine.run([row[prompt_column] for row in chunk], chunk)
+        if agent is not None:
+            done = runner.run(chunk, generator)
+            chunk = [{**row, "agent_output": t.agent_output} for row, t in zip(chunk, done)]
+        else:
+            done = engine.run([row[prompt_column] for row in chunk], chunk)
         trajectories += done
         rewards += score_trajectories(reward_func, done, chunk, processing_class, prompt_column)
+    if agent is not None:
+        runner.close()
     return _report(rows, samples_per_row, list(k), success_threshold, trajectories, rewards), trajectories
 
 
