@@ -36,5 +36,6 @@ def prepare_agent_kwargs(agent: Any, environment: Any, kwargs: dict[str, Any]) -
             agent.check_columns(_columns(dataset), name)
     funcs = kwargs.get("reward_funcs")
     check_reward_signatures(funcs, datasets["train_dataset"], extra_fields=REWARD_FIELDS)
-    kwargs["reward_funcs"] = [guard_reward(f) for f in funcs] if isinstance(funcs, (list, tuple)) else guard_reward(funcs)
+    guarded = [guard_reward(f) for f in funcs] if isinstance(funcs, (list, tuple)) else guard_reward(funcs)
+    kwargs["reward_funcs"] = guarded
     return agent

@@ -238,7 +238,8 @@ def _arguments(value: Any, where: str) -> Any:
 
 def normalize_message(message: Any, where: str) -> dict[str, Any]:
     """A message as chat templates read it: ``role``, ``content`` (text), and ``tool_calls`` (assistant:
-    ``{"id", "type": "function", "function": {"name", "arguments"}}``, arguments decoded from JSON) or ``tool_call_id`` (tool)."""
+    ``{"id", "type": "function", "function": {"name", "arguments"}}``, arguments decoded from JSON) or
+    ``tool_call_id`` (tool)."""
     if not isinstance(message, dict):
         raise _fail(f"{where} must be an object", where)
     role = message.get("role")

@@ -62,7 +62,8 @@ def padding_row(token_id: int) -> Trajectory:
     return Trajectory(prompt_ids=[token_id], stop_reason="env_error", error=PADDING_ERROR)
 
 
-def layout_rows(trajectories: Sequence[AgentTrajectory], rows: int, token_id: int) -> tuple[list[Trajectory], list[int]]:
+def layout_rows(trajectories: Sequence[AgentTrajectory], rows: int,
+                token_id: int) -> tuple[list[Trajectory], list[int]]:
     """Every segment of every trajectory as a row (a trajectory without segments keeps itself as its row), in order,
     then padding rows up to ``rows``; and each row's trajectory index (-1 for padding)."""
     out, owners = [], []
