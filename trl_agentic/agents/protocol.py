@@ -193,14 +193,13 @@ def _tools(value: Any, limits: Limits) -> list[dict[str, Any]]:
         function = tool.get("function") if isinstance(tool, dict) else None
         if not isinstance(tool, dict) or tool.get("type", "function") != "function" or not isinstance(function, dict):
             raise _fail(f"tools[{i}] must be {{'type': 'function', 'function': {{...}}}}", f"tools[{i}]")
-        name, parameters = function.get("name"), function.get("parameters", {"type": "object", "properties": {}})
+        name, parameters = function.get("name"), function.get("parameters", {})
         if not isinstance(name, str) or not NAME.match(name):
             raise _fail(f"tools[{i}].function.name must match {NAME.pattern}", f"tools[{i}].function.name")
         if not isinstance(parameters, dict) or not isinstance(function.get("description", ""), str):
             raise _fail(f"tools[{i}].function needs 'parameters' as an object and 'description' as a string",
                         f"tools[{i}].function")
-        schema = {"name": name, "description": function.get("description", ""), "parameters": parameters}
-        tools.append({"type": "function", "function": schema})
+        tools.append({"type": "function", "function": dict(function)})  # rendered as sent, as vLLM does
     return tools
 
 
