@@ -5,8 +5,11 @@ thread (the trainer's main thread, where every other model call runs) in :meth:`
 ``Generator.generate`` call per round for everything pending:
 
 - a round starts as soon as *every* running agent has a request waiting (nothing more can come), or when no request
-  has arrived for ``window`` seconds (a burst of requests keeps the round open), or ``MAX_WAIT_WINDOWS * window``
-  seconds after its first request, whichever is first; requests that arrive while a round generates go to the next;
+  has arrived for a quiet gap (a burst of requests keeps the round open), or after a longest wait since its first
+  request, whichever is first; requests that arrive while a round generates go to the next. The gap is ``window``
+  seconds or a tenth of the last round's generation time, whichever is longer, and the longest wait ten windows or
+  half that generation time: a generation call costs a fixed time whatever its rows, so when generating is slow,
+  waiting a little longer for the agents still processing the last answers is cheaper than an extra round;
 - one call per round: ``max_new_tokens`` is the largest budget of the round and the stop strings are those every
   request of the round has; each request then keeps its own prefix (its own budget, stop strings and the end ids,
   :func:`~trl_agentic.rollout.generation.cut_at_stop`, in the session), so the kept ids are exactly the ids sampled.
@@ -29,7 +32,9 @@ from typing import Callable, Sequence
 from ..rollout.generation import Generation, Generator
 
 MAX_WAIT_WINDOWS = 10
-"""A round waits at most this many windows after its first request."""
+"""A round waits at most this many windows after its first request (or half the last generation time)."""
+GAP_SHARE, MAX_WAIT_SHARE = 0.1, 0.5
+"""The quiet gap and the longest wait, as shares of the last round's generation time, when that is longer."""
 
 
 @dataclass
@@ -66,6 +71,7 @@ class GenerationBridge:
         self._running: set[str] = set()
         self._first_at: float | None = None
         self._last_at = 0.0
+        self._last_generation = 0.0
         self._cond = threading.Condition()
         self.stats: Counter = Counter()
 
@@ -91,6 +97,7 @@ class GenerationBridge:
         with self._cond:
             self._running = set(keys)
             self._pending.clear()
+            self._last_generation = 0.0
 
     def finished(self, key: str) -> None:
         """An agent returned, failed or timed out: its waiting calls are dropped."""
@@ -127,7 +134,9 @@ class GenerationBridge:
         return self._running <= waiting or time.monotonic() >= self._round_deadline()
 
     def _round_deadline(self) -> float:
-        return min(self._last_at + self.window, self._first_at + MAX_WAIT_WINDOWS * self.window)
+        gap = max(self.window, GAP_SHARE * self._last_generation)
+        longest = max(MAX_WAIT_WINDOWS * self.window, MAX_WAIT_SHARE * self._last_generation)
+        return min(self._last_at + gap, self._first_at + longest)
 
     def _take(self) -> list[Pending]:
         """The next round: wait until it is ready (or, with several processes, at most ``window``)."""
@@ -153,9 +162,10 @@ class GenerationBridge:
                 if item.future.set_running_or_notify_cancel():
                     item.future.set_exception(exc)
             raise
+        self._last_generation = time.perf_counter() - started
         self.stats["calls"] += 1
         self.stats["requests"] += len(batch)
-        self.stats["seconds"] += time.perf_counter() - started
+        self.stats["seconds"] += self._last_generation
         for item, output in zip(batch, outputs):
             if item.future.set_running_or_notify_cancel():  # False: its agent ended meanwhile
                 item.future.set_result(Generation(list(output.ids), output.logprobs))
