@@ -1,7 +1,7 @@
 """The same task as an ``Environment`` and as an agent through the OpenAI-compatible endpoint: rollout time side by
 side at several numbers of concurrent agents, and the latency the endpoint adds to each model call.
 
-    python benchmarks/agent_endpoint.py [--agents 8 32 64] [--turns 3] [--tokens-per-turn 32] [--repeats 3]
+    python benchmarks/agent_endpoint.py [--agents 8 32 64] [--turns 3] [--tokens-per-turn 32] [--repeats 5]
 
 The workload is the one of ``benchmarks/rollout_speed.py``: a random Qwen2 (``--hidden 256 --layers 4``) over the
 tiny Qwen2.5-Instruct tokenizer and chat template of ``tests/conventions.py``, its ``generate`` forced by a logits

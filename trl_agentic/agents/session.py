@@ -252,8 +252,9 @@ class Session:
         best: Segment | None = None
         for segment in self.segments:
             held = len(segment.history)
-            if segment.busy or segment.tools != request.tools or len(request.messages) <= held:
-                continue
+            if segment.busy or segment.tools != request.tools or len(request.messages) <= held \
+                    or not segment.trajectory.turn_spans or segment.history[-1]["role"] != "assistant":
+                continue  # busy, other tools, nothing new, or no recorded reply to continue from
             if any(m["role"] == "assistant" for m in request.messages[held:]):
                 continue
             if not all(same_message(a, b) for a, b in zip(segment.history, request.messages)):
