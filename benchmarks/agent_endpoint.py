@@ -18,9 +18,11 @@ processor to write, in turn ``k`` of ``--turns``, a ``lookup`` tool call (or, la
   and sends the result back), its calls batched by the bridge.
 
 The script checks that both sides produced identical prompt ids, completion ids and masks, then reports per number of
-agents the median rollout time of each side (rollouts interleaved, after one warm-up each), their ratio
-(agent / environment), the ``generate`` calls of each, and the latency added per model call: (agent time -
-environment time) / turns, since a trajectory's calls are sequential and the calls of one turn are concurrent.
+agents: the median rollout time of each side (rollouts interleaved, after one warm-up each), their ratio
+(agent / environment) and the median of the ratios of back-to-back pairs, the process CPU time of each side (all
+threads: on a shared machine it varies less than wall time) and its ratio, the most ``generate`` calls of a rollout
+on each side, and the cost added per model call: wall, (agent time - environment time) / turns, since a
+trajectory's calls are sequential and those of one turn concurrent; CPU, (agent CPU - environment CPU) / requests.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import time
@@ -82,30 +85,33 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     engine = RolloutEngine(generator, tokenizer, lambda: ToolCallEnvironment([tool.as_function()]), config)
     rollout = AgentRollout(Agent(make_agent(tool, schema), batch_window=args.window), tokenizer, config, eos)
 
-    def environment_side(n: int) -> tuple[float, int, list]:
-        log.clear()
-        torch.manual_seed(0)
-        start = time.perf_counter()
-        out = engine.run([PROMPT] * n, [{} for _ in range(n)])
-        return time.perf_counter() - start, len(log.seconds), out
+    def environment_side(n: int) -> list:
+        return engine.run([PROMPT] * n, [{} for _ in range(n)])
 
-    def agent_side(n: int) -> tuple[float, int, list]:
+    def agent_side(n: int) -> list:
+        return rollout.run([{} for _ in range(n)], generator)
+
+    def timed(side, n: int) -> tuple[float, float, int, list]:
+        """Wall and process CPU seconds (every thread: server, agents, generation), ``generate`` calls, output."""
         log.clear()
         torch.manual_seed(0)
-        start = time.perf_counter()
-        out = rollout.run([{} for _ in range(n)], generator)
-        return time.perf_counter() - start, len(log.seconds), out
+        start, cpu = time.perf_counter(), time.process_time()
+        out = side(n)
+        return time.perf_counter() - start, time.process_time() - cpu, len(log.seconds), out
 
     results = []
     for n in args.agents:
         times: dict[str, list[float]] = {"environment": [], "agent": []}
-        calls: dict[str, int] = {}
+        cpu: dict[str, list[float]] = {"environment": [], "agent": []}
+        calls: dict[str, list[int]] = {"environment": [], "agent": []}
+        load = os.getloadavg()[0]
         for repeat in range(args.repeats + 1):
             for name, side in (("environment", environment_side), ("agent", agent_side)):
-                seconds, generate_calls, out = side(n)
+                seconds, cpu_seconds, generate_calls, out = timed(side, n)
                 if repeat:  # the first of each is a warm-up
                     times[name].append(seconds)
-                calls[name] = generate_calls
+                    cpu[name].append(cpu_seconds)
+                    calls[name].append(generate_calls)
                 if name == "environment":
                     reference = [(t.prompt_ids, t.completion_ids, t.env_mask) for t in out]
                 else:
@@ -114,9 +120,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         raise SystemExit(f"the two sides differ at {n} agents: "
                                          f"{[t.stop_reason + ' ' + t.error for t in out][:3]}")
         env, agent = statistics.median(times["environment"]), statistics.median(times["agent"])
+        env_cpu, agent_cpu = statistics.median(cpu["environment"]), statistics.median(cpu["agent"])
+        pairs = [a / e for a, e in zip(times["agent"], times["environment"])]
         results.append({"agents": n, "environment_s": env, "agent_s": agent, "ratio": agent / env,
-                        "environment_generate_calls": calls["environment"], "agent_generate_calls": calls["agent"],
+                        "pair_ratio": statistics.median(pairs), "environment_cpu_s": env_cpu, "agent_cpu_s": agent_cpu,
+                        "cpu_ratio": agent_cpu / env_cpu,
+                        "environment_generate_calls": max(calls["environment"]),
+                        "agent_generate_calls": max(calls["agent"]),
                         "added_ms_per_call": 1000 * (agent - env) / args.turns,
+                        "added_cpu_ms_per_request": 1000 * (agent_cpu - env_cpu) / (args.turns * n),
+                        "load_average": [load, os.getloadavg()[0]],
                         "environment_runs_s": times["environment"], "agent_runs_s": times["agent"]})
         print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in results[-1].items()
                           if not k.endswith("runs_s")}), flush=True)
@@ -130,7 +143,7 @@ def main() -> None:
     parser.add_argument("--agents", type=int, nargs="+", default=[8, 32, 64], help="concurrent agents (trajectories)")
     parser.add_argument("--turns", type=int, default=3, help="model turns per trajectory (tool calls + answer)")
     parser.add_argument("--tokens-per-turn", type=int, default=32)
-    parser.add_argument("--repeats", type=int, default=3, help="measured rollouts per side (after one warm-up)")
+    parser.add_argument("--repeats", type=int, default=5, help="measured rollouts per side (after one warm-up)")
     parser.add_argument("--window", type=float, default=0.02, help="the agent side's batch_window, seconds")
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
@@ -138,12 +151,14 @@ def main() -> None:
     parser.add_argument("--json", help="write the measurements to this file")
     args = parser.parse_args()
     report = run(args)
-    print(f"{'agents':>6}  {'environment s':>13}  {'agent s':>8}  {'ratio':>6}  {'generate calls env/agent':>24}  "
-          f"{'added ms per call':>17}")
+    print(f"{'agents':>6}  {'env s':>7}  {'agent s':>7}  {'ratio':>6}  {'pairs':>6}  {'env cpu':>7}  "
+          f"{'agent cpu':>9}  {'cpu ratio':>9}  {'calls env/agent':>15}  {'ms/call':>7}  {'cpu ms/request':>14}")
     for r in report["results"]:
-        print(f"{r['agents']:>6}  {r['environment_s']:>13.3f}  {r['agent_s']:>8.3f}  {r['ratio']:>6.3f}  "
-              f"{str(r['environment_generate_calls']) + ' / ' + str(r['agent_generate_calls']):>24}  "
-              f"{r['added_ms_per_call']:>17.1f}")
+        calls = f"{r['environment_generate_calls']} / {r['agent_generate_calls']}"
+        print(f"{r['agents']:>6}  {r['environment_s']:>7.2f}  {r['agent_s']:>7.2f}  {r['ratio']:>6.3f}  "
+              f"{r['pair_ratio']:>6.3f}  {r['environment_cpu_s']:>7.2f}  {r['agent_cpu_s']:>9.2f}  "
+              f"{r['cpu_ratio']:>9.3f}  {calls:>15}  {r['added_ms_per_call']:>7.1f}  "
+              f"{r['added_cpu_ms_per_request']:>14.2f}")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))
 
