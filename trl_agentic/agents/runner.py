@@ -135,6 +135,7 @@ class AgentRollout:
         self.bridge = GenerationBridge(None, self.eos_token_ids, self.agent.batch_window)
         self._server: AgentServer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._http: Any = None
 
     # -- lifecycle -------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -148,9 +149,12 @@ class AgentRollout:
     def close(self) -> None:
         """Stop the endpoint and the agents' loop."""
         if self._server is not None:
+            if self._http is not None:
+                closing = self._http.aclose() if hasattr(self._http, "aclose") else asyncio.to_thread(self._http.close)
+                asyncio.run_coroutine_threadsafe(closing, self._loop).result(timeout=10)
             self._server.stop()
             self._loop.call_soon_threadsafe(self._loop.stop)
-            self._server = self._loop = None
+            self._server = self._loop = self._http = None
 
     @property
     def base_url(self) -> str:
@@ -199,10 +203,8 @@ class AgentRollout:
 
     async def _run_one(self, row: dict[str, Any], session: Session, outputs: list[Any], i: int,
                        done: asyncio.Event) -> None:
-        client = None
         try:
-            client = self._client(session)
-            outputs[i] = await self._call(client, row)
+            outputs[i] = await self._call(self._client(session), row)
             session.close()
         except asyncio.CancelledError:
             session.close(("env_timeout", "the agent was cancelled"))
@@ -212,14 +214,6 @@ class AgentRollout:
         finally:
             self.bridge.finished(session.key)
             done.set()
-            closer = getattr(client, "close", None)
-            if closer is not None:
-                try:
-                    result = closer()
-                    if inspect.isawaitable(result):
-                        await result
-                except Exception:  # noqa: BLE001 - closing a client never fails a trajectory
-                    pass
 
     async def _call(self, client: Any, row: dict[str, Any]) -> Any:
         _, accepted, _ = self.agent.signature()
@@ -239,7 +233,20 @@ class AgentRollout:
             raise ImportError("agents talk to the policy through the openai client: pip install 'trl-agentic[agents]'"
                               ) from None
         kind = openai.AsyncOpenAI if self.agent.is_async() else openai.OpenAI
-        return kind(base_url=base_url, api_key=session.key, max_retries=0, timeout=self.agent.request_timeout)
+        return kind(base_url=base_url, api_key=session.key, max_retries=0, timeout=self.agent.request_timeout,
+                    http_client=self._http_client())
+
+    def _http_client(self) -> Any:
+        """One HTTP connection pool for every agent's client (each openai client would otherwise build its own, TLS
+        context included, per trajectory); plain HTTP to 127.0.0.1, so nothing to verify."""
+        import httpx
+
+        asynchronous = self.agent.is_async()
+        if self._http is None:
+            limits = httpx.Limits(max_connections=None, max_keepalive_connections=1024)
+            self._http = (httpx.AsyncClient if asynchronous else httpx.Client)(verify=False, limits=limits,
+                                                                              trust_env=False)
+        return self._http
 
     async def _watch(self, sessions: list[Session], tasks: list[asyncio.Task], done: list[asyncio.Event]) -> None:
         """Cancel each agent that has been neither waiting for the model nor returning for ``env_timeout`` s."""
