@@ -134,7 +134,7 @@ def test_malformed_requests_answer_400_and_the_trajectory_goes_on(qwen):
         r = await asyncio.to_thread(post, base, endpoint.api_key, {"messages": [{"role": "user", "content": "2+3?"}]})
         return r.json()["choices"][0]["message"]["content"]
 
-    ro, _, gen = rollout(qwen, Agent(agent, limits=Limits(max_request_bytes=4096, max_messages=8)))
+    ro, _, gen = rollout(qwen, Agent(agent, limits=Limits(max_request_bytes=4096, max_messages=8)), env_timeout=60)
     out = ro.run([{}, {}], gen)
     for name in BAD_BODIES:
         status, body = answers[name]

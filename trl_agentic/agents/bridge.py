@@ -25,7 +25,6 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -73,7 +72,6 @@ class GenerationBridge:
         self._last_at = 0.0
         self._last_generation = 0.0
         self._cond = threading.Condition()
-        self.stats: Counter = Counter()
 
     # -- server side -----------------------------------------------------------------------------------------
     def submit(self, key: str, prompt_ids: list[int], max_new_tokens: int,
@@ -119,7 +117,6 @@ class GenerationBridge:
             if not batch:
                 if self.multi_process:
                     self.generator.generate([[self.eos_token_ids[0]]], 1, [], self.eos_token_ids)
-                    self.stats["dummy_calls"] += 1
                 continue
             self._generate(batch)
 
@@ -163,9 +160,6 @@ class GenerationBridge:
                     item.future.set_exception(exc)
             raise
         self._last_generation = time.perf_counter() - started
-        self.stats["calls"] += 1
-        self.stats["requests"] += len(batch)
-        self.stats["seconds"] += self._last_generation
         for item, output in zip(batch, outputs):
             if item.future.set_running_or_notify_cancel():  # False: its agent ended meanwhile
                 item.future.set_result(Generation(list(output.ids), output.logprobs))

@@ -29,6 +29,7 @@ import asyncio
 import inspect
 import logging
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -80,7 +81,7 @@ class Agent:
             raise TypeError(f"agent must be a function (async def agent(client, **row)), got {type(self.fn).__name__}")
         if not self.batch_window >= 0:
             raise ValueError(f"batch_window must be >= 0 seconds, got {self.batch_window!r}")
-        self.signature()
+        self._signature = self._read_signature()
 
     @classmethod
     def of(cls, agent: "Agent | Callable[..., Any]") -> "Agent":
@@ -88,6 +89,9 @@ class Agent:
 
     def signature(self) -> tuple[bool, set[str] | None, list[str]]:
         """(takes an endpoint, the row columns it names or None for all, its required row parameters)."""
+        return self._signature
+
+    def _read_signature(self) -> tuple[bool, set[str] | None, list[str]]:
         params = list(inspect.signature(self.fn).parameters.values())
         positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
         if not params or params[0].kind not in positional:
@@ -135,7 +139,7 @@ class AgentRollout:
         self.bridge = GenerationBridge(None, self.eos_token_ids, self.agent.batch_window)
         self._server: AgentServer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._http: Any = None
+        self._http: list[Any] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -145,21 +149,14 @@ class AgentRollout:
         self._server = AgentServer(self.registry, self.bridge, self.agent.limits, self.agent.model_name)
         self._loop = asyncio.new_event_loop()
         threading.Thread(target=self._loop.run_forever, name="trl-agentic-agents", daemon=True).start()
+        self._http = []  # the agents' HTTP pool, made on the agents' loop by the first client
+        self._shutdown = weakref.finalize(self, _shutdown, self._server, self._loop, self._http)
 
     def close(self) -> None:
-        """Stop the endpoint and the agents' loop."""
+        """Stop the endpoint and the agents' loop (also done when the rollout is garbage-collected, or at exit)."""
         if self._server is not None:
-            if self._http is not None:
-                closing = self._http.aclose() if hasattr(self._http, "aclose") else asyncio.to_thread(self._http.close)
-                asyncio.run_coroutine_threadsafe(closing, self._loop).result(timeout=10)
-            self._server.stop()
-            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._shutdown()
             self._server = self._loop = self._http = None
-
-    @property
-    def base_url(self) -> str:
-        self.start()
-        return self._server.base_url()
 
     # -- one rollout -----------------------------------------------------------------------------------------
     def run(self, rows: Sequence[dict[str, Any]], generator: Generator,
@@ -241,12 +238,11 @@ class AgentRollout:
         context included, per trajectory); plain HTTP to 127.0.0.1, so nothing to verify."""
         import httpx
 
-        asynchronous = self.agent.is_async()
-        if self._http is None:
+        if not self._http:
             limits = httpx.Limits(max_connections=None, max_keepalive_connections=1024)
-            self._http = (httpx.AsyncClient if asynchronous else httpx.Client)(verify=False, limits=limits,
-                                                                              trust_env=False)
-        return self._http
+            kind = httpx.AsyncClient if self.agent.is_async() else httpx.Client
+            self._http.append(kind(verify=False, limits=limits, trust_env=False))
+        return self._http[0]
 
     async def _watch(self, sessions: list[Session], tasks: list[asyncio.Task], done: list[asyncio.Event]) -> None:
         """Cancel each agent that has been neither waiting for the model nor returning for ``env_timeout`` s."""
@@ -261,3 +257,14 @@ class AgentRollout:
                         self.bridge.finished(session.key)
                         event.set()
 
+
+def _shutdown(server: AgentServer, loop: asyncio.AbstractEventLoop, http: list[Any]) -> None:
+    """Close the agents' HTTP pool, stop the endpoint and the agents' loop."""
+    for client in http:
+        closing = client.aclose() if hasattr(client, "aclose") else asyncio.to_thread(client.close)
+        try:
+            asyncio.run_coroutine_threadsafe(closing, loop).result(timeout=10)
+        except Exception:  # noqa: BLE001 - a pool that cannot close is dropped with the loop
+            pass
+    server.stop()
+    loop.call_soon_threadsafe(loop.stop)

@@ -226,6 +226,9 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
             trajectory. ``None`` keeps plain ``GRPOTrainer`` behaviour.
         task: Optional :class:`~trl_agentic.tasks.Task`: the model card then states its tool protocol, its prompt and
             how to run the trained agent (:mod:`trl_agentic.model_card`).
+        agent: Instead of ``environment``, an agent of any framework, ``async def agent(client, **row)``, trained
+            through an OpenAI-compatible endpoint in front of the policy (:mod:`trl_agentic.agents`,
+            ``docs/agents.md``); reward functions also receive ``agent_output``.
         *args, **kwargs: As ``GRPOTrainer``. ``args`` should be an :class:`AgenticGRPOConfig`.
 
     Reward functions receive, besides TRL's keyword arguments, ``trajectory``: the
