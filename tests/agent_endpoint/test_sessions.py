@@ -154,3 +154,46 @@ def test_logprobs_come_back_when_the_backend_reports_them(qwen):
     assert [lp for _, lp in t.agent_output] == [-0.5] * len(t.completion_ids) == t.logprobs
     assert "".join(tok for tok, _ in t.agent_output) == "The answer is 5.<|im_end|>"
     ro.close()
+
+
+def test_an_agent_records_what_the_engine_records_for_the_same_task(qwen):
+    """The same tool task as a ToolCallEnvironment through the engine and as an SDK agent through the endpoint: the
+    same prompt ids, completion ids and masks, token for token."""
+    from trl_agentic.native_tools import ToolCallEnvironment
+    from trl_agentic.rollout.engine import RolloutConfig, RolloutEngine
+
+    def add(a: int, b: int) -> int:
+        """Add two integers.
+
+        Args:
+            a: The first integer.
+            b: The second integer.
+        """
+        return a + b
+
+    from transformers.utils import get_json_schema
+
+    schema = get_json_schema(add)
+
+    async def agent(client, **row):
+        messages = [{"role": "user", "content": "2+3?"}]
+        while True:
+            r = await client.chat.completions.create(model="p", messages=messages, tools=[schema])
+            message = r.choices[0].message
+            messages.append(message.model_dump(exclude_none=True))
+            if not message.tool_calls:
+                return message.content
+            for call in message.tool_calls:
+                messages.append({"role": "tool", "tool_call_id": call.id,
+                                 "content": str(add(**json.loads(call.function.arguments)))})
+
+    ro, tok, gen = rollout(qwen, agent)
+    [t] = ro.run([{}], gen)
+    config = RolloutConfig(max_turns=4, max_tokens_per_turn=64, max_completion_length=256, rollout_mode="chat")
+    engine = RolloutEngine(gen, tok, lambda: ToolCallEnvironment([add]), config,
+                           eos_token_ids=[tok.convert_tokens_to_ids("<|im_end|>")])
+    [e] = engine.run([[{"role": "user", "content": "2+3?"}]])
+    assert (t.prompt_ids, t.completion_ids, t.env_mask, t.turn_spans) == (e.prompt_ids, e.completion_ids, e.env_mask,
+                                                                          e.turn_spans)
+    assert t.num_turns == 2 and e.stop_reason == t.stop_reason == "terminated"
+    ro.close()
