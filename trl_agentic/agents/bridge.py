@@ -94,8 +94,7 @@ class GenerationBridge:
         """A rollout begins: these agents are running."""
         with self._cond:
             self._running = set(keys)
-            self._pending.clear()
-            self._last_generation = 0.0
+            self._pending.clear()  # the last generation time is kept: the next rollout's first round uses it
 
     def finished(self, key: str) -> None:
         """An agent returned, failed or timed out: its waiting calls are dropped."""
