@@ -139,7 +139,6 @@ class AgentRollout:
         self.bridge = GenerationBridge(None, self.eos_token_ids, self.agent.batch_window)
         self._server: AgentServer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._http: list[Any] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -149,14 +148,13 @@ class AgentRollout:
         self._server = AgentServer(self.registry, self.bridge, self.agent.limits, self.agent.model_name)
         self._loop = asyncio.new_event_loop()
         threading.Thread(target=self._loop.run_forever, name="trl-agentic-agents", daemon=True).start()
-        self._http = []  # the agents' HTTP pool, made on the agents' loop by the first client
-        self._shutdown = weakref.finalize(self, _shutdown, self._server, self._loop, self._http)
+        self._shutdown = weakref.finalize(self, _shutdown, self._server, self._loop)
 
     def close(self) -> None:
         """Stop the endpoint and the agents' loop (also done when the rollout is garbage-collected, or at exit)."""
         if self._server is not None:
             self._shutdown()
-            self._server = self._loop = self._http = None
+            self._server = self._loop = None
 
     # -- one rollout -----------------------------------------------------------------------------------------
     def run(self, rows: Sequence[dict[str, Any]], generator: Generator,
@@ -200,8 +198,10 @@ class AgentRollout:
 
     async def _run_one(self, row: dict[str, Any], session: Session, outputs: list[Any], i: int,
                        done: asyncio.Event) -> None:
+        http = None
         try:
-            outputs[i] = await self._call(self._client(session), row)
+            client, http = self._client(session)
+            outputs[i] = await self._call(client, row)
             session.close()
         except asyncio.CancelledError:
             session.close(("env_timeout", "the agent was cancelled"))
@@ -211,6 +211,8 @@ class AgentRollout:
         finally:
             self.bridge.finished(session.key)
             done.set()
+            if http is not None:
+                await (http.aclose() if hasattr(http, "aclose") else asyncio.to_thread(http.close))
 
     async def _call(self, client: Any, row: dict[str, Any]) -> Any:
         _, accepted, _ = self.agent.signature()
@@ -220,35 +222,32 @@ class AgentRollout:
         result = await run_in_thread(self.agent.fn, client, timeout=None, **kwargs)
         return await result if inspect.isawaitable(result) else result
 
-    def _client(self, session: Session) -> Any:
+    def _client(self, session: Session) -> tuple[Any, Any]:
+        """What the agent receives, and the HTTP client to close after it (``None`` for an endpoint)."""
         base_url = self._server.base_url(session.key)
         if self.agent.signature()[0]:
-            return AgentEndpoint(base_url, session.key, self.agent.model_name)
+            return AgentEndpoint(base_url, session.key, self.agent.model_name), None
         try:
             import openai
         except ImportError:
             raise ImportError("agents talk to the policy through the openai client: pip install 'trl-agentic[agents]'"
                               ) from None
-        kind = openai.AsyncOpenAI if self.agent.is_async() else openai.OpenAI
-        return kind(base_url=base_url, api_key=session.key, max_retries=0, timeout=self.agent.request_timeout,
-                    http_client=self._http_client())
-
-    def _http_client(self) -> Any:
-        """One HTTP connection pool for every agent's client (each openai client would otherwise build its own, TLS
-        context included, per trajectory); plain HTTP to 127.0.0.1, so nothing to verify."""
         import httpx
 
-        if not self._http:
-            limits = httpx.Limits(max_connections=None, max_keepalive_connections=1024)
-            kind = httpx.AsyncClient if self.agent.is_async() else httpx.Client
-            self._http.append(kind(verify=False, limits=limits, trust_env=False))
-        return self._http[0]
+        # plain HTTP to 127.0.0.1: no certificates to load (openai's default client loads them for every trajectory),
+        # and one small pool per agent (a pool shared by all agents scans every connection on each request)
+        asynchronous = self.agent.is_async()
+        http = (httpx.AsyncClient if asynchronous else httpx.Client)(verify=False, trust_env=False)
+        kind = openai.AsyncOpenAI if asynchronous else openai.OpenAI
+        client = kind(base_url=base_url, api_key=session.key, max_retries=0, timeout=self.agent.request_timeout,
+                      http_client=http)
+        return client, http
 
     async def _watch(self, sessions: list[Session], tasks: list[asyncio.Task], done: list[asyncio.Event]) -> None:
         """Cancel each agent that has been neither waiting for the model nor returning for ``env_timeout`` s."""
         timeout = self.config.env_timeout
         while True:
-            await asyncio.sleep(min(0.1, timeout / 10))
+            await asyncio.sleep(min(1.0, max(0.05, timeout / 10)))
             for session, task, event in zip(sessions, tasks, done):
                 if not event.is_set() and session.idle_seconds() > timeout:
                     if session.close(("env_timeout", f"the agent neither called the model nor returned within "
@@ -258,13 +257,7 @@ class AgentRollout:
                         event.set()
 
 
-def _shutdown(server: AgentServer, loop: asyncio.AbstractEventLoop, http: list[Any]) -> None:
-    """Close the agents' HTTP pool, stop the endpoint and the agents' loop."""
-    for client in http:
-        closing = client.aclose() if hasattr(client, "aclose") else asyncio.to_thread(client.close)
-        try:
-            asyncio.run_coroutine_threadsafe(closing, loop).result(timeout=10)
-        except Exception:  # noqa: BLE001 - a pool that cannot close is dropped with the loop
-            pass
+def _shutdown(server: AgentServer, loop: asyncio.AbstractEventLoop) -> None:
+    """Stop the endpoint and the agents' loop."""
     server.stop()
     loop.call_soon_threadsafe(loop.stop)

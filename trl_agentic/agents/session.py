@@ -193,9 +193,9 @@ class Session:
             self.events[event] += 1
 
     def idle_seconds(self) -> float:
-        """Seconds since the agent last got an answer (0 while one of its requests is being served)."""
-        with self._lock:
-            return 0.0 if self.in_flight else time.monotonic() - self.idle_since
+        """Seconds since the agent last got an answer (0 while one of its requests is being served); read without the
+        lock (the watchdog polls every session: a stale read only delays a timeout by one tick)."""
+        return 0.0 if self.in_flight else time.monotonic() - self.idle_since
 
     # -- end -------------------------------------------------------------------------------------------------
     def close(self, failure: tuple[str, str] | None = None) -> bool:
