@@ -2,6 +2,7 @@
 side at several numbers of concurrent agents, and the latency the endpoint adds to each model call.
 
     python benchmarks/agent_endpoint.py [--agents 8 32 64] [--turns 3] [--tokens-per-turn 32] [--repeats 5]
+    python benchmarks/agent_endpoint.py --endpoint-only [--agents 64] [--repeats 2]
 
 The workload is the one of ``benchmarks/rollout_speed.py``: a random Qwen2 (``--hidden 256 --layers 4``) over the
 tiny Qwen2.5-Instruct tokenizer and chat template of ``tests/conventions.py``, its ``generate`` forced by a logits
@@ -23,6 +24,9 @@ agents: the median rollout time of each side (rollouts interleaved, after one wa
 threads: on a shared machine it varies less than wall time) and its ratio, the most ``generate`` calls of a rollout
 on each side, and the cost added per model call: wall, (agent time - environment time) / turns, since a
 trajectory's calls are sequential and those of one turn concurrent; CPU, (agent CPU - environment CPU) / requests.
+
+``--endpoint-only``: the agent side alone against an instant generator (each turn's scripted text tokenized, no
+model), so that the time is the endpoint's, the agents' and the SDK's own: wall and process CPU time per rollout.
 """
 
 from __future__ import annotations
@@ -137,6 +141,56 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {"settings": vars(args), "results": results}
 
 
+class InstantGenerator:
+    """The scripted turns without a model: each call tokenizes the turn the context is at (no forward pass)."""
+
+    def __init__(self, tokenizer: Any, script: Script) -> None:
+        self.tokenizer, self.script = tokenizer, script
+
+    def generate(self, prompts, max_new_tokens, stop_strings, eos_token_ids):
+        import torch
+
+        from trl_agentic.rollout.generation import Generation
+
+        turn, _ = self.script.positions(torch.tensor(_left_pad(prompts)))
+        return [Generation(list(self.script.turns[k])[:max_new_tokens]) for k in turn.tolist()]
+
+
+def _left_pad(prompts: list[list[int]]) -> list[list[int]]:
+    width = max(len(p) for p in prompts)
+    return [[p[0]] * (width - len(p)) + p for p in prompts]
+
+
+def run_endpoint_only(args: argparse.Namespace) -> dict[str, Any]:
+    from trl_agentic.agents import Agent, AgentRollout
+    from trl_agentic.rollout.engine import RolloutConfig
+
+    tokenizer = load_tokenizer()
+    tool = Lookup(0.0)
+    script = Script(tokenizer, args.turns, args.tokens_per_turn)
+    config = RolloutConfig(max_turns=args.turns, max_tokens_per_turn=args.tokens_per_turn + 1,
+                           max_completion_length=args.turns * (args.tokens_per_turn + 64), rollout_mode="chat")
+    rollout = AgentRollout(Agent(make_agent(tool, lookup_schema(tool)), batch_window=args.window), tokenizer, config,
+                           [tokenizer.convert_tokens_to_ids("<|im_end|>")])
+    generator = InstantGenerator(tokenizer, script)
+    rollout.run([{}] * 2, generator)  # warm-up: imports, first template probes
+    results = []
+    for n in args.agents:
+        for _ in range(args.repeats):
+            start, cpu = time.perf_counter(), time.process_time()
+            out = rollout.run([{} for _ in range(n)], generator)
+            seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
+            requests = sum(t.requests for t in out)
+            if any(t.stop_reason != "terminated" for t in out) or requests != n * args.turns:
+                raise SystemExit(f"unexpected runs: {[t.stop_reason + ' ' + t.error for t in out][:3]}")
+            results.append({"agents": n, "requests": requests, "wall_s": seconds, "cpu_s": cpu_seconds,
+                            "cpu_ms_per_request": 1000 * cpu_seconds / requests, "load_average": os.getloadavg()[0]})
+            print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in results[-1].items()}),
+                  flush=True)
+    rollout.close()
+    return {"settings": vars(args), "results": results}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -149,7 +203,14 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--json", help="write the measurements to this file")
+    parser.add_argument("--endpoint-only", action="store_true",
+                        help="the agent side alone, against an instant scripted generator (no model)")
     args = parser.parse_args()
+    if args.endpoint_only:
+        report = run_endpoint_only(args)
+        if args.json:
+            Path(args.json).write_text(json.dumps(report, indent=2))
+        return
     report = run(args)
     print(f"{'agents':>6}  {'env s':>7}  {'agent s':>7}  {'ratio':>6}  {'pairs':>6}  {'env cpu':>7}  "
           f"{'agent cpu':>9}  {'cpu ratio':>9}  {'calls env/agent':>15}  {'ms/call':>7}  {'cpu ms/request':>14}")
