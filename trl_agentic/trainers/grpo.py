@@ -21,6 +21,9 @@ import torch
 from accelerate.utils import gather_object
 from trl import GRPOConfig
 
+from ..agents.checks import prepare_agent_kwargs
+from ..agents.rows import SegmentRound, agent_round, set_segment_advantages
+from ..agents.runner import AgentRollout
 from ..algorithms.advantages import frac_reward_zero_std, group_advantages, nanstd, zero_std_groups
 from ..algorithms.kl import KL_ESTIMATORS, kl_penalty
 from ..algorithms.losses import clipped_policy_loss
@@ -281,6 +284,9 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
             trajectory. ``None`` keeps plain ``GRPOTrainer`` behaviour.
         task: Optional :class:`~trl_agentic.tasks.Task`: the model card then states its tool protocol, its prompt and
             how to run the trained agent (:mod:`trl_agentic.model_card`).
+        agent: Instead of ``environment``, an agent of any framework, ``async def agent(client, **row)``, trained
+            through an OpenAI-compatible endpoint in front of the policy (:mod:`trl_agentic.agents`,
+            ``docs/agents.md``); reward functions also receive ``agent_output``.
         *args, **kwargs: As ``GRPOTrainer``. ``args`` should be an :class:`AgenticGRPOConfig`.
 
     Reward functions receive, besides TRL's keyword arguments, ``trajectory``: the
@@ -292,9 +298,11 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
     config_class: type = AgenticGRPOConfig  # the default config when args=None with tools=/environment_factory=
 
     def __init__(self, *args: Any, environment: EnvironmentFactory | None = None, task: Any = None,
-                 **kwargs: Any) -> None:
+                 agent: Any = None, **kwargs: Any) -> None:
         check_trl_version()
         kwargs, args = keyword_arguments(args, kwargs), ()  # GRPOTrainer's arguments, all by name
+        if agent is not None:  # an agent of any framework, through an OpenAI-compatible endpoint (agents/, issue 34)
+            agent = prepare_agent_kwargs(agent, environment, kwargs)
         # TRL's tools= / environment_factory= run through our engine, as native tool calls (issue 18)
         native = from_trainer_kwargs(kwargs, environment)
         if native is not None:  # args, get_reward columns, reward_weights, train_dataset: as TRL derives them
@@ -306,7 +314,7 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
         self.environment = environment
         self.task = task
         config = kwargs.get("args")
-        if environment is None and getattr(config, "zero_variance_groups", "keep") != "keep":
+        if environment is None and agent is None and getattr(config, "zero_variance_groups", "keep") != "keep":
             raise ValueError("zero_variance_groups applies to environment rollouts; without environment= the trainer "
                              "is TRL's GRPOTrainer: pass environment= or leave zero_variance_groups='keep'")
         if environment is not None:
@@ -320,11 +328,13 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
                                       else guard_reward(funcs))
         super().__init__(**kwargs)
         self._vllm_weights_step = -1  # the global step whose weights vLLM holds (rollout)
-        if environment is not None:
+        if environment is not None or agent is not None:
             self._check_agentic_args()
             self._degenerate = DegenerateStepMonitor(self.args.max_degenerate_steps, self.args.trajectory_dir)
-        if environment is not None:
+        if environment is not None or agent is not None:
             self.rollout_settings = self.args.rollout_config()
+        self.agent_rollout = None if agent is None else AgentRollout(
+            agent, self.processing_class, self.rollout_settings, self.eos_token_ids)
         if native is not None:
             ensure_response_parser(self.processing_class)
             self.tools = native.all_tools()  # TRL's attribute: the standalone tools and every environment's methods
@@ -370,7 +380,7 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
         3. ``dynamic_sampling``: more rounds until enough groups have a reward spread (:meth:`_dynamic_sampling`);
         4. the round's trajectories to ``trajectory_dir`` (:meth:`_record`).
         """
-        if self.environment is None:
+        if self.environment is None and self.agent_rollout is None:
             return super().training_batch(rows)
         round_ = self.generation_round(rows)
         self._set_group_advantages(round_)
@@ -389,6 +399,8 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
         - batch: TRL's layout (:meth:`_batch`), with TRL's per-round metrics.
         """
         trajectories, instances = self.rollout(rows)
+        if self.agent_rollout is not None:  # agents/rows.py: rewards per agent run, one training row per segment
+            return agent_round(self, rows, trajectories)
         completion_ids, env_mask, logprobs = trl_completion_rows(
             trajectories, self.processing_class.pad_token_id, self.args.mask_observations,
             self.args.mask_truncated_trajectories)
@@ -414,6 +426,11 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
         if self.use_vllm and self.state.global_step != self._vllm_weights_step:
             self.vllm_generation.sync_weights()  # the policy moved since vLLM last got its weights
             self._vllm_weights_step = self.state.global_step
+        if self.agent_rollout is not None:  # agents/runner.py: one agent run per row, against the endpoint
+            trajectories = self.agent_rollout.run(rows, self._generator(), self._sync_any,
+                                                  self.accelerator.num_processes > 1)
+            self._log_rollout_metrics(trajectories)
+            return trajectories, None
         engine = RolloutEngine(self._generator(), self.processing_class, self.environment,
                                self.rollout_settings, self._sync_any, eos_token_ids=self.eos_token_ids,
                                sync_max=self._sync_max)
@@ -478,6 +495,8 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
         """GRPO's advantages (:func:`~trl_agentic.algorithms.advantages.group_advantages`, bit-equal to TRL's),
         grouped by ``num_generations`` (``num_generations_eval`` in evaluation, as TRL), with the std floor under
         ``zero_variance_groups="std_floor"``; then TRL's reward metrics and completions table."""
+        if isinstance(round_, SegmentRound):  # agents/rows.py: per agent run, shared by its segments' rows
+            return set_segment_advantages(self, round_)
         group = self.num_generations if self.model.training else self.num_generations_eval
         floor = self.args.std_floor if self.args.zero_variance_groups == "std_floor" else 0.0
         advantages = group_advantages(round_.rewards_per_func, self.reward_weights, group,

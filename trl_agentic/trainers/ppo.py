@@ -157,8 +157,8 @@ class AgenticPPOTrainer(AgenticGRPOTrainer):
         super().__init__(*args, **kwargs)
         if not isinstance(self.args, AgenticPPOConfig):
             raise TypeError(f"AgenticPPOTrainer needs args=AgenticPPOConfig(...), got {type(self.args).__name__}")
-        if self.environment is None:
-            raise ValueError("AgenticPPOTrainer trains on environment rollouts: pass environment= (or TRL's tools=)")
+        if self.environment is None and self.agent_rollout is None:
+            raise ValueError("AgenticPPOTrainer trains on rollouts: pass environment= (or TRL's tools=, or agent=)")
         self._check_clipped_loss_settings()
         self.critic = self._build_critic(value_model, peft_config)
         self.critic_gradients = CriticGradients(self.extra_parameters)
