@@ -72,7 +72,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     from trl_agentic.agents import Agent, AgentRollout
     from trl_agentic.native_tools import ToolCallEnvironment
-    from trl_agentic.rollout.engine import RolloutConfig, RolloutEngine
+    from trl_agentic.rollout.config import RolloutConfig
+    from trl_agentic.rollout.engine import RolloutEngine
     from trl_agentic.rollout.generation import HFGenerator, get_eos_token_ids
 
     torch.set_num_threads(args.threads)
@@ -163,7 +164,7 @@ def _left_pad(prompts: list[list[int]]) -> list[list[int]]:
 
 def run_endpoint_only(args: argparse.Namespace) -> dict[str, Any]:
     from trl_agentic.agents import Agent, AgentRollout
-    from trl_agentic.rollout.engine import RolloutConfig
+    from trl_agentic.rollout.config import RolloutConfig
 
     tokenizer = load_tokenizer()
     tool = Lookup(0.0)

@@ -20,7 +20,8 @@ from typing import Any, Callable, Sequence
 
 from .environment import EnvironmentFactory
 from .rewards.inputs import reward_inputs
-from .rollout.engine import RolloutConfig, RolloutEngine
+from .rollout.config import RolloutConfig
+from .rollout.engine import RolloutEngine
 from .rollout.generation import Generator, HFGenerator, get_eos_token_ids
 from .trajectory import Trajectory
 from .trl_environments import EMPTY_PROMPT, trl_rollout_environments

@@ -62,7 +62,7 @@ def test_sdk_agent_trains_two_steps(qwen, tmp_path, trainer_name):
     assert trainer.state.global_step == 2
     generated = [ids for rec in recordings for call_ in rec.outputs for ids in call_]
     for round_ in seen:
-        for t in round_.agent_trajectories:
+        for t in round_.runs:
             assert t.stop_reason == "terminated" and len(t.segments) == 1 and t.requests == 2
             for ids, raw in zip(t.agent_segments(), t.generated_ids):
                 assert raw in generated and ids == raw[: len(ids)]

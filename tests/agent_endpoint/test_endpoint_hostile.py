@@ -14,7 +14,7 @@ from agent_helpers import TOOLS
 from helpers import ScriptedGenerator
 
 from trl_agentic.agents import Agent, AgentRollout, Limits
-from trl_agentic.rollout.engine import RolloutConfig
+from trl_agentic.rollout.config import RolloutConfig
 
 pytestmark = pytest.mark.adversarial
 

@@ -10,20 +10,20 @@ import pytest
 import torch
 from agent_helpers import add_dataset, config, scripted
 
-from trl_agentic.agents.rows import PADDING_ERROR, layout_rows, row_count
 from trl_agentic.agents.session import AgentTrajectory
 from trl_agentic.algorithms.advantages import group_advantages
+from trl_agentic.trainers.round import PADDING_ERROR, row_count, training_rows
 from trl_agentic.trajectory import Trajectory
 
 
 def test_layout_puts_each_segment_on_a_row_then_padding():
     a = AgentTrajectory(prompt_ids=[1], segments=[Trajectory(prompt_ids=[2]), Trajectory(prompt_ids=[3])])
     b = AgentTrajectory(prompt_ids=[4], segments=[])  # never called the model: itself, one row
-    rows, owners = layout_rows([a, b], row_count(3, lambda n: 5, 2), token_id=0)
+    rows, owners = training_rows([a, b], row_count(3, lambda n: 5, 2), token_id=0)
     assert [r.prompt_ids for r in rows] == [[2], [3], [4], [0], [0], [0]] and owners == [0, 0, 1, -1, -1, -1]
     assert all(r.env_failed and r.error == PADDING_ERROR for r in rows[3:])
     with pytest.raises(ValueError):
-        layout_rows([a, b], 2, 0)
+        training_rows([a, b], 2, 0)
 
 
 def rewriting_agent():
@@ -80,7 +80,7 @@ def test_segments_train_as_rows_with_their_trajectorys_advantage(qwen, tmp_path,
     trainer.train()
     assert trainer.state.global_step == 2 and rounds
     for round_, batch in rounds:
-        runs, owners = round_.agent_trajectories, round_.owners
+        runs, owners = round_.runs, round_.owners
         segments = sum(len(t.segments) for t in runs)
         assert len(runs) == 4 and batch.prompt_ids.size(0) == len(owners) == segments + (segments % 2)
         assert any(len(t.segments) == 2 for t in runs)
@@ -88,7 +88,7 @@ def test_segments_train_as_rows_with_their_trajectorys_advantage(qwen, tmp_path,
         assert all(batch.loss_mask[i].sum() == 0 for i in padding)
         assert torch.isnan(round_.rewards_per_func[padding]).all()
         if trainer_name == "grpo":  # groups of two runs, each run once, whatever its segment count
-            per_run = group_advantages(round_.trajectory_rewards, trainer.reward_weights, 2)
+            per_run = group_advantages(round_.run_rewards, trainer.reward_weights, 2)
             expected = torch.stack([per_run[o] if o >= 0 else torch.tensor(0.0) for o in owners])
             assert torch.allclose(batch.advantages.cpu(), expected)
             assert per_run.abs().sum() > 0

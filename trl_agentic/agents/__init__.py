@@ -10,7 +10,8 @@ or any framework given its base URL and key), and every model call is recorded t
 - :mod:`~trl_agentic.agents.bridge`: concurrent model calls batched into one ``Generator.generate`` call;
 - :mod:`~trl_agentic.agents.server`: the FastAPI app on 127.0.0.1, per-trajectory keys;
 - :mod:`~trl_agentic.agents.runner`: the rollout (agents, timeouts, trajectories);
-- :mod:`~trl_agentic.agents.rows`: a round's training rows (one per segment) for the trainers.
+- :mod:`~trl_agentic.agents.metrics`: what an agent round logs (its training rows are laid out by
+  :func:`~trl_agentic.trainers.round.training_rows`, one per segment).
 """
 
 from .protocol import Limits

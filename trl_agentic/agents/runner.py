@@ -33,7 +33,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from ..rollout.engine import RolloutConfig
+from ..rollout.config import RolloutConfig
 from ..rollout.generation import Generator
 from ..rollout.observations import ObservationEncoder
 from ..workers import run_in_thread
@@ -134,7 +134,7 @@ class AgentRollout:
         self.config = config
         self.encoder = ObservationEncoder(processing_class, "chat", config.observation_role,
                                           config.chat_template_kwargs, eos_token_ids)
-        self.eos_token_ids = list(dict.fromkeys([*eos_token_ids, self.encoder.layout.end_of_turn_id]))
+        self.eos_token_ids = self.encoder.turn_end_ids(eos_token_ids)
         self.registry = Registry()
         self.bridge = GenerationBridge(None, self.eos_token_ids, self.agent.batch_window)
         self._server: AgentServer | None = None

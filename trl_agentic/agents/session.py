@@ -15,7 +15,7 @@ Any other request (a rewritten or summarised history, a dropped turn, a sub-agen
 a delta the template cannot render as a suffix) **starts a new segment**: its messages rendered whole
 (:func:`~trl_agentic.agents.prompt.encode_conversation`) become that segment's prompt. Later requests extend whichever
 segment they continue (the longest match), so a main agent and a sub-agent each grow their own. Every segment becomes
-its own training row, sharing the trajectory's reward (:mod:`trl_agentic.agents.rows`).
+its own training row, sharing the trajectory's reward (:func:`trl_agentic.trainers.round.training_rows`).
 
 Budgets hold across requests: ``max_turns`` counts model calls of the whole trajectory, ``max_completion_length``
 bounds each segment (its sampled and added tokens), ``max_tokens_per_turn`` (and the request's ``max_tokens``) one
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..native_tools import ensure_response_parser, parse_turn
-from ..rollout.engine import RolloutConfig
+from ..rollout.config import RolloutConfig
 from ..rollout.generation import Generation, cut_at_stop
 from ..rollout.observations import EncodedObservation, ObservationEncoder
 from ..trajectory import Trajectory
