@@ -3,56 +3,17 @@ of our trainers, and on identical scripted token streams our trainer builds the 
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
 import torch
 from conventions import build_convention
+from helpers import native_call as call
+from helpers import scripted
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-HEADER = "<|im_start|>assistant\n"
 
-
-class ScriptedLogits:
-    """Forces, on every row, the tokens of turn ``k`` of ``turns`` (``k`` = assistant headers in the context - 1),
-    then ``<|im_end|>``: the same token streams for any trainer, whatever the weights."""
-
-    def __init__(self, tokenizer, turns):
-        encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
-        self.end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-        self.header = encode(HEADER)
-        self.turns = [encode(text) + [self.end] for text in turns]
-
-    def __call__(self, input_ids, scores):
-        out = torch.full_like(scores, float("-inf"))
-        n = len(self.header)
-        for row, ids in enumerate(input_ids.tolist()):
-            starts = [i for i in range(len(ids) - n + 1) if ids[i:i + n] == self.header]
-            turn = self.turns[min(len(starts) - 1, len(self.turns) - 1)]
-            offset = len(ids) - starts[-1] - n
-            out[row, turn[offset] if offset < len(turn) else self.end] = 0.0
-        return out
-
-
-def scripted(model, tokenizer, turns):
-    """``model.generate`` with the script's logits processor added (instance attribute; test double only)."""
-    from transformers import LogitsProcessorList
-
-    original, script = model.generate, ScriptedLogits(tokenizer, turns)
-
-    def generate(*args, **kwargs):
-        processors = LogitsProcessorList(kwargs.pop("logits_processor", None) or [])
-        processors.append(script)
-        return original(*args, logits_processor=processors, **kwargs)
-
-    model.generate = generate
-    return model
-
-
-def call(name, **arguments):
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
 
 
 @pytest.fixture(scope="module")

@@ -6,54 +6,14 @@ from __future__ import annotations
 
 import json
 
-import torch
-
-HEADER = "<|im_start|>assistant\n"
+from helpers import native_call as call  # noqa: F401 - re-exported for the agent tests
+from helpers import scripted  # noqa: F401
 
 TOOLS = [{"type": "function", "function": {
     "name": "add", "description": "Add two integers.",
     "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
                    "required": ["a", "b"]}}}]
 
-
-def call(name, **arguments):
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
-
-
-class ScriptedLogits:
-    """Forces, on every row, the tokens of turn ``k`` of ``turns`` (``k`` = assistant headers in the context - 1),
-    then ``<|im_end|>``."""
-
-    def __init__(self, tokenizer, turns):
-        encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
-        self.end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-        self.header = encode(HEADER)
-        self.turns = [encode(text) + [self.end] for text in turns]
-
-    def __call__(self, input_ids, scores):
-        out = torch.full_like(scores, float("-inf"))
-        n = len(self.header)
-        for row, ids in enumerate(input_ids.tolist()):
-            starts = [i for i in range(len(ids) - n + 1) if ids[i:i + n] == self.header]
-            turn = self.turns[min(len(starts) - 1, len(self.turns) - 1)]
-            offset = len(ids) - starts[-1] - n
-            out[row, turn[offset] if offset < len(turn) else self.end] = 0.0
-        return out
-
-
-def scripted(model, tokenizer, turns):
-    """``model.generate`` with the script's logits processor added (instance attribute; test double only)."""
-    from transformers import LogitsProcessorList
-
-    original, script = model.generate, ScriptedLogits(tokenizer, turns)
-
-    def generate(*args, **kwargs):
-        processors = LogitsProcessorList(kwargs.pop("logits_processor", None) or [])
-        processors.append(script)
-        return original(*args, logits_processor=processors, **kwargs)
-
-    model.generate = generate
-    return model
 
 
 def add_dataset(n=4):

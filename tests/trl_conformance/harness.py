@@ -25,6 +25,7 @@ from unittest.mock import patch
 
 import torch
 from conventions import build_convention
+from helpers import native_call as call  # noqa: F401 - the scenarios' calls
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
@@ -112,20 +113,13 @@ def by_rows(first: Sequence[str], later: Sequence[str]) -> Script:
     """TRL's tests' script: the whole batch gets ``first``; a smaller call (the rollouts that called tools) gets
     ``later``'s first rows."""
     width = len(first)
-    return lambda call, rows: list(first) if rows == width else list(later)[:rows]
+    return lambda index, rows: list(first) if rows == width else list(later)[:rows]
 
 
 def by_turn(*turns: Sequence[str]) -> Script:
     """A script by turn: call ``i`` gets ``turns[i % len(turns)]``'s first rows (each training step makes
     ``len(turns)`` calls, every rollout taking every turn)."""
-    return lambda call, rows: list(turns[call % len(turns)])[:rows]
-
-
-def call(name: str, **arguments: Any) -> str:
-    """A Qwen-style native tool call (``<tool_call>{json}</tool_call>``)."""
-    import json
-
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+    return lambda index, rows: list(turns[index % len(turns)])[:rows]
 
 
 @dataclass

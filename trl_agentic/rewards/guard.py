@@ -127,16 +127,15 @@ class AsyncGuardedReward(_Guard):
 def guard_reward(func: Any) -> Any:
     """Wrap a reward function (sync or async) in its guard; reward models (``nn.Module``), model ids (``str``) and
     functions already guarded are returned unchanged."""
-    if isinstance(func, (str, _Guard)) or not callable(func) or _is_module(func):
+    if isinstance(func, _Guard) or is_reward_model(func) or not callable(func):
         return func
     is_async = inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None))
     return AsyncGuardedReward(func) if is_async else GuardedReward(func)
 
 
-def _is_module(func: Any) -> bool:
-    try:
-        import torch
+def is_reward_model(func: Any) -> bool:
+    """Whether a reward function is a reward model TRL scores with (a model id or an ``nn.Module``), not a Python
+    function our trainers call with keyword arguments."""
+    import torch
 
-        return isinstance(func, torch.nn.Module)
-    except ImportError:  # pragma: no cover - torch is a dependency
-        return False
+    return isinstance(func, (str, torch.nn.Module))

@@ -143,7 +143,11 @@ class TemplateNotPrefixPreservingError(ChatTemplateError):
 
 
 def is_conversational(prompt: Any) -> bool:
-    return isinstance(prompt, list) and bool(prompt) and isinstance(prompt[0], dict) and "role" in prompt[0]
+    """A prompt made of chat messages: TRL's ``is_conversational`` on a row holding it, ``False`` for an empty or
+    missing prompt (on which TRL's raises)."""
+    from trl import is_conversational as trl_is_conversational
+
+    return isinstance(prompt, list) and bool(prompt) and trl_is_conversational({"prompt": prompt})
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..environment import check_environment_factory, environment_class
+from ..rewards.guard import is_reward_model
 
 # What TRL 1.16's GRPOTrainer passes every reward function, besides the dataset's columns (but "prompt") and our
 # "trajectory" (compat.GRPOTrainerBoundary.trl_rewards); tests/trainers/test_checks.py checks it against a real step.
@@ -116,7 +117,7 @@ def check_reward_signatures(reward_funcs: Any, dataset: Any, extra_fields: Itera
     columns = _columns(dataset)
     passed = [*TRL_REWARD_KWARGS, *extra_fields, *[c for c in columns or () if c not in ("prompt", "completion")]]
     for func in funcs:
-        if isinstance(func, str) or not callable(func) or _is_module(func):
+        if is_reward_model(func) or not callable(func):
             continue
         name = getattr(func, "__name__", type(func).__name__)
         try:
@@ -134,12 +135,6 @@ def check_reward_signatures(reward_funcs: Any, dataset: Any, extra_fields: Itera
                     else f"needs {', '.join(unfilled)}, which TRL does not pass (no such dataset column)")
             raise TypeError(f"reward function {name!r} {what}; TRL calls it with keyword arguments "
                             f"({', '.join(passed)}): add **kwargs to its signature")
-
-
-def _is_module(func: Any) -> bool:
-    import torch
-
-    return isinstance(func, torch.nn.Module)
 
 
 class DegenerateStepMonitor:

@@ -109,7 +109,7 @@ def pad(rows: Sequence[Sequence[float]], value: float, side: str, multiple: int 
 
 def trl_completion_rows(trajectories: Sequence[Trajectory], pad_token_id: int, mask_observations: bool,
                         mask_truncated: bool) -> tuple[list[list[int]], list[list[int]], list[list[float]]]:
-    """Each trajectory's completion ids, mask of trained tokens (``env_mask``, TRL's ``tool_mask``) and sampling
+    """Each trajectory's completion ids, mask of trained tokens (``env_mask``, the batch's key in TRL's name) and sampling
     log-probs. A row TRL needs but the rollout left empty gets one masked pad token; a trajectory whose environment
     failed (or, with ``mask_truncated``, that did not end on its own) trains no token."""
     ids_rows, mask_rows, logprob_rows = [], [], []

@@ -11,6 +11,7 @@ from .exchange import Outcome, RpcHandler
 from .result import STATE_LOST, ExecutionResult
 from .worker import Worker
 
+
 class PythonSession(CodeSession):
     """One trajectory's interpreter: state persists across calls until :meth:`close` (or a restart).
 
