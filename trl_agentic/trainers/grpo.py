@@ -27,7 +27,6 @@ from ..algorithms.losses import clipped_policy_loss
 from ..algorithms.masked import masked_sum, zero_masked
 from ..compat import GRPOTrainerBoundary, check_trl_version, parse_response, unwrap_for_generation
 from ..environment import EnvironmentFactory
-from ..native_tools import ensure_response_parser
 from ..rewards.guard import guard_reward
 from ..rollout.audit import unsampled_trained
 from ..rollout.engine import RolloutConfig, RolloutEngine
@@ -37,7 +36,13 @@ from ..rollout.vllm import TRLVLLMGenerator
 from ..trackers import trajectory_columns
 from ..trajectory import Trajectory, save_trajectories
 from ..trl_environments import TRLEnvironments, from_trainer_kwargs, trl_trainer_kwargs, with_message_completions
-from .checks import DegenerateStepMonitor, DegenerateTrainingError, keyword_arguments, run_construction_checks
+from .checks import (
+    DegenerateStepMonitor,
+    DegenerateTrainingError,
+    check_response_parser,
+    keyword_arguments,
+    run_construction_checks,
+)
 from .round import Round, TRLBatch, pad, trl_completion_rows, vllm_importance_sampling_ratio
 from .zero_variance import merge_rounds, pick_groups
 
@@ -264,8 +269,7 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
         if environment is not None:
             self._check_agentic_args()
             self._degenerate = DegenerateStepMonitor(self.args.max_degenerate_steps, self.args.trajectory_dir)
-        if native is not None:
-            ensure_response_parser(self.processing_class)
+            check_response_parser(environment, self.processing_class)  # native tool calls: a response template
         if self.beta != 0.0 and getattr(self.args, "kl_estimator", "k3") != "k3":
             self._check_clipped_loss_settings()
 
