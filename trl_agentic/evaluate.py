@@ -22,6 +22,7 @@ from .environment import EnvironmentFactory
 from .rollout.engine import RolloutConfig, RolloutEngine
 from .rollout.generation import Generator, HFGenerator
 from .rollout.observations import is_conversational
+from .trainers.checks import check_response_parser
 from .trajectory import Trajectory
 
 
@@ -141,16 +142,22 @@ def evaluate(
         show_progress: A progress bar over batches.
 
     Returns:
-        The report and the trajectories (row-major: the samples of row 0, then of row 1, ...).
+        The report and the trajectories (row-major: the samples of row 0, then of row 1, ...). Greedy, with
+        transformers, each trajectory's ``logprobs`` hold the log-prob of every generated token (one step's scores
+        in memory at a time); sampled, they are ``None`` (keeping them would hold every step's scores).
+
+    Raises:
+        ValueError: native tool calls with a chat template that has no response template to parse them.
     """
     config = RolloutConfig.from_arguments(config, config_kwargs)
     if any(not 1 <= kk <= samples_per_row for kk in k):
         raise ValueError(f"each k must be between 1 and samples_per_row={samples_per_row}, got {list(k)}")
+    check_response_parser(environment, processing_class)
     rows = [dict(row) for row in rows]
     if generator is None:
         generation_config = copy.deepcopy(generation_config if generation_config is not None else model.generation_config)
         generation_config.do_sample = not greedy
-        generator = HFGenerator(model, processing_class, generation_config, return_logprobs=False)
+        generator = HFGenerator(model, processing_class, generation_config, return_logprobs=greedy)
     engine = RolloutEngine(generator, processing_class, environment, config)
     expanded = [row for row in rows for _ in range(samples_per_row)]
     batches = range(0, len(expanded), batch_size)
