@@ -130,6 +130,7 @@ def test_unknown_log_probs_are_not_shown_as_numbers(tokenizer):
     t.logprobs = [None if m else 0.0 for m in t.env_mask]
     titles = [title for classes, title in _tokens(render_html([t], processing_class=tokenizer))
               if "prompt" not in classes]
+    assert len(titles) == len(t.completion_ids)  # every token rendered (the row did not fail)
     assert all("log-prob not recorded" in title for title, m in zip(titles, t.env_mask) if m)
     assert not any(re.search(r"log-?prob -?0\.0000", title) for title in titles)
 

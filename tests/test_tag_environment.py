@@ -67,7 +67,8 @@ def test_a_tool_that_returns_no_text_warns_once_per_tool():
     assert result.info["tool_error"] and "returned NoneType, not text" in result.observation
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a second call, or another instance of the environment: no second warning
-        assert run(TagEnvironment(tools={"search": forgot_to_return}).step("<search> rome </search>")).info["tool_error"]
+        again = TagEnvironment(tools={"search": forgot_to_return})
+        assert run(again.step("<search> rome </search>")).info["tool_error"]
 
 
 def test_huge_tool_output_is_cut_inside_the_tags(tokenizer):

@@ -243,8 +243,9 @@ def check_before_loading(task: Any, training_args: Any, tokenizer: Any, num_prom
 
 def train_task(task_name: str, script_args: Any, training_args: Any, model_args: Any) -> None:
     """A recipe's ``main``, as ``trl/scripts/grpo.py``'s: load the tokenizer, the task and its data; check what can
-    be checked before the model is loaded (:func:`check_before_loading`); build the trainer (TRL's ``get_peft_config`` / ``get_quantization_config``); train, evaluating before, during and after
-    when ``eval_strategy`` is set (TRL's ``eval_on_start``, ``eval_steps``, end of training); save the model with
+    be checked before the model is loaded (:func:`check_before_loading`); build the trainer (TRL's
+    ``get_peft_config`` / ``get_quantization_config``); train, evaluating before, during and after when
+    ``eval_strategy`` is set (TRL's ``eval_on_start``, ``eval_steps``, end of training); save the model with
     its model card; push it when ``push_to_hub``."""
     from trl import get_peft_config, get_quantization_config
 
