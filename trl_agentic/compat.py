@@ -35,15 +35,18 @@ TRL internal                                           used for
 ``Trainer._clip_grad_norm(model)`` (transformers)       overridden: the critic's gradients clipped with the model's
 ``VLLMGeneration.max_completion_length``,               ``TRLVLLMGenerator``: per-turn budget and stop strings
 ``.generation_kwargs``, ``.generate`` (vllm_generation)
+``VLLMGeneration.mode``, ``.tensor_parallel_size``,     ``vllm_generate``: which processes ``generate`` gathers
+``.tp_group`` (vllm_generation)                         (each call padded to the same count on all of them)
 =====================================================  ==========================================================
 
 ``REQUIRED_SIGNATURES`` lists the parameters we call the private methods with. Nothing here replaces a method on an
 instance or writes a TRL attribute that TRL also writes, except ``_buffered_inputs`` (as TRL's own
 ``_prepare_inputs``), ``model_wrapped`` (``end_training``), and TRL's logging state as TRL writes it
 (``count_tokens``, ``log_round_table``), which only a round of our own writes (TRL's does not run then).
-TRL's vLLM backend (``VLLMGeneration.max_completion_length`` / ``.generation_kwargs`` / ``.generate(...)``) is
-reached only through :func:`vllm_generate`.
+TRL's vLLM backend (``VLLMGeneration.max_completion_length`` / ``.generation_kwargs`` / ``.generate(...)`` /
+``.mode`` / ``.tensor_parallel_size`` / ``.tp_group``) is reached only through :func:`vllm_generate`.
 ``trl.chat_template_utils.parse_response`` is reached only through :func:`parse_response`.
+TRL's GRPO script (``trl.scripts.grpo``, what ``trl grpo`` runs) is reached only through :func:`trl_grpo_script`.
 """
 
 from __future__ import annotations
@@ -84,6 +87,19 @@ def parse_response(processing_class: Any, ids: Sequence[int], prefix: Sequence[i
     from trl.chat_template_utils import parse_response as trl_parse_response
 
     return trl_parse_response(processing_class, list(ids), prefix=list(prefix), tools=list(tools) or None)
+
+
+def trl_tool_chat_template(processing_class: Any) -> str | None:
+    """The chat template TRL 1.16's ``GRPOTrainer`` renders tool rollouts with instead of the tokenizer's own, or
+    ``None`` when it keeps that one: when the template is not prefix-preserving (Qwen3's strips earlier reasoning),
+    TRL swaps in its training variant (``trl.get_training_chat_template``; ``GRPOTrainer.__init__``, with
+    ``trl.chat_template_utils.is_chat_template_prefix_preserving``, which is not a top-level export)."""
+    from trl import get_training_chat_template
+    from trl.chat_template_utils import is_chat_template_prefix_preserving
+
+    if is_chat_template_prefix_preserving(processing_class):
+        return None
+    return get_training_chat_template(processing_class)
 
 
 def check_trl_version() -> None:
@@ -315,6 +331,10 @@ class GRPOTrainerBoundary(GRPOTrainer):
         self.model_wrapped = self.model
         self.accelerator.free_memory()  # drops accelerate's references to the prepared objects, then gc.collect()
 
+    def end(self) -> None:
+        """transformers' ``Trainer.end()`` (what TRL's scripts call last), as :meth:`end_training`."""
+        self.end_training()
+
     def log_metric(self, name: str, value: float) -> None:
         """Append a metric for the current mode; TRL averages and logs it with its own metrics."""
         self._metrics["train" if self.model.training else "eval"][name].append(value)
@@ -384,14 +404,65 @@ def vllm_generate(
 ) -> tuple[list[list[int]], list[list[float]] | None]:
     """One batched call to TRL's vLLM backend (``trainer.vllm_generation``, colocate or server) with this call's
     ``max_tokens`` and extra ``SamplingParams`` fields, TRL's own settings restored afterwards. Returns the sampled
-    ids of each prompt and, when TRL asked vLLM for them, the sampling log-prob of each sampled id."""
+    ids of each prompt and, when TRL asked vLLM for them, the sampling log-prob of each sampled id.
+
+    Every process must make the same calls (a collective), each with at least one prompt: the rollout engine sends a
+    one-token dummy when a process has nothing active. Where TRL gathers the prompts of several processes
+    (:func:`_padded_count`), each call is padded to the same count on every process (see there).
+    """
+    if not prompts:
+        raise ValueError("vllm_generate needs at least one prompt on every process: send a one-token dummy prompt "
+                         "when this process has nothing to generate (RolloutEngine does)")
     backend = trainer.vllm_generation
+    count = _padded_count(backend, len(prompts))
+    padded = prompts + [prompts[0][:1]] * (count - len(prompts))
     saved_max, saved_kwargs = backend.max_completion_length, backend.generation_kwargs
     backend.max_completion_length = max_tokens
     backend.generation_kwargs = {**saved_kwargs, **sampling_kwargs}
     try:
-        _, completion_ids, logprobs, _ = backend.generate(prompts=prompts, images=None, num_generations=1)
+        _, completion_ids, logprobs, _ = backend.generate(prompts=padded, images=None, num_generations=1)
     finally:
         backend.max_completion_length, backend.generation_kwargs = saved_max, saved_kwargs
-    ids = [list(row) for row in completion_ids]
-    return ids, None if logprobs is None else [[lp[0] for lp in row] for row in logprobs]
+    ids = [list(row) for row in completion_ids[: len(prompts)]]
+    return ids, None if logprobs is None else [[lp[0] for lp in row] for row in logprobs[: len(prompts)]]
+
+
+def _padded_count(backend: Any, count: int) -> int:
+    """How many prompts this process must send so that TRL's ``VLLMGeneration.generate`` hands it back its own
+    completions: the largest ``count`` over the processes whose prompts TRL gathers into one request, else ``count``.
+
+    TRL 1.16 (``trl/generation/vllm_generation.py``, ``generate``) gathers the prompts of every process in server mode
+    (``gather_object``, one request from the main process, ``broadcast_object_list``) and of the tensor-parallel group
+    in colocate mode with ``tensor_parallel_size > 1`` (``all_gather_object`` over ``tp_group``), then gives process
+    ``i`` the slice ``[i * len(prompts), (i + 1) * len(prompts))``: right only when every process sent as many
+    prompts. A multi-turn rollout sends each turn only the trajectories still active, which differ between
+    processes; with unequal counts a process silently gets another process's tokens (or too few).
+
+    Two ways out: slice by the gathered counts, or send equal counts. Slicing by counts means re-implementing TRL's
+    ``generate`` for both modes (the gathers, the request, the broadcast, the multimodal branches) and keeping it in
+    step with every TRL release; padding keeps TRL's code path as it is. Its cost: per call, each process sends
+    ``max - count`` one-token dummy prompts (a copy of its first prompt's first id) whose outputs it drops; vLLM
+    decodes them in the same batch as the real ones, at most ``max_tokens`` each. One small all-gather of the counts
+    per call, over the same processes as TRL's own gather.
+    """
+    if not torch.distributed.is_available() or not torch.distributed.is_initialized():
+        return count
+    if backend.mode == "server":
+        group = None  # every process
+    elif backend.mode == "colocate" and backend.tensor_parallel_size > 1:
+        group = backend.tp_group
+    else:
+        return count  # colocate without tensor parallelism: each process generates its own prompts
+    counts: list[Any] = [None] * torch.distributed.get_world_size(group)
+    torch.distributed.all_gather_object(counts, count, group=group)
+    return max(counts)
+
+
+# -- TRL's command-line script -------------------------------------------------------------------------------------
+def trl_grpo_script() -> Any:
+    """TRL's GRPO script, the module ``trl grpo`` runs (``trl/scripts/grpo.py``): its ``GRPOScriptArguments`` (the
+    ``--reward_funcs`` / ``--reward_model_name_or_path`` flags) and ``main(script_args, training_args, model_args,
+    dataset_args)``, which builds whatever ``trl.GRPOTrainer`` names when it runs (``trl_agentic.cli``)."""
+    from trl.scripts import grpo
+
+    return grpo

@@ -30,8 +30,9 @@ class StepResult:
 
     Attributes:
         observation: Text appended after the model's action (masked out of training); ``None`` appends nothing. In
-            chat mode also a list of messages (``{"role": "tool", "name": ..., "content": str}``, what
-            :class:`~trl_agentic.native_tools.ToolCallEnvironment` returns), rendered together by the chat template.
+            chat mode also a list of messages (``{"role": "tool", "name": ..., "content": ...}``, what
+            :class:`~trl_agentic.native_tools.ToolCallEnvironment` returns; a content is text, or a list of content
+            parts as a tool returned it), rendered together by the chat template.
         reward: Turn-level reward of this action, a finite number (reward functions read it as
             ``trajectory.turn_rewards``).
         terminated: The task reached a terminal state (an answer was given): no further turn.
@@ -137,6 +138,18 @@ def _check_text(value: Any, where: str) -> str | None:
     return value
 
 
+def _check_nested_text(value: Any, where: str) -> None:
+    """Every string inside a list/tuple/dict result is valid text."""
+    if isinstance(value, str):
+        _check_text(value, where)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_nested_text(item, f"{where}[{key!r}]")
+    elif isinstance(value, (list, tuple)):
+        for j, item in enumerate(value):
+            _check_nested_text(item, f"{where}[{j}]")
+
+
 def check_reset_result(value: Any, env_name: str) -> str | None:
     """Validate what ``reset`` returned: a ``str`` (valid Unicode) or ``None``."""
     return _check_text(value, f"{env_name}.reset() return value")
@@ -156,7 +169,11 @@ def check_step_result(value: Any, env_name: str) -> StepResult:
             if not isinstance(message, dict) or not isinstance(message.get("role"), str):
                 raise EnvironmentOutputError(f"{where}.observation[{i}] must be a message dict with a 'role', got "
                                              f"{type(message).__name__}")
-            _check_text(message.get("content"), f"{where}.observation[{i}]['content']")
+            content = message.get("content")
+            if isinstance(content, list):  # a TRL tool's list result (content parts, rows), kept as it came
+                _check_nested_text(content, f"{where}.observation[{i}]['content']")
+            else:
+                _check_text(content, f"{where}.observation[{i}]['content']")
     else:
         _check_text(value.observation, f"{where}.observation")
     reward = value.reward

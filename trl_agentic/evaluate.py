@@ -19,11 +19,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
 from .environment import EnvironmentFactory
+from .rewards.inputs import reward_inputs
 from .rollout.engine import RolloutConfig, RolloutEngine
 from .rollout.generation import Generator, HFGenerator
-from .rollout.observations import is_conversational
 from .trainers.checks import check_response_parser
 from .trajectory import Trajectory
+from .trl_environments import EMPTY_PROMPT, trl_rollout_environments
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -86,21 +87,17 @@ def score_trajectories(
     rows: Sequence[dict[str, Any]],
     processing_class: Any,
     prompt_column: str = "prompt",
+    environments: Sequence[Any] | None = None,
 ) -> list[float | None]:
-    """Call a TRL reward function as the trainers do: ``prompts``, ``completions`` (text, or one assistant message
-    for chat prompts, decoded without special tokens as TRL decodes them), ``completion_ids``, ``trajectory`` and
-    every dataset column as a list."""
-    tokenizer = getattr(processing_class, "tokenizer", processing_class)
-    prompts = [row[prompt_column] for row in rows]
-    texts = [tokenizer.decode(t.completion_ids, skip_special_tokens=True) for t in trajectories]
-    completions: list[Any] = [
-        [{"role": "assistant", "content": text}] if is_conversational(prompt) else text
-        for prompt, text in zip(prompts, texts)
-    ]
+    """Call a TRL reward function as the trainers do (:func:`~trl_agentic.rewards.inputs.reward_inputs`:
+    ``prompts`` and ``completions`` as TRL builds them, ``completion_ids``, ``trajectory``, ``environments`` for
+    TRL's ``environment_factory`` and every dataset column as a list)."""
+    prompts, completions, extras = reward_inputs(trajectories, processing_class, environments)
     columns = {key: [row.get(key) for row in rows] for key in rows[0] if key != prompt_column} if rows else {}
+    for key in extras[0] if extras else ():
+        columns[key] = [extra[key] for extra in extras]
     rewards = reward_func(prompts=prompts, completions=completions,
-                          completion_ids=[t.completion_ids for t in trajectories], trajectory=list(trajectories),
-                          **columns)
+                          completion_ids=[t.completion_ids for t in trajectories], **columns)
     return [None if r is None or (isinstance(r, float) and math.isnan(r)) else float(r) for r in rewards]
 
 
@@ -169,9 +166,12 @@ def evaluate(
     rewards: list[float | None] = []
     for start in batches:
         chunk = expanded[start : start + batch_size]
-        done = engine.run([row[prompt_column] for row in chunk], chunk)
+        envs = trl_rollout_environments(environment, chunk)
+        prompts = [row.get(prompt_column, EMPTY_PROMPT) if envs else row[prompt_column] for row in chunk]
+        done = engine.run(prompts, chunk, environments=envs)
         trajectories += done
-        rewards += score_trajectories(reward_func, done, chunk, processing_class, prompt_column)
+        rewards += score_trajectories(reward_func, done, chunk, processing_class, prompt_column,
+                                      None if envs is None else [env.instance for env in envs])
     return _report(rows, samples_per_row, list(k), success_threshold, trajectories, rewards), trajectories
 
 

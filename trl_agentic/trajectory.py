@@ -15,7 +15,8 @@ StopReason = Literal["terminated", "env_truncated", "eos", "max_turns", "max_tok
 - ``"eos"``: text mode, the model ended its text with an end-of-sequence id and the environment did not end the
   episode;
 - ``"max_turns"``: ``max_turns`` model turns without an end;
-- ``"max_tokens"``: the trajectory's token budget (``max_completion_length``) ran out;
+- ``"max_tokens"``: the trajectory's token budget (``max_completion_length``) ran out, or, in chat mode, the last
+  message was cut by the turn's budget (``max_tokens_per_turn``) before its end-of-turn token;
 - ``"env_error"``: the environment raised or returned an ill-typed value (``Trajectory.error`` says which);
 - ``"env_timeout"``: an environment call took longer than ``env_timeout``.
 """
@@ -49,7 +50,8 @@ class Trajectory:
         turn_rewards: ``StepResult.reward`` of each turn.
         turn_infos: ``StepResult.info`` of each turn.
         stop_reason: Why the trajectory ended (:data:`StopReason`).
-        prompt: The prompt as the engine received it (text or chat messages).
+        prompt: The prompt (text or chat messages) with the text ``Environment.reset`` returned appended, as TRL
+            appends it (to the last message's content): what reward functions receive as ``prompts``.
         events: Counts of rollout events (``env_error``, ``env_timeout``, ``observation_truncated``, ...).
         error: What went wrong when ``stop_reason`` is ``env_error`` or ``env_timeout`` (``""`` otherwise).
         messages: Native tool calls only: the conversation after the prompt as TRL's tool loop builds it, each

@@ -23,6 +23,8 @@ splits into two when its tool calls took at least a quarter of its generation ti
 number of chunks and makes the same generation calls (a chunk is skipped only when it is empty on every process).
 Chunking changes the order in which sampling draws random numbers, and ``"auto"`` decides from measured time: set
 ``overlap_chunks`` to a number for runs that must sample bit-identically (tools that take under 10 ms never split).
+Environments whose calls run on the rollout's thread (``runs_on_caller_thread``: TRL's tools, as TRL runs them) are
+never split: their calls run between generations.
 
 End ids: a turn ends at the first of the model's end ids (every id of ``generation_config.eos_token_id`` and the
 tokenizer's EOS; in chat mode also the template's end-of-turn token); nothing after it is kept.
@@ -45,7 +47,7 @@ from ..native_tools import native_tools, parse_turn
 from ..trajectory import StopReason, Trajectory
 from .env_calls import EnvFailure, PendingCalls, call_all, start_all
 from .generation import Generator, HFGenerator, cut_at_stop, get_eos_token_ids
-from .observations import ObservationEncoder, RolloutMode
+from .observations import ObservationEncoder, RolloutMode, is_conversational
 
 logger = logging.getLogger(__name__)
 
@@ -175,6 +177,8 @@ class RolloutEngine:
         stop_strings = self._stop_strings(envs)
         trajectories, active = self._start(prompts, rows, envs)
         wanted = self.config.overlap_chunks
+        if any(getattr(env, "runs_on_caller_thread", False) for env in envs):
+            wanted = 1  # their calls run on this thread, between generations: nothing to overlap
         chunks = self._split(active, 1 if wanted == "auto" else self.sync_max(wanted))
         pending: list[_Steps | None] = [None] * len(chunks)
         first_round = True
@@ -218,8 +222,9 @@ class RolloutEngine:
         for i, (prompt, result) in enumerate(zip(prompts, results)):
             failed = isinstance(result, EnvFailure)
             tools = () if failed else native_tools(envs[i]) or ()  # read after reset: it may depend on the row
-            trajectory = Trajectory(prompt_ids=self.encoder.encode_prompt(prompt, None if failed else result, tools))
-            trajectory.prompt = prompt
+            text = None if failed else result
+            trajectory = Trajectory(prompt_ids=self.encoder.encode_prompt(prompt, text, tools))
+            trajectory.prompt = with_reset_text(prompt, text)
             if failed:
                 self._fail(trajectory, result)
             else:
@@ -261,6 +266,7 @@ class RolloutEngine:
         stepping = []
         for i in active:
             if ends[i] == "max_tokens":
+                self._action(trajectories[i], envs[i])  # native calls: the cut turn's message, as TRL parses it
                 self._end(trajectories[i], "max_tokens")
             else:
                 stepping.append(i)
@@ -281,7 +287,9 @@ class RolloutEngine:
                 continue
             t.turn_rewards.append(float(result.reward))
             t.turn_infos.append(dict(result.info))
-            if result.terminated or result.truncated:
+            if result.terminated and self.config.rollout_mode == "chat" and steps.ends[i] is None:
+                self._end(t, "max_tokens")  # a last message cut by the turn's budget: TRL counts it clipped
+            elif result.terminated or result.truncated:
                 self._end(t, "terminated" if result.terminated else "env_truncated")
             elif self.config.rollout_mode == "text" and steps.ends[i] == "eos":
                 self._end(t, "eos")  # the model ended its text; the environment did not object
@@ -367,6 +375,22 @@ class RolloutEngine:
 
     def _decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+
+def with_reset_text(prompt: Any, text: str | None) -> Any:
+    """The prompt with the text ``reset()`` returned appended (to the last message's content for chat prompts, as
+    TRL 1.16 appends it); a new object, ``prompt`` is left as it was."""
+    if not text:
+        return prompt
+    if not is_conversational(prompt):
+        return prompt + text
+    last = dict(prompt[-1])
+    content = last.get("content")
+    if isinstance(content, list):
+        last["content"] = [*content, {"type": "text", "text": text}]
+    else:
+        last["content"] = (content or "") + text
+    return [*prompt[:-1], last]
 
 
 def run_rollouts(

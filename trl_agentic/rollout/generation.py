@@ -104,12 +104,15 @@ class ChosenTokenLogprobs(LogitsProcessor):
         self.pending = torch.log_softmax(scores.float(), dim=-1)
         return scores
 
-    def logprobs(self, new_ids: torch.Tensor) -> torch.Tensor:
+    def logprobs(self, new_ids: torch.Tensor) -> torch.Tensor | None:
         """``(batch, len(new_ids[0]))``: the log-prob of each generated id (transformers may run a step more than it
-        returns, so extra steps are dropped)."""
+        returns, so extra steps are dropped); ``None`` when the steps recorded do not cover the ids (a ``generate``
+        that did not call its logits processors, such as a test double)."""
         steps, n = list(self.steps), len(self.steps)
         if n < new_ids.shape[1] and self.pending is not None:  # the last token: no step came after it
             steps.append(self.pending.gather(-1, new_ids[:, n : n + 1].to(self.pending.device)).squeeze(-1))
+        if len(steps) < new_ids.shape[1]:
+            return None
         if not steps:
             return torch.zeros((new_ids.shape[0], 0))
         return torch.stack(steps, dim=1)[:, : new_ids.shape[1]].cpu()
@@ -156,7 +159,8 @@ class HFGenerator:
         return_logprobs: Also return the log-prob of each generated token: greedy, that of the processed scores the
             argmax chose from, recorded one step at a time (:class:`ChosenTokenLogprobs`); sampled, that of the
             sampling distribution, from every step's scores kept in memory. Off in the trainer, which recomputes
-            them.
+            them. ``None`` when ``generate`` ran no step through the recorder or returned a plain tensor of ids (no
+            scores), as transformers does without ``return_dict_in_generate`` and as TRL's tests' doubles do.
     """
 
     def __init__(
@@ -215,12 +219,16 @@ class HFGenerator:
                 stopping_criteria=self._stopping_criteria(stop_strings),
                 logits_processor=LogitsProcessorList([chosen]) if chosen is not None else None,
             )
-        new_ids = out.sequences[:, width:].cpu()
+        # transformers returns a GenerateOutput when asked (return_dict_in_generate), else a tensor of ids; a model
+        # or a test double (TRL's tests mock generate so) may return the tensor anyway: then there are no scores
+        sequences = out if isinstance(out, torch.Tensor) else out.sequences
+        scores = None if isinstance(out, torch.Tensor) else out.scores
+        new_ids = sequences[:, width:].cpu()
         logprobs = None
         if chosen is not None:
             logprobs = chosen.logprobs(new_ids)
-        elif self.return_logprobs:
-            step_logps = torch.stack([torch.log_softmax(s.float(), dim=-1) for s in out.scores], dim=1).cpu()
+        elif self.return_logprobs and scores is not None:
+            step_logps = torch.stack([torch.log_softmax(s.float(), dim=-1) for s in scores], dim=1).cpu()
             logprobs = step_logps.gather(-1, new_ids.unsqueeze(-1)).squeeze(-1)
         results = []
         for row in range(len(prompts)):

@@ -90,9 +90,9 @@ def check_reset_parameters(environment: Any, dataset: Any, name: str = "train_da
                              f"(columns: {', '.join(columns)}); rename the column or give the parameter a default")
 
 
-def calls_tools_natively(environment: Any) -> bool:
-    """Whether the environment's actions are native tool calls (a
-    :class:`~trl_agentic.native_tools.ToolCallEnvironment`, TRL's ``tools=`` / ``environment_factory=``)."""
+def uses_native_tool_calls(environment: Any) -> bool:
+    """Whether the environment's actions are native tool calls: TRL's ``tools=`` / ``environment_factory=``, or a
+    :class:`~trl_agentic.native_tools.ToolCallEnvironment` (class, or ``functools.partial`` of one)."""
     from ..native_tools import ToolCallEnvironment
     from ..trl_environments import TRLEnvironments
 
@@ -101,9 +101,10 @@ def calls_tools_natively(environment: Any) -> bool:
 
 
 def check_rollout_mode(environment: Any, rollout_mode: str | None) -> None:
-    """Native tool calls are chat messages rendered by the chat template: in ``rollout_mode='text'`` no call
-    would ever be parsed, and every trajectory would end after its first turn. ``None``: not known yet."""
-    if calls_tools_natively(environment) and rollout_mode not in (None, "chat"):
+    """Native tool calls (:func:`uses_native_tool_calls`) are chat messages rendered by the chat template: in
+    ``rollout_mode='text'`` no call would ever be parsed, and every trajectory would end after its first turn.
+    ``None``: not known yet."""
+    if uses_native_tool_calls(environment) and rollout_mode not in (None, "chat"):
         raise ValueError(f"native tool calls need rollout_mode='chat' (the chat template renders the tools and their "
                          f"results), got {rollout_mode!r}: pass rollout_mode='chat' (--rollout_mode chat)")
 
@@ -112,7 +113,7 @@ def check_response_parser(environment: Any, processing_class: Any) -> None:
     """Native tool calls are parsed by the chat template's response template
     (:func:`~trl_agentic.native_tools.ensure_response_parser`, which sets TRL's when the family is known): a
     template TRL knows none for would fail at the first rollout. Raises its one-line ``ValueError``."""
-    if processing_class is not None and calls_tools_natively(environment):
+    if processing_class is not None and uses_native_tool_calls(environment):
         from ..native_tools import ensure_response_parser
 
         ensure_response_parser(processing_class)
@@ -188,10 +189,15 @@ class DegenerateStepMonitor:
 
 
 def keyword_arguments(args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The arguments of ``GRPOTrainer(*args, **kwargs)``, all by name (``model``, ``reward_funcs``, ``args``, ...)."""
-    from trl import GRPOTrainer
+    """The arguments of ``GRPOTrainer(*args, **kwargs)``, all by name (``model``, ``reward_funcs``, ``args``, ...).
 
-    bound = inspect.signature(GRPOTrainer.__init__).bind_partial(None, *args, **kwargs).arguments
+    Bound against TRL's own class, the one our boundary subclasses, not ``trl.GRPOTrainer`` looked up now: a user
+    who runs TRL's script (``trl/scripts/grpo.py`` builds whatever ``trl.GRPOTrainer`` names) with
+    ``trl.GRPOTrainer = AgenticGRPOTrainer`` would otherwise bind against our ``(*args, **kwargs)``."""
+    from ..compat import GRPOTrainerBoundary
+
+    (trl_trainer,) = GRPOTrainerBoundary.__bases__
+    bound = inspect.signature(trl_trainer.__init__).bind_partial(None, *args, **kwargs).arguments
     return {name: value for name, value in bound.items() if name != "self"}
 
 
@@ -199,6 +205,8 @@ def run_construction_checks(environment: Any, args: Sequence[Any], kwargs: dict[
                             rollout_fields: Sequence[str] = ("trajectory",)) -> None:
     """Every construction check, on the arguments given to ``GRPOTrainer(*args, **kwargs)`` with an environment;
     ``rollout_fields``: the keyword arguments our rollout adds for the reward functions."""
+    from ..trl_environments import TRLEnvironments
+
     given = keyword_arguments(args, kwargs)
     check_environment_factory(environment)
     check_rollout_mode(environment, getattr(given.get("args"), "rollout_mode", None))
@@ -208,6 +216,7 @@ def run_construction_checks(environment: Any, args: Sequence[Any], kwargs: dict[
                     else {"eval_dataset": evals})
     for name, dataset in datasets.items():
         if dataset is not None:
-            check_prompt_column(dataset, name)
+            if not isinstance(environment, TRLEnvironments):  # TRL's environments may write the prompt in reset()
+                check_prompt_column(dataset, name)
             check_reset_parameters(environment, dataset, name)
     check_reward_signatures(given.get("reward_funcs"), datasets["train_dataset"], extra_fields=rollout_fields)

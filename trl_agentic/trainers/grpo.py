@@ -19,34 +19,40 @@ from typing import Any
 
 import torch
 from accelerate.utils import gather_object
-from trl import GRPOConfig, is_conversational
+from trl import GRPOConfig
 
 from ..algorithms.advantages import frac_reward_zero_std, group_advantages, nanstd, zero_std_groups
 from ..algorithms.kl import KL_ESTIMATORS, kl_penalty
 from ..algorithms.losses import clipped_policy_loss
 from ..algorithms.masked import masked_sum, zero_masked
-from ..compat import GRPOTrainerBoundary, check_trl_version, parse_response, unwrap_for_generation
+from ..compat import GRPOTrainerBoundary, check_trl_version, trl_tool_chat_template, unwrap_for_generation
 from ..environment import EnvironmentFactory
+from ..native_tools import ensure_response_parser
 from ..rewards.guard import guard_reward
+from ..rewards.inputs import reward_inputs
 from ..rollout.audit import unsampled_trained
 from ..rollout.engine import RolloutConfig, RolloutEngine
 from ..rollout.generation import Generator, HFGenerator
-from ..rollout.metrics import logprob_gap, metrics_from_sums, rollout_sums
+from ..rollout.metrics import logprob_gap, metrics_from_sums, rollout_sums, trl_tool_metrics
 from ..rollout.vllm import TRLVLLMGenerator
 from ..trackers import trajectory_columns
 from ..trajectory import Trajectory, save_trajectories
-from ..trl_environments import TRLEnvironments, from_trainer_kwargs, trl_trainer_kwargs, with_message_completions
+from ..trl_environments import EMPTY_PROMPT, from_trainer_kwargs, trl_rollout_environments, trl_trainer_kwargs
 from .checks import (
     DegenerateStepMonitor,
     DegenerateTrainingError,
     check_response_parser,
     keyword_arguments,
     run_construction_checks,
+    uses_native_tool_calls,
 )
 from .round import Round, TRLBatch, pad, trl_completion_rows, vllm_importance_sampling_ratio
 from .zero_variance import merge_rounds, pick_groups
 
 ZERO_VARIANCE_POLICIES = ("keep", "std_floor", "dynamic_sampling")
+ROLLOUT_DEFAULTS: dict[str, Any] = {"rollout_mode": "text", "max_turns": 4, "max_tokens_per_turn": 256}
+"""The values of the rollout fields left unset, unless native tool calls imply others
+(:meth:`AgenticGRPOConfig.use_tool_loop_defaults`)."""
 CLIPPED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")  # the loss types of AgenticGRPOTrainer.clipped_loss
 
 
@@ -69,12 +75,22 @@ class AgenticGRPOConfig(GRPOConfig):
       (the ratio turns their expectation into E_pi[k] = KL(pi || pi_ref)); ``k2`` that of E_pi[r^2 / 2].
     """
 
-    max_turns: int = field(default=4, metadata={"help": "Most model turns per trajectory."})
-    max_tokens_per_turn: int = field(default=256, metadata={"help": "Most tokens sampled in one turn."})
-    rollout_mode: str = field(
-        default="text",
+    max_turns: int | None = field(
+        default=None,
+        metadata={"help": "Most model turns per trajectory. Unset: 4, or with TRL's tools=/environment_factory= "
+                  "TRL's max_tool_calling_iterations + 1 (no turn limit when that is unset either: the token budget "
+                  "ends the rollout)."},
+    )
+    max_tokens_per_turn: int | None = field(
+        default=None,
+        metadata={"help": "Most tokens sampled in one turn. Unset: 256, or with TRL's tools=/environment_factory= "
+                  "max_completion_length (TRL's tool loop)."},
+    )
+    rollout_mode: str | None = field(
+        default=None,
         metadata={"help": "'text': observations continue the text (base models, Search-R1). 'chat': each "
-                  "observation is a new message rendered by the chat template (instruct models)."},
+                  "observation is a new message rendered by the chat template (instruct models). Unset: 'chat' for "
+                  "native tool calls (TRL's tools=/environment_factory=, a ToolCallEnvironment), else 'text'."},
     )
     observation_role: str = field(
         default="tool",
@@ -93,6 +109,23 @@ class AgenticGRPOConfig(GRPOConfig):
         metadata={"help": "Generate each turn in this many chunks so that one chunk's tool calls run while the next "
                   "generates: 'auto' (two chunks when the first turn's tools took at least a quarter of its generation time), "
                   "1 (off), or a number."},
+    )
+    concurrent_sync_tools: bool = field(
+        default=False,
+        metadata={"help": "TRL's tools=/environment_factory=: run sync tools concurrently on worker threads. Default "
+                  "(TRL's): one after another on the training thread, where a tool may use signal.alarm or a "
+                  "thread-bound resource (a sqlite connection opened in __init__); only for thread-safe tools."},
+    )
+    answer_malformed_tool_calls: bool = field(
+        default=False,
+        metadata={"help": "TRL's tools=/environment_factory=: answer a tool call the response template cannot parse "
+                  "with {'error': ...} and let the model try again. Default (TRL's): the rollout ends at that turn."},
+    )
+    check_tool_argument_types: bool = field(
+        default=False,
+        metadata={"help": "TRL's tools=/environment_factory=: answer an argument whose JSON type differs from the "
+                  "tool's schema with {'error': ...} before the tool runs. Default (TRL's): the tool is called with "
+                  "it."},
     )
     kl_estimator: str = field(
         default="k3",
@@ -131,6 +164,11 @@ class AgenticGRPOConfig(GRPOConfig):
     )
 
     def __post_init__(self) -> None:
+        # Rollout fields left unset take the generic defaults now, and TRL's tool-loop values if the trainer turns out
+        # to run TRL's tools=/environment_factory= (:meth:`use_tool_loop_defaults`).
+        self._unset_rollout_fields = tuple(name for name in ROLLOUT_DEFAULTS if getattr(self, name) is None)
+        for name in self._unset_rollout_fields:
+            setattr(self, name, ROLLOUT_DEFAULTS[name])
         if self.activation_checkpointing is None:  # TRL's default sets the name transformers deprecates: pass the new
             self.activation_checkpointing = self.gradient_checkpointing  # one, so no FutureWarning nobody can act on
         super().__post_init__()
@@ -173,6 +211,22 @@ class AgenticGRPOConfig(GRPOConfig):
                              f"{self.max_degenerate_steps!r}")
         self.max_tokens_per_turn = min(self.max_tokens_per_turn, self.max_completion_length)
         self.rollout_config()  # validates the budgets and stop strings
+
+    def use_tool_loop_defaults(self, trl_tools: bool) -> None:
+        """Native tool calls imply chat rollouts: the rollout fields left unset take the values that make a TRL script
+        behave as in TRL. ``rollout_mode`` becomes ``"chat"``; with TRL's ``tools=``/``environment_factory=``
+        (``trl_tools``) also TRL's tool-loop budgets: one turn may use all of ``max_completion_length``, and at most
+        ``max_tool_calling_iterations + 1`` model turns (no turn limit when that is unset: the token budget ends the
+        rollout). Fields the user set are kept (an explicit ``rollout_mode='text'`` is refused later)."""
+        unset = getattr(self, "_unset_rollout_fields", ())
+        values: dict[str, Any] = {"rollout_mode": "chat"}
+        if trl_tools:
+            iterations = getattr(self, "max_tool_calling_iterations", None)
+            values["max_tokens_per_turn"] = self.max_completion_length
+            values["max_turns"] = iterations + 1 if iterations is not None else self.max_completion_length
+        for name, value in values.items():
+            if name in unset:
+                setattr(self, name, value)
 
     def rollout_config(self) -> RolloutConfig:
         return RolloutConfig(
@@ -243,10 +297,13 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
         check_trl_version()
         kwargs, args = keyword_arguments(args, kwargs), ()  # GRPOTrainer's arguments, all by name
         # TRL's tools= / environment_factory= run through our engine, as native tool calls (issue 18)
-        native = from_trainer_kwargs(kwargs, environment, getattr(kwargs.get("args"), "env_timeout", 60.0) / 2)
+        native = from_trainer_kwargs(kwargs, environment)
         if native is not None:  # args, get_reward columns, reward_weights, train_dataset: as TRL derives them
             environment = native
             kwargs = trl_trainer_kwargs(native, kwargs, self.config_class)
+        elif uses_native_tool_calls(environment) and isinstance(kwargs.get("args"), AgenticGRPOConfig):
+            kwargs["args"] = copy.copy(kwargs["args"])  # a ToolCallEnvironment implies chat rollouts
+            kwargs["args"].use_tool_loop_defaults(trl_tools=False)
         self.environment = environment
         self.task = task
         config = kwargs.get("args")
@@ -260,16 +317,22 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
                 raise ValueError("pass either environment= or rollout_func=, not both")
             funcs = kwargs.get("reward_funcs")
 
-            def wrap(func: Any) -> Any:  # native tool calls: completions as TRL's messages
-                return guard_reward(with_message_completions(func) if native is not None else func)
-
-            kwargs["reward_funcs"] = [wrap(f) for f in funcs] if isinstance(funcs, (list, tuple)) else wrap(funcs)
+            kwargs["reward_funcs"] = ([guard_reward(f) for f in funcs] if isinstance(funcs, (list, tuple))
+                                      else guard_reward(funcs))
         super().__init__(**kwargs)
         self._vllm_weights_step = -1  # the global step whose weights vLLM holds (rollout)
         if environment is not None:
             self._check_agentic_args()
             self._degenerate = DegenerateStepMonitor(self.args.max_degenerate_steps, self.args.trajectory_dir)
             check_response_parser(environment, self.processing_class)  # native tool calls: a response template
+        if environment is not None:
+            self.rollout_settings = self.args.rollout_config()
+        if native is not None:
+            ensure_response_parser(self.processing_class)
+            self.tools = native.all_tools()  # TRL's attribute: the standalone tools and every environment's methods
+            template = trl_tool_chat_template(self.processing_class)  # TRL swaps Qwen3's for its training variant
+            if template is not None:
+                self.rollout_settings.chat_template_kwargs["chat_template"] = template
         if self.beta != 0.0 and getattr(self.args, "kl_estimator", "k3") != "k3":
             self._check_clipped_loss_settings()
 
@@ -331,11 +394,8 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
         completion_ids, env_mask, logprobs = trl_completion_rows(
             trajectories, self.processing_class.pad_token_id, self.args.mask_observations,
             self.args.mask_truncated_trajectories)
-        prompts = copy.deepcopy([row["prompt"] for row in rows])
-        completions = self._completions(prompts, trajectories, completion_ids)
-        reward_rows = [{**row, "trajectory": t} for row, t in zip(rows, trajectories)]
-        if instances is not None:  # TRL's reward functions read each rollout's environment instance
-            reward_rows = [{**row, "environments": instance} for row, instance in zip(reward_rows, instances)]
+        prompts, completions, extras = reward_inputs(trajectories, self.processing_class, instances)
+        reward_rows = [{**row, **extra} for row, extra in zip(rows, extras)]
         rewards_per_func = self.trl_rewards(reward_rows, prompts, completions, completion_ids)
         failed = torch.tensor([t.env_failed for t in trajectories], device=rewards_per_func.device)
         rewards_per_func = rewards_per_func.masked_fill(self.accelerator.gather(failed).unsqueeze(1), torch.nan)
@@ -357,30 +417,18 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
             self.vllm_generation.sync_weights()  # the policy moved since vLLM last got its weights
             self._vllm_weights_step = self.state.global_step
         engine = RolloutEngine(self._generator(), self.processing_class, self.environment,
-                               self.args.rollout_config(), self._sync_any, eos_token_ids=self.eos_token_ids,
+                               self.rollout_settings, self._sync_any, eos_token_ids=self.eos_token_ids,
                                sync_max=self._sync_max)
-        envs = [self.environment() for _ in rows] if isinstance(self.environment, TRLEnvironments) else None
-        prompts = copy.deepcopy([row["prompt"] for row in rows])
+        envs = trl_rollout_environments(self.environment, rows)  # TRL's tools= / environment_factory=
+        prompts = copy.deepcopy([row.get("prompt", EMPTY_PROMPT) if envs else row["prompt"] for row in rows])
         trajectories = engine.run(prompts, [dict(row) for row in rows], environments=envs)
         self._log_rollout_metrics(trajectories)
         if self.args.log_completions:  # trl_agentic/trackers.py: turns, tools, observations in the completions table
             self.log_completion_columns(trajectory_columns(trajectories))
-        return trajectories, None if envs is None else [env.instance for env in envs]
-
-    def _completions(self, prompts: list[Any], trajectories: list[Trajectory],
-                     completion_ids: list[list[int]]) -> list[Any]:
-        """The completions TRL's reward functions receive, decoded as TRL 1.16 decodes a ``rollout_func``'s
-        (``_generate``): text prompts get the text (special tokens skipped); chat prompts one assistant message,
-        read by the tokenizer's response template (``parse_response``) when it has one."""
-        tokenizer = self.processing_class
-        if not is_conversational({"prompt": prompts[0]}):
-            return tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
-        if getattr(tokenizer, "response_template", None) is not None or \
-                getattr(tokenizer, "response_schema", None) is not None:
-            return [[parse_response(tokenizer, ids, t.prompt_ids, [])]
-                    for ids, t in zip(completion_ids, trajectories)]
-        return [[{"role": "assistant", "content": text}]
-                for text in tokenizer.batch_decode(completion_ids, skip_special_tokens=True)]
+        if envs is None:
+            return trajectories, None
+        self.environments = [env.instance for env in envs]  # TRL's attribute: this process's rollouts' instances
+        return trajectories, self.environments
 
     def _batch(self, trajectories: list[Trajectory], completion_ids: list[list[int]], env_mask: list[list[int]],
                logprobs: list[list[float]]) -> TRLBatch:
@@ -504,7 +552,10 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
         total: Counter = Counter()
         for sums in gather_object([rollout_sums(trajectories)]):
             total.update(sums)
-        for name, value in metrics_from_sums(total).items():
+        metrics = metrics_from_sums(total)
+        if getattr(self, "tools", None):  # TRL logs its tool metrics whenever it has tools
+            metrics.update(trl_tool_metrics(total))
+        for name, value in metrics.items():
             self.log_metric(name, value)
 
     def _generator(self) -> Generator:
