@@ -45,6 +45,14 @@ _EVALUATE_EXAMPLE = ("\n    python -m trl_agentic.evaluate --model outputs/gsm8k
                      "        --dataset openai/gsm8k --dataset_config main --split test")
 
 
+def _typed(command: str) -> list[str]:
+    """What a user types for ``-m module``: ``python -m module``, or a console script of pyproject.toml that runs it
+    (never the file's name, argparse's default: "usage: demo.py")."""
+    module = command.split()[1]
+    scripts = re.findall(rf'^(\S+) = "{re.escape(module)}:\w+"', (ROOT / "pyproject.toml").read_text(), re.M)
+    return [f"python {command}", *scripts]
+
+
 def test_help_of_every_command(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "PYTHONIOENCODING": "utf-8"}
     # all at once: most of the time is each process importing torch and TRL
@@ -63,7 +71,7 @@ def test_help_of_every_command(tmp_path):
         if process.returncode != 0 or "usage:" not in out:
             failures.append(f"python {command} --help: exit {process.returncode}: {err.strip()[-300:]}")
             continue
-        if command.startswith("-m ") and not out.startswith(f"usage: python {command} "):  # not "usage: demo.py"
+        if command.startswith("-m ") and not any(out.startswith(f"usage: {name} ") for name in _typed(command)):
             failures.append(f"python {command} --help: usage line {out.splitlines()[0]!r} is not the command")
         if command == "-m trl_agentic.evaluate" and _EVALUATE_EXAMPLE not in out:
             failures.append(f"python {command} --help reflows its example command into one line")
