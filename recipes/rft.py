@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 
 from trl import ModelConfig, ScriptArguments, SFTConfig, SFTTrainer, TrlParser, get_peft_config
 
-from trl_agentic.rollout.engine import RolloutConfig
+from trl_agentic.rollout.config import RolloutConfig
 from trl_agentic.scripts import check_requirements, cpu_defaults, load_tokenizer, model_init_kwargs, resolve_model_path
 from trl_agentic.sft import rejection_sampling, sft_dataset
 from trl_agentic.tasks import TASK_ARGUMENTS, GSM8KToolsArguments, SearchR1Arguments, build_task, load_rows, take

@@ -26,7 +26,7 @@ TRL_SOURCES = (
     Path(trl.__file__).parent / "trainer" / "base_trainer.py",
     Path(transformers.__file__).parent / "trainer.py",
 )
-TRAINER_BASES = {"GRPOTrainer", "GRPOTrainerBoundary", "AgenticGRPOTrainer", "AgenticPPOTrainer"}
+TRAINER_BASES = {"GRPOTrainer", "GRPOTrainerBoundary", "AgenticTrainer", "AgenticGRPOTrainer", "AgenticPPOTrainer"}
 
 # Public attributes of GRPOTrainer / Trainer our code reads (config fields read on the config are not here).
 TRL_ATTRIBUTES_READ = {
@@ -56,7 +56,7 @@ PRIVATE_IN_BOUNDARY = {
 OVERRIDES = {
     "GRPOTrainerBoundary": {"__init__", "_generate_and_score_completions", "_compute_loss", "_prepare_inputs",
                             "_clip_grad_norm", "end"},
-    "AgenticGRPOTrainer": {"__init__", "create_model_card"},
+    "AgenticTrainer": {"__init__", "create_model_card"},
     "AgenticPPOTrainer": {"__init__", "training_step", "create_optimizer", "save_model"},
 }
 

@@ -10,7 +10,8 @@ from conventions import CONVENTIONS, build_convention
 from helpers import ScriptedGenerator, even_rows_right
 
 from trl_agentic import TagEnvironment
-from trl_agentic.rollout.engine import RolloutConfig, RolloutEngine
+from trl_agentic.rollout.config import RolloutConfig
+from trl_agentic.rollout.engine import RolloutEngine
 from trl_agentic.rollout.observations import ObservationEncoder
 from trl_agentic.sft import (
     DemonstrationError,

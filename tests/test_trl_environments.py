@@ -256,7 +256,8 @@ def test_batch_equals_trl_tool_loop(qwen, tmp_path):
 def test_reset_text_joins_the_last_user_message_and_a_failing_reset_costs_its_rollout(qwen):
     from helpers import ScriptedGenerator
 
-    from trl_agentic.rollout.engine import RolloutConfig, RolloutEngine
+    from trl_agentic.rollout.config import RolloutConfig
+    from trl_agentic.rollout.engine import RolloutEngine
     from trl_agentic.trl_environments import TRLEnvironments
 
     class Quiz:

@@ -34,7 +34,7 @@ _EXPORTS: dict[str, str] = {
     "TagProtocol": "trl_agentic.tag_protocol",
     # rollouts
     "Trajectory": "trl_agentic.trajectory",
-    "RolloutConfig": "trl_agentic.rollout.engine",
+    "RolloutConfig": "trl_agentic.rollout.config",
     "run_rollouts": "trl_agentic.rollout.engine",
 }
 

@@ -63,7 +63,135 @@ from packaging.version import Version
 from trl import GRPOTrainer
 
 from .algorithms.masked import zero_masked
-from .trainers.round import TRLBatch
+
+
+# -- TRL's batch ------------------------------------------------------------------------------------------------
+class TRLBatch:
+    """Typed view of the batch dict TRL's ``_generate_and_score_completions`` returns (and ``_compute_loss``
+    takes). Shapes: ``B`` rows (this process), ``P`` prompt width, ``C`` completion width.
+
+    =============================  =======================================================================
+    property (TRL key)             meaning
+    =============================  =======================================================================
+    ``prompt_ids``, ``prompt_mask``  (B, P), **left**-padded
+    ``completion_ids``              (B, C), right-padded with the pad id
+    ``completion_mask``             (B, C), 1 on real completion positions (0 on padding)
+    ``env_mask`` (``tool_mask``)    (B, C), 1 where the model sampled the token, 0 on observations
+    ``loss_mask``                   ``completion_mask * env_mask``: the positions the loss trains
+    ``advantages``                  (B,) group advantages, or (B, C) per-token advantages
+    ``old_logps`` / ``ref_logps``   (B, C) or None (``old_per_token_logps`` / ``ref_per_token_logps``)
+    ``sampling_logps``              (B, C) or None: the log-probs vLLM sampled with (``sampling_per_token_logps``)
+    ``num_items_in_batch``          scalar: trained positions over all processes (for ``loss_type="dapo"``)
+    =============================  =======================================================================
+    """
+
+    LEFT_PADDED = ("prompt_ids", "prompt_mask")
+    TRL_ORDER = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages", "num_items_in_batch",
+                 "old_per_token_logps", "importance_sampling_ratio", "sampling_per_token_logps",
+                 "ref_per_token_logps", "tool_mask")
+    """The keys in the order TRL's ``_generate_and_score_completions`` writes them (its buffer shuffle reads the
+    first value)."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data = data
+
+    def in_trl_order(self) -> None:
+        """Put TRL's keys in TRL's order (:data:`TRL_ORDER`), any other key after them."""
+        rank = {key: i for i, key in enumerate(self.TRL_ORDER)}
+        self.data = dict(sorted(self.data.items(), key=lambda item: rank.get(item[0], len(rank))))
+
+    # -- ids and masks
+    @property
+    def prompt_ids(self) -> torch.Tensor:
+        return self.data["prompt_ids"]
+
+    @property
+    def prompt_mask(self) -> torch.Tensor:
+        return self.data["prompt_mask"]
+
+    @property
+    def completion_ids(self) -> torch.Tensor:
+        return self.data["completion_ids"]
+
+    @property
+    def completion_mask(self) -> torch.Tensor:
+        return self.data["completion_mask"]
+
+    @property
+    def env_mask(self) -> torch.Tensor:
+        mask = self.data.get("tool_mask")
+        return torch.ones_like(self.completion_mask) if mask is None else mask
+
+    @env_mask.setter
+    def env_mask(self, value: torch.Tensor) -> None:
+        self.data["tool_mask"] = value
+
+    @property
+    def loss_mask(self) -> torch.Tensor:
+        return self.completion_mask * self.env_mask
+
+    def input_ids(self) -> torch.Tensor:
+        return torch.cat([self.prompt_ids, self.completion_ids], dim=1)
+
+    def attention_mask(self) -> torch.Tensor:
+        return torch.cat([self.prompt_mask, self.completion_mask], dim=1)
+
+    # -- learning signal
+    @property
+    def advantages(self) -> torch.Tensor:
+        return self.data["advantages"]
+
+    @advantages.setter
+    def advantages(self, value: torch.Tensor) -> None:
+        self.data["advantages"] = value
+
+    @property
+    def old_logps(self) -> torch.Tensor | None:
+        return self.data.get("old_per_token_logps")
+
+    @old_logps.setter
+    def old_logps(self, value: torch.Tensor) -> None:
+        self.data["old_per_token_logps"] = value
+
+    @property
+    def ref_logps(self) -> torch.Tensor | None:
+        return self.data.get("ref_per_token_logps")
+
+    @property
+    def sampling_logps(self) -> torch.Tensor | None:
+        return self.data.get("sampling_per_token_logps")
+
+    def pop_ref_logps(self) -> torch.Tensor | None:
+        """Remove the reference log-probs (PPO puts the KL in the reward, so TRL's loss must not see them)."""
+        return self.data.pop("ref_per_token_logps", None)
+
+    @property
+    def num_items_in_batch(self) -> torch.Tensor:
+        return self.data["num_items_in_batch"]
+
+    def recount_items(self, gather: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        """Recompute ``num_items_in_batch`` after the loss mask changed (``gather`` concatenates over processes)."""
+        self.data["num_items_in_batch"] = gather(self.loss_mask.sum().reshape(1)).sum()
+
+    def __getitem__(self, key: str) -> Any:  # extra keys our trainers add (PPO's values, returns)
+        return self.data[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.data[key] = value
+
+    # -- layout, for merging rounds
+    def row_keys(self) -> list[str]:
+        """Keys of per-row tensors (dim 0 = this process's rows), in TRL's order."""
+        rows = self.prompt_ids.size(0)
+        return [k for k, v in self.data.items() if isinstance(v, torch.Tensor) and v.dim() >= 1 and v.size(0) == rows]
+
+    def pad_value(self, key: str, pad_token_id: int) -> float:
+        return pad_token_id if key in ("prompt_ids", "completion_ids") else 0
+
+    def is_left_padded(self, key: str) -> bool:
+        return key in self.LEFT_PADDED
+
+
 
 TESTED_TRL = (Version("1.15.0"), Version("1.17.0"))  # [min, max)
 
@@ -220,42 +348,6 @@ class GRPOTrainerBoundary(GRPOTrainer):
             **{key: batch.data.get(key) for key in self.MULTIMODAL_KEYS},
         )
         return logps, entropies
-
-    def aggregate_like_trl(self, per_token: torch.Tensor, mask: torch.Tensor, batch: TRLBatch) -> torch.Tensor:
-        """Reduce a (B, T) per-token term exactly as TRL 1.16's ``_compute_loss`` reduces its per-token loss for
-        the configured ``loss_type`` (gradient-accumulation scaling included), so that an extra term added here
-        equals the same term added inside TRL's loss. Masked with ``torch.where``. Checked against TRL's own k3
-        term for every loss type in the contract tests."""
-        training = self.model.training
-        accumulation = self.current_gradient_accumulation_steps if training else 1.0
-        masked = zero_masked(per_token, mask)
-        mask = mask.to(masked.dtype)
-        loss_type = self.loss_type
-        if loss_type in ("grpo", "sapo"):
-            return (masked.sum(-1) / mask.sum(-1).clamp(min=1.0)).mean() / accumulation
-        if loss_type == "bnpo":
-            return masked.sum() / mask.sum().clamp(min=1.0) / accumulation
-        if loss_type == "dr_grpo":
-            return masked.sum() / (per_token.size(0) * self.max_completion_length) / accumulation
-        if loss_type in ("cispo", "dapo", "vespo"):
-            normalizer = batch.num_items_in_batch.clamp(min=1.0) / self.accelerator.num_processes
-            if training:
-                normalizer = normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
-            return masked.sum() / normalizer
-        if loss_type == "luspo":
-            return masked.sum(-1).mean() / accumulation
-        raise ValueError(f"aggregate_like_trl does not know loss_type {loss_type!r}")
-
-    def importance_weights(self, logps: torch.Tensor, batch: TRLBatch) -> torch.Tensor:
-        """TRL's importance weights ``coef_1`` = ``pi / pi_old``: per token (B, T) for
-        ``importance_sampling_level="token"``, per sequence (B, 1) ``exp(mean_t log ratio)`` over trained tokens for
-        ``"sequence"`` (GSPO), as TRL 1.16 computes them in ``_compute_loss``."""
-        old = batch.old_logps if batch.old_logps is not None else logps.detach()
-        mask = batch.loss_mask
-        log_ratio = zero_masked(logps - old, mask)  # 0 at masked positions, as the sanitized inputs of trl_loss
-        if self.importance_sampling_level == "sequence":
-            log_ratio = (log_ratio.sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
-        return torch.exp(log_ratio)
 
     def policy_logps(self, model: Any, batch: TRLBatch) -> torch.Tensor:
         """Per-token log-probs of the completion under ``model``, computed as TRL computes them (no gradient; in

@@ -20,8 +20,9 @@ from typing import Any, Callable, Sequence
 
 from .environment import EnvironmentFactory
 from .rewards.inputs import reward_inputs
-from .rollout.engine import RolloutConfig, RolloutEngine
-from .rollout.generation import Generator, HFGenerator
+from .rollout.config import RolloutConfig
+from .rollout.engine import RolloutEngine
+from .rollout.generation import Generator, HFGenerator, get_eos_token_ids
 from .trainers.checks import check_response_parser
 from .trajectory import Trajectory
 from .trl_environments import EMPTY_PROMPT, trl_rollout_environments
@@ -88,11 +89,13 @@ def score_trajectories(
     processing_class: Any,
     prompt_column: str = "prompt",
     environments: Sequence[Any] | None = None,
+    prompts: Sequence[Any] | None = None,
 ) -> list[float | None]:
     """Call a TRL reward function as the trainers do (:func:`~trl_agentic.rewards.inputs.reward_inputs`:
     ``prompts`` and ``completions`` as TRL builds them, ``completion_ids``, ``trajectory``, ``environments`` for
-    TRL's ``environment_factory`` and every dataset column as a list)."""
-    prompts, completions, extras = reward_inputs(trajectories, processing_class, environments)
+    TRL's ``environment_factory`` and every dataset column as a list). ``prompts`` replaces the trajectories' own
+    (agents: the rows' prompts, what each agent was given)."""
+    prompts, completions, extras = reward_inputs(trajectories, processing_class, environments, prompts)
     columns = {key: [row.get(key) for row in rows] for key in rows[0] if key != prompt_column} if rows else {}
     for key in extras[0] if extras else ():
         columns[key] = [extra[key] for extra in extras]
@@ -118,6 +121,7 @@ def evaluate(
     generator: Generator | None = None,
     generation_config: Any = None,
     show_progress: bool = True,
+    agent: Any = None,
     **config_kwargs: Any,
 ) -> tuple[EvaluationReport, list[Trajectory]]:
     """Roll out ``samples_per_row`` trajectories per row and measure them (module docstring).
@@ -137,6 +141,9 @@ def evaluate(
         generator: Override the generation backend (default: transformers ``generate``).
         generation_config: transformers ``GenerationConfig`` (default: the model's).
         show_progress: A progress bar over batches.
+        agent: Instead of ``environment`` (pass ``None``), an agent of any framework run against the policy through
+            the OpenAI-compatible endpoint, as in training (:mod:`trl_agentic.agents`); the reward function also
+            receives ``agent_output``.
 
     Returns:
         The report and the trajectories (row-major: the samples of row 0, then of row 1, ...). Greedy, with
@@ -155,7 +162,15 @@ def evaluate(
         generation_config = copy.deepcopy(generation_config if generation_config is not None else model.generation_config)
         generation_config.do_sample = not greedy
         generator = HFGenerator(model, processing_class, generation_config, return_logprobs=greedy)
-    engine = RolloutEngine(generator, processing_class, environment, config)
+    if agent is not None:  # trl_agentic.agents: the agent talks to the endpoint, as in training (issue 34)
+        if environment is not None:
+            raise ValueError("pass either environment= or agent=, not both")
+        from .agents.runner import AgentRollout
+
+        eos = get_eos_token_ids(processing_class, getattr(generator, "generation_config", None))
+        runner = AgentRollout(agent, processing_class, config, eos)
+    else:
+        engine = RolloutEngine(generator, processing_class, environment, config)
     expanded = [row for row in rows for _ in range(samples_per_row)]
     batches = range(0, len(expanded), batch_size)
     if show_progress:
@@ -166,12 +181,20 @@ def evaluate(
     rewards: list[float | None] = []
     for start in batches:
         chunk = expanded[start : start + batch_size]
-        envs = trl_rollout_environments(environment, chunk)
-        prompts = [row.get(prompt_column, EMPTY_PROMPT) if envs else row[prompt_column] for row in chunk]
-        done = engine.run(prompts, chunk, environments=envs)
+        envs, prompts = None, None
+        if agent is not None:
+            done = runner.run(chunk, generator)
+            chunk = [{**row, "agent_output": t.agent_output} for row, t in zip(chunk, done)]
+            prompts = [row.get(prompt_column) for row in chunk]
+        else:
+            envs = trl_rollout_environments(environment, chunk)
+            done = engine.run([row.get(prompt_column, EMPTY_PROMPT) if envs else row[prompt_column] for row in chunk],
+                              chunk, environments=envs)
         trajectories += done
         rewards += score_trajectories(reward_func, done, chunk, processing_class, prompt_column,
-                                      None if envs is None else [env.instance for env in envs])
+                                      None if envs is None else [env.instance for env in envs], prompts)
+    if agent is not None:
+        runner.close()
     return _report(rows, samples_per_row, list(k), success_threshold, trajectories, rewards), trajectories
 
 

@@ -228,18 +228,18 @@ def from_trainer_kwargs(kwargs: dict[str, Any], environment: Any) -> TRLEnvironm
                            check_argument_types=getattr(args, "check_tool_argument_types", False))
 
 
-def trl_trainer_kwargs(native: TRLEnvironments, kwargs: dict[str, Any], config_class: type) -> dict[str, Any]:
+def trl_trainer_kwargs(native: TRLEnvironments, kwargs: dict[str, Any]) -> dict[str, Any]:
     """The keyword arguments of ``GRPOTrainer`` with what TRL 1.16's ``__init__`` derives from ``tools`` /
-    ``environment_factory``, for a trainer that runs them through our engine (TRL never sees them):
+    ``environment_factory``, for a trainer that runs them through our engine (TRL never sees them); ``args`` is
+    already the trainer's config (:meth:`~trl_agentic.trainers.base.AgenticConfig.for_trl_tools`):
 
-    - ``args``: :func:`agentic_config` (``None``: TRL's default config, ``"<model name>-GRPO"``);
     - ``reward_funcs``: the user's, then one ``get_reward`` column per environment class that has one, with weight
       1 after the user's ``reward_weights`` (whose length TRL checks against the user's functions alone);
     - ``train_dataset``: optional with one ``environment_factory`` whose ``reset()`` writes the prompt: TRL's
       placeholder rows (one empty user message each, one generation round's worth) and ``max_steps`` required.
     """
     kwargs = dict(kwargs)
-    args = kwargs["args"] = agentic_config(kwargs.get("args"), config_class, kwargs.get("model"))
+    args = kwargs["args"]
     funcs = kwargs.get("reward_funcs")
     funcs = [] if funcs is None else list(funcs) if isinstance(funcs, (list, tuple)) else [funcs]
     extra = native.reward_functions()
@@ -275,28 +275,3 @@ def placeholder_dataset(native: TRLEnvironments, args: Any) -> Any:
         )
     rows = args.generation_batch_size // args.num_generations
     return Dataset.from_dict({"prompt": [[{"role": "user", "content": ""}]] * rows})
-
-
-def agentic_config(args: Any, config_class: type, model: Any = None) -> Any:
-    """The trainer's config for TRL's ``tools=`` / ``environment_factory=``, with TRL's tool-loop budgets in the
-    rollout fields the user left unset (:meth:`~trl_agentic.AgenticGRPOConfig.use_tool_loop_defaults`): chat
-    rollouts, one turn may use all of ``max_completion_length``, at most ``max_tool_calling_iterations + 1`` turns.
-    ``None`` gives TRL's default config as ``config_class``, named as TRL names it (``"<model name>-GRPO"``,
-    ``-PPO`` for PPO's); a TRL ``GRPOConfig`` becomes an ``AgenticGRPOConfig`` with the same values; an agentic
-    config is copied (the caller's object is left as it was)."""
-    import dataclasses
-
-    from .trainers.grpo import AgenticGRPOConfig
-
-    if isinstance(args, AgenticGRPOConfig):
-        args = copy.copy(args)
-    elif args is None:
-        name = model if isinstance(model, str) else getattr(getattr(model, "config", None), "name_or_path", "")
-        kind = config_class.__name__.removeprefix("Agentic").removesuffix("Config")  # GRPO or PPO
-        args = config_class(output_dir=f"{str(name).split('/')[-1]}-{kind}")
-    else:
-        values = {f.name: getattr(args, f.name) for f in dataclasses.fields(args) if f.init}
-        values["generation_batch_size"] = None  # derived again from steps_per_generation (TRL rejects both set)
-        args = AgenticGRPOConfig(**values)
-    args.use_tool_loop_defaults(trl_tools=True)
-    return args

@@ -48,11 +48,13 @@ def reward_completions(trajectories: Sequence[Trajectory], processing_class: Any
     return completions
 
 
-def reward_inputs(trajectories: Sequence[Trajectory], processing_class: Any,
-                  environments: Sequence[Any] | None = None) -> tuple[list[Any], list[Any], list[dict[str, Any]]]:
+def reward_inputs(trajectories: Sequence[Trajectory], processing_class: Any, environments: Sequence[Any] | None = None,
+                  prompts: Sequence[Any] | None = None) -> tuple[list[Any], list[Any], list[dict[str, Any]]]:
     """``prompts``, ``completions`` and, per trajectory, the keyword arguments the rollout adds to its dataset row
-    (``trajectory``, and ``environments`` when ``environments`` is given)."""
-    prompts = [t.prompt for t in trajectories]
+    (``trajectory``, and ``environments`` when ``environments`` is given). ``prompts`` replaces the trajectories'
+    own (an agent's trajectory holds the messages it sent; its reward functions get the row's prompt, as TRL gives a
+    ``rollout_func``'s)."""
+    prompts = [t.prompt for t in trajectories] if prompts is None else list(prompts)
     extras: list[dict[str, Any]] = [{"trajectory": t} for t in trajectories]
     if environments is not None:
         for extra, environment in zip(extras, environments):

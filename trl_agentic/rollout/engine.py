@@ -39,66 +39,18 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
 
 from ..environment import EnvironmentFactory, check_environment_factory, check_stop_strings
 from ..native_tools import native_tools, parse_turn
 from ..trajectory import StopReason, Trajectory
+from .config import RolloutConfig
 from .env_calls import EnvFailure, PendingCalls, call_all, start_all
 from .generation import Generator, HFGenerator, cut_at_stop, get_eos_token_ids
-from .observations import ObservationEncoder, RolloutMode, is_conversational
+from .observations import ObservationEncoder, is_conversational
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class RolloutConfig:
-    """Budgets and protocol of a rollout (the same names as :class:`~trl_agentic.AgenticGRPOConfig`).
-
-    Attributes:
-        max_turns: Most model turns per trajectory; reaching it without an end gives ``stop_reason="max_turns"``.
-        max_tokens_per_turn: Most tokens sampled in one turn.
-        max_completion_length: Most completion tokens in all (sampled + observation tokens), as in TRL.
-        rollout_mode: ``"text"`` (observations continue the text) or ``"chat"`` (observations are new messages).
-        observation_role: Role of observation messages in chat mode (``"user"`` for templates without a tool role).
-        stop_strings: Stop strings, in addition to those the environment declares (``environment.stop_strings``).
-        max_observation_tokens: Most tokens of one observation's content (the head is kept).
-        env_timeout: Seconds allowed for one ``reset``/``step``/``close`` call.
-        chat_template_kwargs: Passed to ``apply_chat_template``.
-        overlap_chunks: Generate a turn in this many chunks so that tool calls overlap generation (see the module
-            docstring); ``"auto"`` measures the first turn, ``1`` turns it off.
-    """
-
-    max_turns: int = 4
-    max_tokens_per_turn: int = 256
-    max_completion_length: int = 1024
-    rollout_mode: RolloutMode = "text"
-    observation_role: str = "tool"
-    stop_strings: Sequence[str] = ()
-    max_observation_tokens: int = 1024
-    env_timeout: float = 60.0
-    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
-    overlap_chunks: int | Literal["auto"] = "auto"
-
-    def __post_init__(self) -> None:
-        for name in ("max_turns", "max_tokens_per_turn", "max_completion_length", "max_observation_tokens"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        check_stop_strings(self.stop_strings, "stop_strings")
-        if not isinstance(self.env_timeout, (int, float)) or not self.env_timeout > 0:
-            raise ValueError(f"env_timeout must be a positive number of seconds, got {self.env_timeout!r}")
-        chunks = self.overlap_chunks
-        if chunks != "auto" and (isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1):
-            raise ValueError(f"overlap_chunks must be 'auto' or an integer >= 1, got {chunks!r}")
-
-    @classmethod
-    def from_arguments(cls, config: "RolloutConfig | None", fields: dict[str, Any]) -> "RolloutConfig":
-        """``config``, or a config built from ``fields`` (a function's ``**config_kwargs``), never both."""
-        if config is not None and fields:
-            raise TypeError("pass either config= or RolloutConfig fields as keyword arguments, not both")
-        return config if config is not None else cls(**fields)
 
 
 AUTO_OVERLAP_RATIO = 0.25
@@ -155,8 +107,7 @@ class RolloutEngine:
             processing_class, cfg.rollout_mode, cfg.observation_role, cfg.chat_template_kwargs, eos_token_ids
         )
         self.tokenizer = self.encoder.tokenizer
-        layout = self.encoder.layout
-        self.eos_token_ids = list(dict.fromkeys([*eos_token_ids, *([layout.end_of_turn_id] if layout else [])]))
+        self.eos_token_ids = self.encoder.turn_end_ids(eos_token_ids)
         self.environment = environment
         self.sync_any = sync_any or (lambda local: local)
         self.sync_max = sync_max or (lambda local: local)
@@ -236,7 +187,7 @@ class RolloutEngine:
         """One generation call for every active trajectory; returns why each one's turn ended (``"eos"``,
         ``"stop"``, ``"max_tokens"`` when the trajectory's budget cut it, ``None`` at the per-turn budget)."""
         cfg = self.config
-        max_new = min(cfg.max_tokens_per_turn, cfg.max_completion_length)
+        max_new = cfg.max_tokens_per_turn
         if active:
             inputs = [trajectories[i].prompt_ids + trajectories[i].completion_ids for i in active]
         else:  # keep collective generation calls aligned across processes

@@ -207,6 +207,12 @@ class ObservationEncoder:
         self.layout: ChatLayout | None = self._probe_template() if rollout_mode == "chat" else None
         self._message_layouts: dict[tuple[tuple[str, str, Shape], ...], tuple[list[str], list[tuple[int, str]]]] = {}
 
+    def turn_end_ids(self, eos_token_ids: Sequence[int]) -> list[int]:
+        """Every id that ends a model turn: the model's end ids (``eos_token_ids``, TRL's) and, in chat mode, the
+        template's end-of-turn token (Gemma's ``<end_of_turn>`` is not among its end ids)."""
+        end_of_turn = [self.layout.end_of_turn_id] if self.layout is not None else []
+        return list(dict.fromkeys([*eos_token_ids, *end_of_turn]))
+
     # -- tokenization ----------------------------------------------------------------------------------------
     def tokenize_untrusted(self, text: str) -> list[int]:
         """Ids of ``text`` with every control-token string in it encoded as plain text, and no BOS/EOS added;

@@ -27,17 +27,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..environment import EnvironmentFactory, StepResult
-from ..rollout.engine import RolloutConfig, RolloutEngine
+from ..rollout.config import RolloutConfig
+from ..rollout.engine import RolloutEngine
 from ..rollout.generation import Generation
 from ..rollout.observations import ObservationEncoder
 from ..tag_protocol import SEARCH_R1_TAGS, TagProtocol
 from ..trajectory import Trajectory
+from .errors import DemonstrationError
+from .tool_traces import ScriptedToolEnvironment, is_tool_trace, split_tool_messages
 
 __all__ = ["DemonstrationError", "demonstration_to_trajectory", "transcript_to_trajectory"]
-
-
-class DemonstrationError(ValueError):
-    """A demonstration that the rollout engine could not have produced; the message says which turn and why."""
 
 
 class _ScriptedGenerator:
@@ -218,7 +217,6 @@ def transcript_to_trajectory(
     native tool calls (:mod:`trl_agentic.sft.tool_traces`).
     """
     config = RolloutConfig.from_arguments(config, config_kwargs)
-    from .tool_traces import ScriptedToolEnvironment, is_tool_trace, split_tool_messages  # imports this module
 
     if not isinstance(completion, str) and is_tool_trace(completion):
         if config.rollout_mode != "chat" or environment is not None:
