@@ -15,6 +15,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from .quiet import silence_unactionable
+
+silence_unactionable()  # before TRL, transformers and bitsandbytes are imported: trl_agentic/quiet.py
+
 __version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {

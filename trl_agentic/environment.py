@@ -19,7 +19,11 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from .renamed import renamed_arguments
 
+
+@renamed_arguments({"done": "use terminated=True when the task ended (and truncated=True when the episode was cut "
+                             "short), as Gymnasium's step() does"})
 @dataclass
 class StepResult:
     """What :meth:`Environment.step` returns for one action.

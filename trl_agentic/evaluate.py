@@ -23,6 +23,7 @@ from .rewards.inputs import reward_inputs
 from .rollout.config import RolloutConfig
 from .rollout.engine import RolloutEngine
 from .rollout.generation import Generator, HFGenerator, get_eos_token_ids
+from .trainers.checks import check_response_parser
 from .trajectory import Trajectory
 from .trl_environments import EMPTY_PROMPT, trl_rollout_environments
 
@@ -145,16 +146,22 @@ def evaluate(
             receives ``agent_output``.
 
     Returns:
-        The report and the trajectories (row-major: the samples of row 0, then of row 1, ...).
+        The report and the trajectories (row-major: the samples of row 0, then of row 1, ...). Greedy, with
+        transformers, each trajectory's ``logprobs`` hold the log-prob of every generated token (one step's scores
+        in memory at a time); sampled, they are ``None`` (keeping them would hold every step's scores).
+
+    Raises:
+        ValueError: native tool calls with a chat template that has no response template to parse them.
     """
     config = RolloutConfig.from_arguments(config, config_kwargs)
     if any(not 1 <= kk <= samples_per_row for kk in k):
         raise ValueError(f"each k must be between 1 and samples_per_row={samples_per_row}, got {list(k)}")
+    check_response_parser(environment, processing_class)
     rows = [dict(row) for row in rows]
     if generator is None:
         generation_config = copy.deepcopy(generation_config if generation_config is not None else model.generation_config)
         generation_config.do_sample = not greedy
-        generator = HFGenerator(model, processing_class, generation_config, return_logprobs=False)
+        generator = HFGenerator(model, processing_class, generation_config, return_logprobs=greedy)
     if agent is not None:  # trl_agentic.agents: the agent talks to the endpoint, as in training (issue 34)
         if environment is not None:
             raise ValueError("pass either environment= or agent=, not both")

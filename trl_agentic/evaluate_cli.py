@@ -13,6 +13,7 @@ writes ``report.json`` (accuracy, pass@k, mean reward, turns, tool calls, trunca
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -60,14 +61,26 @@ class EvaluateArguments:
 
 
 def _resolve_model(args: EvaluateArguments) -> tuple[str, str | None]:
-    """``(base model, adapter)``: ``--model`` may itself be an adapter directory (its base is read from it)."""
+    """``(base model, adapter)``: ``--model`` may itself be an adapter directory (its base is read from it). The
+    base is where to load it from (:func:`trl_agentic.hub.resolve_model`: a missing directory, or a hub the machine
+    cannot reach, is a one-line error at once)."""
+    from .scripts import resolve_model_path
+
     if not args.model:
         raise TaskConfigError("no model: pass --model with a hub id or a local model (or adapter) directory")
     config = os.path.join(args.model, "adapter_config.json")
     if args.adapter is None and os.path.isfile(config):
         with open(config, encoding="utf-8") as fh:
-            return json.load(fh)["base_model_name_or_path"], args.model
-    return args.model, args.adapter
+            return resolve_model_path(json.load(fh)["base_model_name_or_path"], "--model"), args.model
+    return resolve_model_path(args.model, "--model"), args.adapter
+
+
+def load_tokenizer(args: EvaluateArguments) -> Any:
+    """The tokenizer of ``--model`` (of the adapter when there is one); one-line errors when missing."""
+    from .scripts import load_tokenizer as load
+
+    base, adapter = _resolve_model(args)
+    return load(adapter or base, flag="--model")
 
 
 def _dtype(name: str) -> Any:
@@ -78,20 +91,19 @@ def _dtype(name: str) -> Any:
     return getattr(torch, name)
 
 
-def load_model(args: EvaluateArguments) -> tuple[Any, Any]:
+def load_model(args: EvaluateArguments, tokenizer: Any = None) -> tuple[Any, Any]:
     """``(model, tokenizer)``; the adapter, if any, is merged into the weights. One-line errors when missing."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    from .scripts import load_tokenizer
+    from .hub import load_failure
 
     base, adapter = _resolve_model(args)
-    tokenizer = load_tokenizer(adapter or base, flag="--model")
+    tokenizer = tokenizer if tokenizer is not None else load_tokenizer(args)
     try:
         model = AutoModelForCausalLM.from_pretrained(base, dtype=_dtype(args.dtype))
     except OSError as exc:
-        raise TaskConfigError(f"could not load the model {base!r} ({str(exc).splitlines()[0][:160]}); offline? pass "
-                              "--model with a local model directory") from None
+        raise load_failure(base, "model", "--model", exc, "a local model directory") from None
     if adapter is not None:
         from peft import PeftModel
 
@@ -131,20 +143,22 @@ def run_evaluation(args: EvaluateArguments, task_args: Any) -> Any:
 
     from .evaluate import evaluate
     from .render import render_html
-    from .trainers.checks import check_rollout_mode
+    from .trainers.checks import check_response_parser, check_rollout_mode
     from .trajectory import save_trajectories
 
     if any(not 1 <= k <= args.samples for k in args.k):
         raise TaskConfigError(f"--k {args.k}: each k must be between 1 and --samples {args.samples}")
     torch.manual_seed(args.seed)
-    model, tokenizer = load_model(args)
+    tokenizer = load_tokenizer(args)
     with build_task(args.task, task_args, args.max_completion_length) as task:
-        try:
+        try:  # what can be known before the model is loaded
             check_rollout_mode(task.environment, args.rollout_mode)
+            check_response_parser(task.environment, tokenizer)
         except ValueError as exc:
             raise TaskConfigError(str(exc)) from None
         rows = task.rows(take(load_rows(args.dataset, args.dataset_config, args.split, flag="--dataset",
                                         split_flag="--split"), args.max_rows), tokenizer, flag="--dataset")
+        model, tokenizer = load_model(args, tokenizer)
         generation_config = copy.deepcopy(model.generation_config)
         generation_config.temperature, generation_config.top_p = args.temperature, args.top_p
         generator = _vllm_generator(args, model, tokenizer) if args.use_vllm else None
@@ -172,6 +186,11 @@ def run_evaluation(args: EvaluateArguments, task_args: Any) -> Any:
     return report
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` keeps the description's example command as written (one flag group per line) and shows each
+    flag's default, as TRL's parser does."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line (module docstring). A setting to change is one ``error:`` line and exit status 2."""
     from trl import TrlParser
@@ -184,7 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if task not in TASK_ARGUMENTS:
             raise TaskConfigError(f"--task {task!r} is unknown: pass one of {sorted(TASK_ARGUMENTS)}")
         parser = TrlParser((EvaluateArguments, TASK_ARGUMENTS[task]), prog="python -m trl_agentic.evaluate",
-                           description=__doc__)
+                           description=__doc__, formatter_class=HelpFormatter)
         args, task_args = parser.parse_args_and_config(args=argv)
         report = run_evaluation(args, task_args)
     except TaskConfigError as exc:

@@ -17,11 +17,25 @@ from __future__ import annotations
 import asyncio
 import inspect
 import re
+import warnings
 from typing import Any, Callable, Mapping
 
 from .environment import Environment, StepResult
 from .tag_protocol import TagProtocol
 from .workers import run_in_thread
+
+_WARNED: set[tuple[str, str, str]] = set()  # (tag, tool, kind of failure): each warned once per process
+
+
+def _warn_once(tag: str, fn: Any, kind: str, detail: str, fix: str) -> None:
+    """One ``RuntimeWarning`` per tool and kind of failure (``kind``: what it returned, or the exception type): such
+    a call costs only an error observation that the model reads, which is easy to miss in a long run."""
+    name = getattr(fn, "__qualname__", None) or type(fn).__name__
+    if (tag, name, kind) not in _WARNED:
+        _WARNED.add((tag, name, kind))
+        warnings.warn(f"the {tag} tool ({name}) {detail}: the model reads an error observation instead of its output "
+                      f"(warned once per tool); {fix}", RuntimeWarning, stacklevel=3)
+
 
 DEFAULT_INVALID_MESSAGE = (
     "\nMy previous action is invalid. If I want to use a tool, I should put the query between {tool_tags}. "
@@ -141,10 +155,14 @@ class TagEnvironment(Environment):
             return f"Error: the {tag} tool timed out after {self.tool_timeout} s.", info
         except Exception as exc:  # a failing tool returns an error observation; the episode goes on
             info["tool_error"] = True
+            _warn_once(tag, fn, type(exc).__name__, f"raised {type(exc).__name__}: {str(exc)[:200]}",
+                       "make it return the error as text if that is what the model should read")
             return f"Error: {type(exc).__name__}: {exc}", info
         if isinstance(output, bytes):
             output = output.decode("utf-8", errors="replace")
         if not isinstance(output, str):
             info["tool_error"] = True
+            _warn_once(tag, fn, type(output).__name__, f"returned {type(output).__name__}, not text",
+                       "make it return a str")
             return f"Error: the {tag} tool returned {type(output).__name__}, not text.", info
         return output.encode("utf-8", errors="replace").decode("utf-8"), info

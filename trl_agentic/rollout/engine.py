@@ -206,7 +206,7 @@ class RolloutEngine:
             t.generated_ids.append(list(out.ids))
             t.completion_ids.extend(ids)
             t.env_mask.extend([1] * len(ids))
-            t.logprobs.extend(out.logprobs[:end] if out.logprobs is not None else [0.0] * len(ids))
+            t.logprobs.extend(out.logprobs[:end] if out.logprobs is not None else [None] * len(ids))  # unknown, not 0
             t.turn_spans.append((start, start + len(ids)))
             t.actions.append(self._decode(ids))
             ends[i] = reason

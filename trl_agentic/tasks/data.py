@@ -102,6 +102,9 @@ def load_rows(
         raise TaskConfigError(f"{flag} {name_or_path} does not exist: pass a hub id or an existing file or folder")
     from datasets import load_dataset
 
+    from ..hub import check_hub_dataset
+
+    check_hub_dataset(name_or_path, flag)  # no network: one line now, not after a minute of retries
     try:
         return load_dataset(name_or_path, config, split=split)
     except Exception as exc:  # noqa: BLE001 - offline, unknown id, unknown split: one line, the fix first

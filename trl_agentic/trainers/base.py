@@ -59,6 +59,7 @@ from ..trl_environments import EMPTY_PROMPT, from_trainer_kwargs, trl_rollout_en
 from .checks import (
     DegenerateStepMonitor,
     DegenerateTrainingError,
+    check_response_parser,
     keyword_arguments,
     run_construction_checks,
     uses_native_tool_calls,
@@ -233,6 +234,7 @@ class AgenticTrainer(GRPOTrainerBoundary):
             self._check_agentic_args()
             self.degenerate_monitor = DegenerateStepMonitor(self.args.max_degenerate_steps, self.args.trajectory_dir)
             settings = self.args.rollout_config()
+            check_response_parser(environment, self.processing_class)  # native tool calls: a response template
             if native is not None:
                 ensure_response_parser(self.processing_class)
                 self.tools = native.all_tools()  # TRL's attribute: the standalone tools and every environment's methods

@@ -8,6 +8,7 @@ are pure functions of what the trainer is given; each raises one line that names
   declared ``stop_strings`` are a list (a string would stop at each of its characters);
 - :func:`check_prompt_column`: the dataset has the ``prompt`` column TRL's sampler reads;
 - :func:`check_rollout_mode`: native tool calls run in ``rollout_mode='chat'``;
+- :func:`check_response_parser`: native tool calls have a response template to parse them with;
 - :func:`check_reset_parameters`: every required parameter of ``reset()`` is a dataset column (and a dict
   ``environment_factory`` has the ``environment`` column);
 - :func:`check_reward_signatures`: each reward function can bind the keyword arguments TRL passes it.
@@ -107,6 +108,16 @@ def check_rollout_mode(environment: Any, rollout_mode: str | None) -> None:
     if uses_native_tool_calls(environment) and rollout_mode not in (None, "chat"):
         raise ValueError(f"native tool calls need rollout_mode='chat' (the chat template renders the tools and their "
                          f"results), got {rollout_mode!r}: pass rollout_mode='chat' (--rollout_mode chat)")
+
+
+def check_response_parser(environment: Any, processing_class: Any) -> None:
+    """Native tool calls are parsed by the chat template's response template
+    (:func:`~trl_agentic.native_tools.ensure_response_parser`, which sets TRL's when the family is known): a
+    template TRL knows none for would fail at the first rollout. Raises its one-line ``ValueError``."""
+    if processing_class is not None and uses_native_tool_calls(environment):
+        from ..native_tools import ensure_response_parser
+
+        ensure_response_parser(processing_class)
 
 
 def check_reward_signatures(reward_funcs: Any, dataset: Any, extra_fields: Iterable[str] = ()) -> None:

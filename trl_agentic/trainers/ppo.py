@@ -36,10 +36,17 @@ from ..algorithms.masked import masked_mean, masked_whiten, zero_masked
 from ..algorithms.turns import broadcast_turns, gather_turn_values, turn_ids_from_spans, turn_mask
 from ..compat import TRLBatch, post_init_with_one_generation
 from ..critic import CriticGradients, SharedValueHead, ValueModel
+from ..renamed import renamed_arguments
 from .base import AgenticConfig, AgenticTrainer
 from .round import Round, row_advantages
 
 
+@renamed_arguments({
+    "kl_coef": "the KL coefficient is beta (GRPOConfig's name): pass beta=",
+    "cliprange": "the clip range is epsilon (and epsilon_high for the upper one): pass epsilon=",
+    "num_ppo_epochs": "the PPO epochs are num_iterations: pass num_iterations=",
+    "missing_eos_penalty": "the penalty of an unfinished trajectory is truncation_penalty: pass truncation_penalty=",
+})
 @dataclass
 class AgenticPPOConfig(AgenticConfig):
     """``GRPOConfig`` plus multi-turn rollout settings (:class:`~trl_agentic.trainers.base.AgenticConfig`) and PPO's
