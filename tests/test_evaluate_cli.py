@@ -12,7 +12,7 @@ import pytest
 from helpers import ScriptedGenerator
 
 from trl_agentic import evaluate as evaluate_module
-from trl_agentic.evaluate_cli import main
+from trl_agentic.evaluate.cli import main
 
 FIXTURES = Path(__file__).resolve().parent / "recipes" / "fixtures"
 REPO = Path(__file__).resolve().parents[1]
@@ -94,7 +94,8 @@ def test_lora_adapter(tiny_model_dir, tmp_path, capsys):
     (["--samples", "2", "--k", "4"], "--k [4]: each k must be between 1 and --samples 2"),
     (["--task", "chess"], "--task 'chess' is unknown"),
     (["--task", "search_r1"], "no retriever: pass --corpus"),
-    (["--tool", "calculator_native"], "native tool calls need rollout_mode='chat'"),
+    (["--tool", "calculator_native", "--rollout_mode", "text"], "native tool calls need rollout_mode='chat'"),
+    (["--tool", "calculator_native"], "native tool calls need a response template"),  # chat inferred, as in training
     # the tiny model's ChatML template has no tool calls TRL can parse: at start-up, not at the first rollout
     (["--tool", "calculator_native", "--rollout_mode", "chat"],
      "native tool calls need a response template to parse the model's calls, and TRL knows none"),

@@ -51,7 +51,7 @@ def _trajectory(tokenizer) -> Trajectory:
         t.turn_spans.append((start, start + len(ids)))
         t.actions.append(action)
         t.turn_rewards.append(0.5)
-        t.turn_infos.append({"tool": "search"})
+        t.turn_infos.append({"tool": ["search"]})
         t.observations.append(observation)
         if observation is not None:
             obs_ids = encode(observation)

@@ -18,7 +18,7 @@ def test_tool_call_and_answer():
     env.reset(question="q")
     result = run(env.step("<think>hm</think><search> paris </search>"))
     assert result.observation == "\n\n<information>docs for paris</information>\n\n"
-    assert result.info == {"tool": "search"} and not result.terminated
+    assert result.info == {"tool": ["search"]} and not result.terminated
     result = run(env.step("<answer> Paris </answer>"))
     assert result.terminated and env.answer == "Paris"
 

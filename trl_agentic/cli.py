@@ -38,8 +38,8 @@ from typing import Any
 import trl
 
 from .compat import trl_grpo_script
+from .errors import TaskConfigError
 from .scripts import ALGORITHMS, check_requirements, config_class, trainer_class
-from .tasks.data import TaskConfigError
 
 
 @dataclass

@@ -40,7 +40,7 @@ class StepResult:
             tool): no further turn. Budgets of the engine (``max_turns``, tokens) are recorded separately, in
             ``Trajectory.stop_reason``.
         info: Free-form details, kept on the trajectory (``Trajectory.turn_infos``). Keys the engine counts in
-            metrics: ``tool`` (name of the tool called, or a list of names), ``invalid``, ``unknown_tool``,
+            metrics: ``tool`` (the names of the tools called, a list), ``invalid``, ``unknown_tool``,
             ``tool_error``, ``tool_timeout`` (bools, or counts).
     """
 

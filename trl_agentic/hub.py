@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import os
 
-from .tasks.data import TaskConfigError
+from .errors import TaskConfigError
 
 
 def looks_like_path(name: str) -> bool:

@@ -35,7 +35,7 @@ import inspect
 from typing import Any, Callable, Sequence
 
 from .environment import StepResult
-from .workers import run_in_thread, run_on_caller_thread
+from .tools.base import call_tool, tool_error
 
 RESERVED_METHODS = ("reset", "get_reward")
 """Methods of a TRL environment that are not tools (TRL 1.16's contract)."""
@@ -86,10 +86,6 @@ def parse_turn(processing_class: Any, ids: Sequence[int], prefix: Sequence[int],
 def _text(value: Any) -> str:
     """A tool's result as TRL writes it (``str(result)``), with invalid Unicode replaced."""
     return str(value).encode("utf-8", errors="replace").decode("utf-8")
-
-
-def _error(message: str) -> str:
-    return _text({"error": message})  # TRL 1.16's tool error content
 
 
 class ToolCallEnvironment:
@@ -146,7 +142,7 @@ class ToolCallEnvironment:
             info.update(invalid=True)
             if not self.answer_malformed_calls:  # TRL: the parser fell back to text, so the rollout ends here
                 return StepResult(observation=None, terminated=True, info=info)
-            content = _error(f"could not parse the tool call: {message['malformed']}")
+            content = tool_error(f"could not parse the tool call: {message['malformed']}")
             return StepResult(observation=[{"role": "tool", "name": "unknown", "content": content}], info=info)
         if not calls:
             return StepResult(observation=None, terminated=True, info=info)
@@ -179,34 +175,26 @@ class ToolCallEnvironment:
         name, arguments = _name(call), _arguments(call)
         if call.get("type", "function") != "function":
             info["tool_error"] += 1
-            return _error(f"Unsupported tool call type: {call.get('type')}")
+            return tool_error(f"Unsupported tool call type: {call.get('type')}")
         tool = by_name.get(name)
         if tool is None:
             info["tool_error"] += 1
             info["unknown_tool"] += 1
-            return _error(f"Tool {name} not found.")
+            return tool_error(f"Tool {name} not found.")
         if not isinstance(arguments, dict):
             info["tool_error"] += 1
-            return _error(f"arguments of {name} must be a JSON object, got {type(arguments).__name__}")
+            return tool_error(f"arguments of {name} must be a JSON object, got {type(arguments).__name__}")
         mistyped = argument_type_error(tool, arguments) if self.check_argument_types else None
         if mistyped:
             info["tool_error"] += 1
-            return _error(mistyped)
-        try:
-            if inspect.iscoroutinefunction(tool):
-                result = await asyncio.wait_for(tool(**arguments), self.tool_timeout)
-            elif self.sync_tools_on_caller_thread:
-                result = await run_on_caller_thread(lambda: tool(**arguments), timeout=self.tool_timeout)
-            else:
-                result = await run_in_thread(lambda: tool(**arguments), timeout=self.tool_timeout)
-        except asyncio.TimeoutError:
+            return tool_error(mistyped)
+        call = await call_tool(tool, kwargs=arguments, timeout=self.tool_timeout,
+                               on_caller_thread=self.sync_tools_on_caller_thread)
+        if call.error is not None:
             info["tool_error"] += 1
-            info["tool_timeout"] += 1
-            return _error(f"{name} timed out after {self.tool_timeout} s")
-        except Exception as exc:  # noqa: BLE001 - the tool's failure is the model's to read
-            info["tool_error"] += 1
-            return _error(str(exc))
-        return result if isinstance(result, list) else _text(result)
+            info["tool_timeout"] += int(call.timed_out)
+            return tool_error(f"{name} {call.error}" if call.timed_out else call.error)  # TRL's: the message alone
+        return call.value if isinstance(call.value, list) else _text(call.value)
 
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {

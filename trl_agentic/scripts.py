@@ -19,7 +19,7 @@ from typing import Any
 
 from trl import ScriptArguments
 
-from .tasks.data import TaskConfigError
+from .errors import TaskConfigError
 
 ALGORITHMS = ("grpo", "ppo")
 
@@ -226,7 +226,7 @@ def check_trainable(training_args: Any, num_prompts: int, max_train_samples: int
     )
 
 
-def check_before_loading(task: Any, training_args: Any, tokenizer: Any, num_prompts: int,
+def check_before_loading(task: Any, training_args: Any, processing_class: Any, num_prompts: int,
                          max_train_samples: int | None = None) -> None:
     """What can be known before the model is loaded, as one-line :class:`TaskConfigError` s: the rollout mode and
     the response template of native tool calls (:mod:`trl_agentic.trainers.checks`), and enough prompts for a
@@ -235,7 +235,7 @@ def check_before_loading(task: Any, training_args: Any, tokenizer: Any, num_prom
 
     try:
         check_rollout_mode(task.environment, training_args.rollout_mode)
-        check_response_parser(task.environment, tokenizer)
+        check_response_parser(task.environment, processing_class)
     except ValueError as exc:
         raise TaskConfigError(str(exc)) from None
     check_trainable(training_args, num_prompts, max_train_samples)

@@ -21,16 +21,10 @@ class Recording:
 
 
 def recorded_generator(trainer):
-    """Wrap the trainer's generator so that every generated output is kept (the reference of token exactness)."""
-    recordings = []
-    original = trainer._generator
-
-    def wrapped():
-        recordings.append(Recording(original()))
-        return recordings[-1]
-
-    trainer._generator = wrapped
-    return recordings
+    """Wrap the trainer's generator (built once, at construction) so that every generated output is kept (the
+    reference of token exactness)."""
+    trainer.generator = Recording(trainer.generator)
+    return [trainer.generator]
 
 
 @pytest.mark.parametrize("trainer_name", ["grpo", "ppo"])

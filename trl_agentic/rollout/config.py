@@ -2,7 +2,7 @@
 
 :class:`RolloutFields` declares the fields that are not TRL's (budgets per turn, protocol, timeouts), with their
 ``--help``; the trainers' configs (:class:`~trl_agentic.trainers.base.AgenticConfig`) and the evaluation command line
-(:class:`~trl_agentic.evaluate_cli.EvaluateArguments`) inherit them. :class:`RolloutConfig` is what the engine runs
+(:class:`~trl_agentic.evaluate.cli.EvaluateArguments`) inherit them. :class:`RolloutConfig` is what the engine runs
 with: those fields plus TRL's ``max_completion_length`` and ``chat_template_kwargs``, validated, every value
 resolved. :meth:`RolloutConfig.from_fields` builds it from any object carrying the fields.
 """

@@ -31,8 +31,7 @@ def rollout_sums(trajectories: Iterable[Trajectory]) -> Counter:
             for flag in INFO_FLAGS:  # a bool, or a count (several native tool calls in one turn)
                 sums[flag] += int(info.get(flag) or 0)
             sums["native_tool_calls"] += int(info.get("tool_calls") or 0)
-            tools = info.get("tool") or []
-            for tool in [tools] if isinstance(tools, str) else tools:
+            for tool in info.get("tool") or []:
                 sums[f"tool_calls/{tool}"] += 1
         for event in EVENT_KEYS:
             sums[event] += t.events.get(event, 0)

@@ -13,12 +13,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..errors import TaskConfigError
+
 _FILE_KINDS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 
-
-class TaskConfigError(ValueError):
-    """A setting the user must change: the message is one sentence naming the option and what to pass instead.
-    Command-line entry points print it without a traceback and exit with status 2."""
 
 
 def _read_jsonl(path: Path, flag: str) -> Any:

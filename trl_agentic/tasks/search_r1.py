@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import TaskConfigError
 from ..tag_protocol import SEARCH_R1_TAGS
 from .base import Task
-from .data import TaskConfigError
 
 # Search-R1's instruction (scripts/data_process/qa_search_train_merge.py, make_prefix, template 'base').
 SEARCH_R1_TEMPLATE = (

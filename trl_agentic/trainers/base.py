@@ -15,8 +15,9 @@ bottom in one file each:
    :meth:`~AgenticTrainer.record`.
 
 State: built once per run (in ``__init__``): the environment factory or agent, the rollout settings
-(:class:`~trl_agentic.rollout.config.RolloutConfig`), the engine (:class:`~trl_agentic.rollout.engine.RolloutEngine`:
-its observation encoder's template probes and its generator's stop-criteria cache), the degenerate-run monitor.
+(:class:`~trl_agentic.rollout.config.RolloutConfig`), the generator (transformers' ``generate`` with its stop-criteria
+cache, or TRL's vLLM backend), the engine (:class:`~trl_agentic.rollout.engine.RolloutEngine`: its observation
+encoder's template probes), the degenerate-run monitor.
 Per round: everything in :class:`~trl_agentic.trainers.round.Round`. Across rounds: only the global step whose
 weights vLLM holds, and the monitor's count of unscorable rounds in a row.
 """
@@ -241,10 +242,11 @@ class AgenticTrainer(GRPOTrainerBoundary):
                 template = trl_tool_chat_template(self.processing_class)  # TRL swaps Qwen3's for its training variant
                 if template is not None:
                     settings.chat_template_kwargs["chat_template"] = template
+            self.generator = self._generator()
             if agent is not None:
                 self.agent_rollout = AgentRollout(agent, self.processing_class, settings, self.eos_token_ids)
             else:
-                self.rollout_engine = RolloutEngine(self._generator(), self.processing_class, environment, settings,
+                self.rollout_engine = RolloutEngine(self.generator, self.processing_class, environment, settings,
                                                     self._sync_any, eos_token_ids=self.eos_token_ids,
                                                     sync_max=self._sync_max)
         if self.beta != 0.0 and getattr(self.args, "kl_estimator", "k3") != "k3":
@@ -301,7 +303,7 @@ class AgenticTrainer(GRPOTrainerBoundary):
             self.vllm_generation.sync_weights()  # the policy moved since vLLM last got its weights
             self._vllm_weights_step = self.state.global_step
         if self.agent_rollout is not None:  # agents/runner.py: one agent run per row, against the endpoint
-            runs = self.agent_rollout.run(rows, self._generator(), self._sync_any,
+            runs = self.agent_rollout.run(rows, self.generator, self._sync_any,
                                           self.accelerator.num_processes > 1)
             return runs, None
         envs = trl_rollout_environments(self.environment, rows)  # TRL's tools= / environment_factory=

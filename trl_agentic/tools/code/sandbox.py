@@ -109,7 +109,7 @@ class PythonSandbox(CodeSandbox):
 
     def session(self) -> PythonSession:
         """A new interpreter whose state persists across calls; ``close()`` it when the trajectory ends."""
-        return PythonSession(self, self._acquire_worker)
+        return PythonSession(self, lambda: self._acquire_worker())
 
     def close(self) -> None:
         """Stop the pool (idle workers are killed). Open sessions keep their worker until closed."""

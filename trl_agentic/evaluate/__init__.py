@@ -18,14 +18,14 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
-from .environment import EnvironmentFactory
-from .rewards.inputs import reward_inputs
-from .rollout.config import RolloutConfig
-from .rollout.engine import RolloutEngine
-from .rollout.generation import Generator, HFGenerator, get_eos_token_ids
-from .trainers.checks import check_response_parser
-from .trajectory import Trajectory
-from .trl_environments import EMPTY_PROMPT, trl_rollout_environments
+from ..environment import EnvironmentFactory
+from ..rewards.inputs import reward_inputs
+from ..rollout.config import RolloutConfig
+from ..rollout.engine import RolloutEngine
+from ..rollout.generation import Generator, HFGenerator, get_eos_token_ids
+from ..trainers.checks import check_response_parser
+from ..trajectory import Trajectory
+from ..trl_environments import EMPTY_PROMPT, trl_rollout_environments
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -165,7 +165,7 @@ def evaluate(
     if agent is not None:  # trl_agentic.agents: the agent talks to the endpoint, as in training (issue 34)
         if environment is not None:
             raise ValueError("pass either environment= or agent=, not both")
-        from .agents.runner import AgentRollout
+        from ..agents.runner import AgentRollout
 
         eos = get_eos_token_ids(processing_class, getattr(generator, "generation_config", None))
         runner = AgentRollout(agent, processing_class, config, eos)
@@ -199,9 +199,8 @@ def evaluate(
 
 
 def _calls(info: dict[str, Any]) -> int:
-    """Tool calls of one turn: its ``tool`` (a name, or the names of its native calls)."""
-    tool = info.get("tool")
-    return len(tool) if isinstance(tool, list) else int(bool(tool))
+    """Tool calls of one turn: the names in its ``tool``."""
+    return len(info.get("tool") or [])
 
 
 def _report(rows, n, ks, success_threshold, trajectories, rewards) -> EvaluationReport:
@@ -222,9 +221,3 @@ def _report(rows, n, ks, success_threshold, trajectories, rewards) -> Evaluation
         successes=successes,
         rewards=list(rewards),
     )
-
-
-if __name__ == "__main__":  # python -m trl_agentic.evaluate: the command line is in trl_agentic.evaluate_cli
-    from .evaluate_cli import main
-
-    raise SystemExit(main())
