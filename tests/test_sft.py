@@ -268,7 +268,7 @@ def test_a_demonstration_whose_tool_failed_in_the_replay_is_refused(tokenizer):
 
     environment = partial(TagEnvironment, tools={"search": forgot_to_return})
     completion = "<search> Greywatch Light </search><answer> Odile Marcheval </answer>"
-    refused = r"the search call of action 0 failed during the replay \('<information>Error: the search tool returned"
+    refused = r"the search call of action 0 failed during the replay \(\"<information>{'error': 'the search tool returned"
     with pytest.warns(RuntimeWarning), pytest.raises(DemonstrationError, match=refused):
         transcript_to_trajectory(tokenizer, PROMPT, completion, environment=environment)
     with warnings.catch_warnings(record=True) as caught:

@@ -17,7 +17,7 @@ import functools
 import math
 import numbers
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 from .renamed import renamed_arguments
 
@@ -57,9 +57,14 @@ class Environment:
     Attributes:
         stop_strings: Strings after which generation stops within a turn (e.g. ``"</search>"``), in addition to the
             end-of-sequence tokens; the engine reads them from the first environment of a batch.
+        action_format: What :meth:`step` receives: ``"text"``, the turn's text (decoded without special tokens);
+            or ``"message"``, the assistant message the chat template's response template parsed from it
+            (``content``, ``tool_calls``), with the environment's ``tools`` rendered in the prompt
+            (:class:`~trl_agentic.native_tools.ToolCallEnvironment`).
     """
 
     stop_strings: Sequence[str] = ()
+    action_format: Literal["text", "message"] = "text"
 
     def reset(self, **row: Any) -> str | None:
         """Start an episode for one dataset row (all its columns as keyword arguments).

@@ -111,6 +111,7 @@ class ToolCallEnvironment:
     """
 
     stop_strings: Sequence[str] = ()
+    action_format = "message"  # step() receives the parsed assistant message
 
     def __init__(self, tools: Sequence[Callable[..., Any]] = (), tool_timeout: float = 30.0,
                  sequential: Sequence[Callable[..., Any]] = (), sync_tools_on_caller_thread: bool = False,
@@ -234,6 +235,7 @@ def _arguments(call: dict[str, Any]) -> Any:
 
 
 def native_tools(env: Any) -> list[Any] | None:
-    """The tools of a :class:`ToolCallEnvironment` (read after ``reset``: they may depend on the row); ``None`` for
-    an environment whose actions are text."""
-    return list(env.tools) if isinstance(env, ToolCallEnvironment) else None
+    """The tools of an environment whose actions are messages (``action_format = "message"``: a
+    :class:`ToolCallEnvironment`), read after ``reset`` (they may depend on the row); ``None`` for an environment whose
+    actions are text (the protocol's default, :attr:`~trl_agentic.Environment.action_format`)."""
+    return list(getattr(env, "tools", ())) if getattr(env, "action_format", "text") == "message" else None

@@ -152,8 +152,9 @@ def _check_replay(t: Trajectory, turns: list[list[int]], actions: Sequence[str],
     for k, info in enumerate(t.turn_infos):
         if info.get("tool_error") or info.get("tool_timeout"):
             observation = (t.observations[k] if k < len(t.observations) else None) or ""
+            tools = " and ".join(info.get("tool") or ["tool"])  # info["tool"]: the names of the turn's calls
             raise DemonstrationError(
-                f"the {info.get('tool', 'tool')} call of action {k} failed during the replay "
+                f"the {tools} call of action {k} failed during the replay "
                 f"({' '.join(observation.split())[:120]!r}); a demonstration would teach that error: fix the tool "
                 "(or the action)"
             )

@@ -93,12 +93,12 @@ def check_reset_parameters(environment: Any, dataset: Any, name: str = "train_da
 
 def uses_native_tool_calls(environment: Any) -> bool:
     """Whether the environment's actions are native tool calls: TRL's ``tools=`` / ``environment_factory=``, or a
-    :class:`~trl_agentic.native_tools.ToolCallEnvironment` (class, or ``functools.partial`` of one)."""
-    from ..native_tools import ToolCallEnvironment
+    class (or ``functools.partial`` of one) whose ``action_format`` is ``"message"``
+    (:class:`~trl_agentic.native_tools.ToolCallEnvironment`)."""
     from ..trl_environments import TRLEnvironments
 
     cls = environment_class(environment)
-    return isinstance(environment, TRLEnvironments) or (cls is not None and issubclass(cls, ToolCallEnvironment))
+    return isinstance(environment, TRLEnvironments) or getattr(cls, "action_format", "text") == "message"
 
 
 def check_rollout_mode(environment: Any, rollout_mode: str | None) -> None:
