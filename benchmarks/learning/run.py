@@ -393,19 +393,21 @@ def run_rl(task: Task, args: argparse.Namespace, name: str) -> dict[str, Any]:
             "train_reward": curves["reward"], "curves": curves}
 
 
-def run_rft(task: Task, args: argparse.Namespace) -> dict[str, Any]:
+def run_rft(task: Task, args: argparse.Namespace, reward_func: Any = None, evaluate_fn: Any = None) -> dict[str, Any]:
     """One round of rejection-sampling fine-tuning (the loop of ``recipes/rft.py``) with GRPO's number of questions
     and samples: sample from the SFT model, keep one correct trajectory per question
-    (:func:`trl_agentic.sft.rejection_sampling`), train a fresh LoRA on them."""
+    (:func:`trl_agentic.sft.rejection_sampling`, scored by ``reward_func``, default exact match of the answer tag),
+    train a fresh LoRA on them, evaluate with ``evaluate_fn`` (default :func:`evaluate_stage`)."""
     from trl_agentic.rewards import QAReward
     from trl_agentic.sft import rejection_sampling, sft_dataset
 
+    reward_func, evaluate_fn = reward_func or QAReward("em"), evaluate_fn or evaluate_stage
     tokenizer, _ = load_base(args.model, args.device)
     rows = rl_rows(task, args)[: sampled_batches(args) * args.rl_prompts_per_step]
     model = with_adapters(args, args.out / "sft" / "adapter")
     sampling = copy.deepcopy(model.generation_config)
     sampling.temperature, sampling.top_k, sampling.top_p = args.temperature, 0, 1.0  # as the RL rollouts
-    sample = rejection_sampling(model, tokenizer, task.environment, rows, QAReward("em"),
+    sample = rejection_sampling(model, tokenizer, task.environment, rows, reward_func,
                                 samples_per_row=args.num_generations, batch_size=args.eval_batch_size,
                                 generation_config=sampling, show_progress=False, **task.budgets)
     adapters, loss = [args.out / "sft" / "adapter"], None
@@ -413,7 +415,7 @@ def run_rft(task: Task, args: argparse.Namespace) -> dict[str, Any]:
         adapter, loss = train_lora(model, sft_dataset(sample.trajectories, show_progress=False), tokenizer, args,
                                    "rft")
         adapters.append(adapter)
-    metrics = evaluate_stage(with_adapters(args, *adapters), tokenizer, task, args)
+    metrics = evaluate_fn(with_adapters(args, *adapters), tokenizer, task, args)
     return {**metrics, "samples": len(rows) * args.num_generations, "kept": len(sample.trajectories),
             "sample_accuracy": sample.report.accuracy, "sample_mean_searches": sample.report.mean_tool_calls,
             "train_loss": loss}
