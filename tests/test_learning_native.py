@@ -112,7 +112,8 @@ def test_a_malformed_call_stays_text(tool_tokenizer):
     text = '<tool_call>\n{"name": "search", "arguments": {"query": "Who"\n</tool_call><|im_end|>'
     message = parse_response(tool_tokenizer, tool_tokenizer(text, add_special_tokens=False)["input_ids"], [])
     assert "tool_calls" not in message
-    assert native_task.conversation_stats([message]) == {"searches": 0, "answers": 0, "malformed": 1, "turns": 1}
+    assert native_task.conversation_stats([message]) == {"calls": 0, "searches": 0, "answers": 0, "malformed": 1,
+                                                         "turns": 1}
 
 
 def test_gguf_dir_says_how_to_install_when_missing(monkeypatch):
@@ -236,6 +237,10 @@ def test_every_stage_runs_end_to_end_on_a_local_model(onehop, tmp_path, tool_mod
         assert report["interface"] == interface
         assert {"em", "final_em", "mean_searches", "mean_turns", "malformed_per_trajectory",
                 "malformed_rate"} <= set(report)
+    for stage in stages:
+        heldout = [json.loads(line) for line in (out / stage / "heldout.jsonl").read_text().splitlines()]
+        assert [h["question"] for h in heldout] == [r["question"] for r in run.learning.load_jsonl(onehop / "test.jsonl")[:2]]
+        assert all(h["messages"][0]["role"] == "assistant" for h in heldout)
     assert reports["sft"]["demonstrations"] == 4 and reports["sft"]["trained_tokens"] > 0
     assert reports["trl_grpo"]["trainer"] == "GRPOTrainer" and reports["grpo"]["trainer"] == "AgenticGRPOTrainer"
     for stage in (s for s in run.RL_STAGES if s in stages):

@@ -38,7 +38,8 @@ Stages (``--stages``, in this order; each writes ``<out>/<stage>/report.json`` a
 Every stage is scored by :func:`trl_agentic.evaluate.evaluate` on the first ``--test-size`` held-out questions,
 greedy: ``em`` (the interface's reward: ``get_reward``'s exact match read from the rollout, or the last message's),
 ``final_em`` (the last message's, for both), searches, turns, malformed calls (a ``<tool_call>`` block the response
-template could not read) per trajectory and as a share of call attempts, truncation. RL stages write curves under
+template could not read) per trajectory and as a share of call attempts, truncation; each held-out conversation
+goes to ``<out>/<stage>/heldout.jsonl``. RL stages write curves under
 ``"curves"``: held-out EM on the first ``--curve-size`` questions every ``--eval-every`` steps, and per step the
 sampled reward, searches, malformed calls and turns per trajectory (reward functions of weight 0 that both trainers
 log) and the step's seconds; ``--plot`` (default ``<out>/curves.png``) draws them. ``--summary`` prints the table of
@@ -153,7 +154,7 @@ def evaluate_stage(model: Any, tokenizer: Any, task: NativeTask, args: argparse.
     golds = [learning._golds(r) for r in task.test]
     count = max(len(stats), 1)
     malformed = sum(s["malformed"] for s in stats)
-    attempts = malformed + sum(s["searches"] + s["answers"] for s in stats)
+    attempts = malformed + sum(s["calls"] for s in stats)
     return {"em": report.accuracy,
             "final_em": sum(native_task.final_answer_em(messages, golds)) / count,
             "mean_searches": sum(s["searches"] for s in stats) / count,
@@ -162,7 +163,7 @@ def evaluate_stage(model: Any, tokenizer: Any, task: NativeTask, args: argparse.
             "malformed_per_trajectory": malformed / count,
             "malformed_rate": malformed / attempts if attempts else 0.0,
             "mean_tool_calls": report.mean_tool_calls, "truncation_rate": report.truncation_rate,
-            "env_failure_rate": report.env_failure_rate, "examples": messages[:5]}
+            "env_failure_rate": report.env_failure_rate, "examples": messages[:5], "messages": messages}
 
 
 def run_sft(task: NativeTask, args: argparse.Namespace) -> dict[str, Any]:
@@ -304,6 +305,10 @@ def main(argv: list[str] | None = None) -> int:
         report = run_stage(stage, task, args)
         report.update(seconds=time.perf_counter() - start, interface=args.interface)
         (args.out / stage).mkdir(parents=True, exist_ok=True)
+        heldout = report.pop("messages")
+        (args.out / stage / "heldout.jsonl").write_text(
+            "".join(json.dumps({"question": row["question"], "golden_answers": row["golden_answers"], "messages": m},
+                               default=str) + "\n" for row, m in zip(task.test, heldout)))
         (args.out / stage / "report.json").write_text(json.dumps(report, indent=1, default=str))
         print(f"== {stage}: EM {report['em']:.3f}  searches {report['mean_searches']:.2f}  turns "
               f"{report['mean_turns']:.2f}  malformed {report['malformed_per_trajectory']:.2f}  "

@@ -159,11 +159,11 @@ def final_message(messages: Sequence[dict[str, Any]]) -> str | None:
 
 
 def conversation_stats(messages: Sequence[dict[str, Any]]) -> dict[str, int]:
-    """Per rollout: ``searches`` and ``answers`` (parsed calls), ``malformed`` (``<tool_call>`` blocks left unparsed
-    in the assistant text), ``turns`` (assistant messages)."""
+    """Per rollout: ``calls`` (parsed tool calls, whatever their name), ``searches`` and ``answers`` among them,
+    ``malformed`` (``<tool_call>`` blocks left unparsed in the assistant text), ``turns`` (assistant messages)."""
     assistant = [m for m in messages if m.get("role") == "assistant"]
     names = [name for m in assistant for name, _ in _calls(m)]
-    return {"searches": names.count("search"), "answers": names.count("answer"),
+    return {"calls": len(names), "searches": names.count("search"), "answers": names.count("answer"),
             "malformed": sum(_text(m.get("content")).count("<tool_call>") for m in assistant),
             "turns": len(assistant)}
 
