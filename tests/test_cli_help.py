@@ -1,5 +1,6 @@
 """``--help`` of every command-line entry point: each ``python -m trl_agentic...`` module and each script that the
-README, the docs, the notebooks, the recipes or the benchmarks name prints its usage and exits 0.
+README, the docs, the notebooks, the recipes or the benchmarks name prints its usage and exits 0; a module's usage
+line names the command a user types (``python -m ...``), and example commands keep their lines.
 
 The list is read from those files, so a command added to the docs is tested without editing this file."""
 
@@ -39,6 +40,19 @@ def test_the_list_is_complete():
     assert len(COMMANDS) >= 15
 
 
+# python -m trl_agentic.evaluate --help shows its example as written, one line per flag group
+_EVALUATE_EXAMPLE = ("\n    python -m trl_agentic.evaluate --model outputs/gsm8k-tools-grpo --task gsm8k_tools \\\n"
+                     "        --dataset openai/gsm8k --dataset_config main --split test")
+
+
+def _typed(command: str) -> list[str]:
+    """What a user types for ``-m module``: ``python -m module``, or a console script of pyproject.toml that runs it
+    (never the file's name, argparse's default: "usage: demo.py")."""
+    module = command.split()[1]
+    scripts = re.findall(rf'^(\S+) = "{re.escape(module)}:\w+"', (ROOT / "pyproject.toml").read_text(), re.M)
+    return [f"python {command}", *scripts]
+
+
 def test_help_of_every_command(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "PYTHONIOENCODING": "utf-8"}
     # all at once: most of the time is each process importing torch and TRL
@@ -56,6 +70,11 @@ def test_help_of_every_command(tmp_path):
             out, err = process.communicate()
         if process.returncode != 0 or "usage:" not in out:
             failures.append(f"python {command} --help: exit {process.returncode}: {err.strip()[-300:]}")
+            continue
+        if command.startswith("-m ") and not any(out.startswith(f"usage: {name} ") for name in _typed(command)):
+            failures.append(f"python {command} --help: usage line {out.splitlines()[0]!r} is not the command")
+        if command == "-m trl_agentic.evaluate" and _EVALUATE_EXAMPLE not in out:
+            failures.append(f"python {command} --help reflows its example command into one line")
         elif command.startswith("recipes/"):  # docs/recipes.md: --help lists every flag, ours and TRL's
             flags = _RFT_FLAGS if command == "recipes/rft.py" else _RECIPE_FLAGS
             failures += [f"python {command} --help lacks {flag}" for flag in flags if flag not in out]

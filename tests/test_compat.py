@@ -8,7 +8,7 @@ from helpers import EchoEnvironment, agentic_args, lookup_dataset
 
 from trl_agentic import AgenticGRPOTrainer, compat
 from trl_agentic.toy import lookup_reward
-from trl_agentic.trainers.grpo import CLIPPED_LOSS_TYPES
+from trl_agentic.trainers.base import CLIPPED_LOSS_TYPES
 
 
 def _trainer(tiny_model_dir, tokenizer, tmp_path, **overrides):

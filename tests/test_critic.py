@@ -6,7 +6,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from transformers.utils import logging as hf_logging
 
 from trl_agentic.algorithms.losses import clipped_value_loss
-from trl_agentic.critic import SharedValueHead, ValueModel
+from trl_agentic.critic import SharedValueHead, ValueModel, _apply_head
 
 hf_logging.set_verbosity_error()
 
@@ -155,14 +155,14 @@ def test_value_model_save_load_round_trip(policy_path, batch, tmp_path, use_lora
         assert any(p.requires_grad for n, p in loaded.named_parameters() if "lora_" in n)
 
 
-def test_shared_head_only_same_values_from_hidden_states_and_forward(policy_path, batch):
+def test_shared_head_only_is_the_head_over_the_policys_hidden_states(policy_path, batch):
     input_ids, attention_mask = batch
     policy = Qwen2ForCausalLM.from_pretrained(policy_path)
     shared = SharedValueHead(policy)
     perturb_head(shared.head)
     assert [n for n, _ in shared.named_parameters()] == ["head.weight", "head.bias"]
     out = policy(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
-    from_hidden = shared.values_from_hidden_states(out.hidden_states[-1], completion_length=5)
+    from_hidden = _apply_head(shared.head, out.hidden_states[-1], completion_length=5)
     assert from_hidden.shape == (3, 5) and from_hidden.dtype == torch.float32
     assert_close(from_hidden, shared(input_ids, attention_mask, completion_length=5))
     # shared actor-critic: the value loss trains the policy's weights too
@@ -198,11 +198,11 @@ def test_shared_critic_adapter_runs_its_own_adapter_and_restores_the_policy(poli
     assert_close(policy(input_ids=input_ids, attention_mask=attention_mask).logits, logits_before)
     # the values are those of the critic adapter, not of the policy's hidden states
     policy_hidden = policy(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True).hidden_states
-    assert not torch.allclose(values, shared.values_from_hidden_states(policy_hidden[-1], 5))
+    assert not torch.allclose(values, _apply_head(shared.head, policy_hidden[-1], 5))
     policy.set_adapter("critic")
     critic_hidden = policy.get_base_model().model(input_ids=input_ids, attention_mask=attention_mask)
     policy.set_adapter("default")
-    assert_close(values, shared.values_from_hidden_states(critic_hidden.last_hidden_state, 5))
+    assert_close(values, _apply_head(shared.head, critic_hidden.last_hidden_state, 5))
     names = {id(p) for p in shared.critic_parameters()}
     assert {id(shared.head.weight), id(shared.head.bias)} <= names
     assert all(id(p) in names for n, p in policy.named_parameters() if ".critic." in n)

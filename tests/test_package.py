@@ -37,7 +37,7 @@ def test_no_deprecated_aliases():
 
     import trl_agentic.rewards
     from trl_agentic.environment import StepResult
-    from trl_agentic.rollout.engine import RolloutConfig
+    from trl_agentic.rollout.config import RolloutConfig
 
     with pytest.raises(TypeError, match="done"):
         StepResult(done=True)

@@ -51,7 +51,7 @@ def _trajectory(tokenizer) -> Trajectory:
         t.turn_spans.append((start, start + len(ids)))
         t.actions.append(action)
         t.turn_rewards.append(0.5)
-        t.turn_infos.append({"tool": "search"})
+        t.turn_infos.append({"tool": ["search"]})
         t.observations.append(observation)
         if observation is not None:
             obs_ids = encode(observation)
@@ -116,7 +116,47 @@ def test_token_classes_match_env_mask(tokenizer):
     for pos, (classes, title) in enumerate(zip(completion, titles)):
         assert ("trained" if t.env_mask[pos] else "masked") in classes
         assert f"id {t.completion_ids[pos]} " in title and f"position {pos} " in title
-        assert f"env_mask {t.env_mask[pos]}" in title and f"logprob {t.logprobs[pos]:.4f}" in title
+        assert f"(env_mask {t.env_mask[pos]})" in title
+        if t.env_mask[pos]:  # a sampled token shows the log-prob the generator reported
+            assert title.endswith(f"sampled, trained (env_mask 1) · log-prob {t.logprobs[pos]:.4g}")
+        else:  # an observation token was not sampled: no log-prob at all (its 0.0 is a placeholder)
+            assert title.endswith("observation, masked (env_mask 0)") and "log-prob" not in title
+
+
+def test_unknown_log_probs_are_not_shown_as_numbers(tokenizer):
+    """A generator that reports no log-prob (the trainer's transformers path, sampled evaluation) leaves ``None``:
+    the page says so, and never shows 0.0000 for a sampled token."""
+    t = _trajectory(tokenizer)
+    t.logprobs = [None if m else 0.0 for m in t.env_mask]
+    titles = [title for classes, title in _tokens(render_html([t], processing_class=tokenizer))
+              if "prompt" not in classes]
+    assert len(titles) == len(t.completion_ids)  # every token rendered (the row did not fail)
+    assert all("log-prob not recorded" in title for title, m in zip(titles, t.env_mask) if m)
+    assert not any(re.search(r"log-?prob -?0\.0000", title) for title in titles)
+
+
+def test_numbers_are_labelled_and_empty_columns_hidden(tokenizer):
+    """Each number says what it is: the reward functions' reward, the environment's step rewards only when it gives
+    any; the index has no column that no trajectory fills; masked tokens are not struck through."""
+    t = _trajectory(tokenizer)
+    t.turn_rewards = [0.0, 0.0]  # what most environments give: no step reward
+    page = render_html([{**t.to_dict(), "reward": 1.0}], processing_class=tokenizer)
+    assert "reward (reward functions)</dt><dd>1<" in page
+    assert "env reward" not in page and "environment reward" not in page and "step reward" not in page
+    header = re.search(r'<table class="index"><tr>(.*?)</tr>', page).group(1)
+    assert re.findall(r"<th>(.*?)</th>", header) == ["#", "reward (reward functions)", "turns", "stop reason"]
+    assert "line-through" not in page
+    masked = re.search(r"\.masked \{([^}]*)\}", page).group(1)
+    assert "dashed" in masked and "text-decoration" not in masked
+
+    t.turn_rewards = [0.5, 0.0]  # an environment that rewards steps: its numbers, labelled
+    t.stop_reason = "max_turns"
+    page = render_html([{**t.to_dict(), "step": 3}, t.to_dict()], processing_class=tokenizer)
+    assert "environment reward (sum of step rewards)</dt><dd>0.5<" in page
+    assert "Turn 1 · step reward (environment) 0.5" in page and "Turn 2 · step reward (environment) 0" in page
+    assert 'truncated</dt><dd class="flag">yes' in page
+    header = re.search(r'<table class="index"><tr>(.*?)</tr>', page).group(1)
+    assert re.findall(r"<th>(.*?)</th>", header) == ["#", "training step", "turns", "stop reason", "truncated"]
 
 
 def test_text_mode_has_no_tokens_and_shows_the_header(tokenizer):
@@ -124,18 +164,18 @@ def test_text_mode_has_no_tokens_and_shows_the_header(tokenizer):
     page = render_html([{**t.to_dict(), "step": 7, "reward": 0.75, "group": "a<b"}])
     assert _tokens(page) == []
     for fragment in (
-        "step</dt><dd>7<",
-        "reward</dt><dd>0.75<",
+        "training step</dt><dd>7<",
+        "reward (reward functions)</dt><dd>0.75<",
+        "environment reward (sum of step rewards)</dt><dd>1<",
         "turns</dt><dd>2<",
         "stop reason</dt><dd>terminated<",
-        "truncated</dt><dd>False<",
         f"agent tokens (trained)</dt><dd>{sum(t.env_mask)}<",
         f"observation tokens (masked)</dt><dd>{len(t.env_mask) - sum(t.env_mask)}<",
         'events</dt><dd class="flag">observation_truncated×1<',
         "group</dt><dd>a&lt;b<",
     ):
         assert fragment in page
-    assert "num_turns" not in page and "Legend" in page
+    assert "num_turns" not in page and "Legend" in page and "truncated</dt>" not in page  # not truncated: no line
 
 
 def test_dict_rows_and_objects_render_the_same(tokenizer, tmp_path):

@@ -10,7 +10,8 @@ import torch
 from helpers import EchoEnvironment, agentic_args, lookup_dataset, trl_replay
 
 from trl_agentic import AgenticGRPOTrainer
-from trl_agentic.trainers.round import pad, vllm_importance_sampling_ratio
+from trl_agentic.algorithms.importance import vllm_importance_sampling_ratio
+from trl_agentic.trainers.round import pad
 
 CASES = {
     "ref-and-old-logps": dict(beta=0.1, num_iterations=2),

@@ -10,7 +10,8 @@ from conventions import CONVENTIONS, build_convention
 from helpers import ScriptedGenerator, even_rows_right
 
 from trl_agentic import TagEnvironment
-from trl_agentic.rollout.engine import RolloutConfig, RolloutEngine
+from trl_agentic.rollout.config import RolloutConfig
+from trl_agentic.rollout.engine import RolloutEngine
 from trl_agentic.rollout.observations import ObservationEncoder
 from trl_agentic.sft import (
     DemonstrationError,
@@ -255,6 +256,27 @@ def test_chat_completion_must_alternate(tokenizer):
         transcript_to_trajectory(tokenizer, prompt, bad, rollout_mode="chat")
     with pytest.raises(DemonstrationError, match="end with an assistant"):
         transcript_to_trajectory(tokenizer, prompt, bad, rollout_mode="chat", observation_role="user")
+
+
+def test_a_demonstration_whose_tool_failed_in_the_replay_is_refused(tokenizer):
+    """Replayed against the real tool, a demonstration whose tool call failed (here: the tool returns None) would
+    teach the error text; it is refused, and sft_dataset skips it with a warning that says why."""
+    from functools import partial
+
+    def forgot_to_return(q):
+        f"docs for {q}"  # noqa: B018 - the bug: no return
+
+    environment = partial(TagEnvironment, tools={"search": forgot_to_return})
+    completion = "<search> Greywatch Light </search><answer> Odile Marcheval </answer>"
+    refused = r"the search call of action 0 failed during the replay \(\"<information>{'error': 'the search tool returned"
+    with pytest.warns(RuntimeWarning), pytest.raises(DemonstrationError, match=refused):
+        transcript_to_trajectory(tokenizer, PROMPT, completion, environment=environment)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(ValueError, match="no example could be converted .*failed during the replay"):
+            sft_dataset([{"prompt": PROMPT, "completion": completion}], tokenizer, environment=environment,
+                        show_progress=False)
+    assert any("skipped 1 of 1 examples" in str(w.message) for w in caught)
 
 
 def test_sft_dataset_skips_bad_examples_with_one_warning(tokenizer):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from conventions import build_convention
 
-from trl_agentic.rollout.engine import RolloutConfig
+from trl_agentic.rollout.config import RolloutConfig
 from trl_agentic.sft import DemonstrationError, sft_dataset, transcript_to_trajectory
 
 TOOLS = [{"type": "function", "function": {

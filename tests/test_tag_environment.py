@@ -3,6 +3,8 @@
 import asyncio
 import time
 
+import pytest
+
 from trl_agentic import TagEnvironment
 
 
@@ -16,7 +18,7 @@ def test_tool_call_and_answer():
     env.reset(question="q")
     result = run(env.step("<think>hm</think><search> paris </search>"))
     assert result.observation == "\n\n<information>docs for paris</information>\n\n"
-    assert result.info == {"tool": "search"} and not result.terminated
+    assert result.info == {"tool": ["search"]} and not result.terminated
     result = run(env.step("<answer> Paris </answer>"))
     assert result.terminated and env.answer == "Paris"
 
@@ -48,6 +50,25 @@ def test_failing_and_hanging_tools_return_error_observations():
     assert not result.terminated
     result = run(env.step("<b>x</b>"))
     assert result.info["tool_timeout"] and "timed out" in result.observation
+
+
+def test_a_tool_that_returns_no_text_warns_once_per_tool():
+    """A tool that returns None costs each call an error observation the model reads; the user is told once per
+    tool (and kind of failure), not once per call, nor never."""
+    import warnings
+
+    def forgot_to_return(q):
+        f"docs for {q}"  # noqa: B018 - the bug: no return
+
+    env = TagEnvironment(tools={"search": forgot_to_return})
+    with pytest.warns(RuntimeWarning, match=r"the search tool \(.*forgot_to_return\) returned NoneType, not text: "
+                                            r"the model reads an error observation .* make it return a str"):
+        result = run(env.step("<search> paris </search>"))
+    assert result.info["tool_error"] and "returned NoneType, not text" in result.observation
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a second call, or another instance of the environment: no second warning
+        again = TagEnvironment(tools={"search": forgot_to_return})
+        assert run(again.step("<search> rome </search>")).info["tool_error"]
 
 
 def test_huge_tool_output_is_cut_inside_the_tags(tokenizer):

@@ -19,7 +19,7 @@ from trl_agentic.trackers import trajectory_columns
 def test_columns_of_hand_made_trajectories():
     t = Trajectory(prompt_ids=[1], actions=["<lookup>k1</lookup>", "<answer>4</answer>"],
                    observations=["<result>" + "9" * 500 + "</result>", None],
-                   turn_infos=[{"tool": "lookup"}, {}], turn_rewards=[0.0, 1.0], stop_reason="terminated")
+                   turn_infos=[{"tool": ["lookup"]}, {}], turn_rewards=[0.0, 1.0], stop_reason="terminated")
     columns = trajectory_columns([t, Trajectory(prompt_ids=[2], stop_reason="env_error")], max_chars=20)
     assert columns["turns"] == [2, 0] and columns["tool_calls"] == ["lookup", ""]
     assert columns["actions"][0] == "[1] <lookup>k1</lookup>\n[2] <answer>4</answer>"
@@ -39,7 +39,7 @@ def test_completions_table_reaches_trackio_offline(tiny_model_dir, tokenizer, tm
                         run_name="tables")
     trainer = AgenticGRPOTrainer(model=tiny_model_dir, reward_funcs=composite, args=args, train_dataset=data,
                                  processing_class=tokenizer, environment=LookupEnvironment)
-    trainer._generator = lambda: even_rows_right(tokenizer, list(data))  # scripted agent: lookups, then answers
+    trainer.rollout_engine.generator = even_rows_right(tokenizer, list(data))  # scripted: lookups, then answers
     trainer.train()  # transformers' trackio callback finishes the run
 
     (path,) = glob.glob(str(tmp_path / "out" / "completions" / "*.parquet"))

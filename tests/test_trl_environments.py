@@ -3,56 +3,17 @@ of our trainers, and on identical scripted token streams our trainer builds the 
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
 import torch
 from conventions import build_convention
+from helpers import native_call as call
+from helpers import scripted
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-HEADER = "<|im_start|>assistant\n"
 
-
-class ScriptedLogits:
-    """Forces, on every row, the tokens of turn ``k`` of ``turns`` (``k`` = assistant headers in the context - 1),
-    then ``<|im_end|>``: the same token streams for any trainer, whatever the weights."""
-
-    def __init__(self, tokenizer, turns):
-        encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
-        self.end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-        self.header = encode(HEADER)
-        self.turns = [encode(text) + [self.end] for text in turns]
-
-    def __call__(self, input_ids, scores):
-        out = torch.full_like(scores, float("-inf"))
-        n = len(self.header)
-        for row, ids in enumerate(input_ids.tolist()):
-            starts = [i for i in range(len(ids) - n + 1) if ids[i:i + n] == self.header]
-            turn = self.turns[min(len(starts) - 1, len(self.turns) - 1)]
-            offset = len(ids) - starts[-1] - n
-            out[row, turn[offset] if offset < len(turn) else self.end] = 0.0
-        return out
-
-
-def scripted(model, tokenizer, turns):
-    """``model.generate`` with the script's logits processor added (instance attribute; test double only)."""
-    from transformers import LogitsProcessorList
-
-    original, script = model.generate, ScriptedLogits(tokenizer, turns)
-
-    def generate(*args, **kwargs):
-        processors = LogitsProcessorList(kwargs.pop("logits_processor", None) or [])
-        processors.append(script)
-        return original(*args, logits_processor=processors, **kwargs)
-
-    model.generate = generate
-    return model
-
-
-def call(name, **arguments):
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
 
 
 @pytest.fixture(scope="module")
@@ -256,7 +217,8 @@ def test_batch_equals_trl_tool_loop(qwen, tmp_path):
 def test_reset_text_joins_the_last_user_message_and_a_failing_reset_costs_its_rollout(qwen):
     from helpers import ScriptedGenerator
 
-    from trl_agentic.rollout.engine import RolloutConfig, RolloutEngine
+    from trl_agentic.rollout.config import RolloutConfig
+    from trl_agentic.rollout.engine import RolloutEngine
     from trl_agentic.trl_environments import TRLEnvironments
 
     class Quiz:
@@ -418,3 +380,69 @@ def test_environment_factory_without_dataset_as_in_trl(qwen, tmp_path):
         trl, ours = _both(qwen, tmp_path, [], ["Done."], reward_funcs=lambda completions, **k: [0.0] * len(completions),
                           **refused)
         assert isinstance(trl, str) and ours == trl
+
+
+# -- issue 32: the config swapped too, and evaluation scoring what training scores ---------------------------------
+@pytest.mark.parametrize("trainer_name", ["grpo", "ppo"])
+def test_agentic_config_with_trl_tools_infers_chat_and_trls_budgets(qwen, tmp_path, trainer_name):
+    """AgenticGRPOConfig / AgenticPPOConfig + tools=: the rollout fields left unset take TRL's tool loop's values
+    (chat, a turn may use the whole budget, max_tool_calling_iterations + 1 turns); set ones are kept, and an explicit
+    rollout_mode='text' is still refused."""
+    from trl_agentic import AgenticGRPOConfig, AgenticGRPOTrainer, AgenticPPOConfig, AgenticPPOTrainer
+
+    trainer_class, config_class = ((AgenticGRPOTrainer, AgenticGRPOConfig) if trainer_name == "grpo"
+                                   else (AgenticPPOTrainer, AgenticPPOConfig))
+    reward = lambda completions, **k: [0.0] * len(completions)  # noqa: E731
+    common = dict(processing_class=qwen.load_tokenizer(), train_dataset=increment_dataset(), reward_funcs=reward,
+                  tools=[multiply])
+    args = _config(config_class, tmp_path, max_tool_calling_iterations=3)
+    trainer = trainer_class(model=qwen.load_model(), args=args, **common)
+    assert (trainer.args.rollout_mode, trainer.args.max_turns, trainer.args.max_tokens_per_turn) == ("chat", 4, 96)
+    assert args.rollout_mode == "text"  # the caller's config is left as it was
+    kept = trainer_class(model=qwen.load_model(), args=_config(config_class, tmp_path, max_turns=2), **common)
+    assert (kept.args.max_turns, kept.args.max_tokens_per_turn) == (2, 96)
+    with pytest.raises(ValueError, match="rollout_mode='chat'"):
+        trainer_class(model=qwen.load_model(), args=_config(config_class, tmp_path, rollout_mode="text"), **common)
+
+
+def test_evaluation_gives_reward_functions_what_training_gives_them(qwen, tmp_path):
+    """trl_agentic.evaluate on TRL's environment_factory: the reward functions receive the same prompts (reset text
+    appended), completions (the rollout's messages) and environments as in a training round."""
+    from trl import GRPOConfig
+
+    from trl_agentic import AgenticGRPOTrainer
+    from trl_agentic.evaluate import evaluate
+    from trl_agentic.rollout.generation import HFGenerator
+    from trl_agentic.trl_environments import TRLEnvironments
+
+    class Quiz(IncrementEnv):
+        def reset(self, target, **kwargs) -> str:
+            super().reset(target)
+            return f" Reach {target}."
+
+    received = {}
+
+    def reward(prompts, completions, environments, **kwargs):
+        received[where] = (prompts, completions, [type(e).__name__ for e in environments])
+        return [float(e.counter == e.target) for e in environments]
+
+    turns = [call("increment", step=2) + "\n" + call("increment", step=1), "Done."]
+    rows = [dict(r) for r in increment_dataset()][2:4]  # targets 3 and 4
+    tok = qwen.load_tokenizer()
+    model = scripted(qwen.load_model(), tok, turns)
+    where = "training"
+    trainer = AgenticGRPOTrainer(model=model, processing_class=tok, train_dataset=increment_dataset(),
+                                 reward_funcs=reward, args=_config(GRPOConfig, tmp_path, max_completion_length=256),
+                                 environment_factory=Quiz)
+    trainer.training_batch(rows)
+    where = "evaluation"
+    generator = HFGenerator(model, tok, model.generation_config)
+    report, _ = evaluate(model, tok, TRLEnvironments(environment_factory=Quiz), rows, reward, generator=generator,
+                         show_progress=False, **{k: getattr(trainer.args, k) for k in
+                                                 ("rollout_mode", "max_turns", "max_tokens_per_turn",
+                                                  "max_completion_length")})
+    assert received["evaluation"] == received["training"]
+    prompts, completions, names = received["training"]
+    assert prompts[0][-1]["content"].endswith(" Reach 3.") and names == ["Quiz", "Quiz"]
+    assert [m["role"] for m in completions[0]] == ["assistant", "tool", "tool", "assistant"], completions[0]
+    assert report.accuracy == 0.5  # both counters reach 3: target 3 is met, target 4 is not

@@ -15,6 +15,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from .quiet import silence_unactionable
+
+silence_unactionable()  # before TRL, transformers and bitsandbytes are imported: trl_agentic/quiet.py
+
 __version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
@@ -30,7 +34,7 @@ _EXPORTS: dict[str, str] = {
     "TagProtocol": "trl_agentic.tag_protocol",
     # rollouts
     "Trajectory": "trl_agentic.trajectory",
-    "RolloutConfig": "trl_agentic.rollout.engine",
+    "RolloutConfig": "trl_agentic.rollout.config",
     "run_rollouts": "trl_agentic.rollout.engine",
 }
 

@@ -35,15 +35,18 @@ TRL internal                                           used for
 ``Trainer._clip_grad_norm(model)`` (transformers)       overridden: the critic's gradients clipped with the model's
 ``VLLMGeneration.max_completion_length``,               ``TRLVLLMGenerator``: per-turn budget and stop strings
 ``.generation_kwargs``, ``.generate`` (vllm_generation)
+``VLLMGeneration.mode``, ``.tensor_parallel_size``,     ``vllm_generate``: which processes ``generate`` gathers
+``.tp_group`` (vllm_generation)                         (each call padded to the same count on all of them)
 =====================================================  ==========================================================
 
 ``REQUIRED_SIGNATURES`` lists the parameters we call the private methods with. Nothing here replaces a method on an
 instance or writes a TRL attribute that TRL also writes, except ``_buffered_inputs`` (as TRL's own
 ``_prepare_inputs``), ``model_wrapped`` (``end_training``), and TRL's logging state as TRL writes it
 (``count_tokens``, ``log_round_table``), which only a round of our own writes (TRL's does not run then).
-TRL's vLLM backend (``VLLMGeneration.max_completion_length`` / ``.generation_kwargs`` / ``.generate(...)``) is
-reached only through :func:`vllm_generate`.
+TRL's vLLM backend (``VLLMGeneration.max_completion_length`` / ``.generation_kwargs`` / ``.generate(...)`` /
+``.mode`` / ``.tensor_parallel_size`` / ``.tp_group``) is reached only through :func:`vllm_generate`.
 ``trl.chat_template_utils.parse_response`` is reached only through :func:`parse_response`.
+TRL's GRPO script (``trl.scripts.grpo``, what ``trl grpo`` runs) is reached only through :func:`trl_grpo_script`.
 """
 
 from __future__ import annotations
@@ -60,7 +63,135 @@ from packaging.version import Version
 from trl import GRPOTrainer
 
 from .algorithms.masked import zero_masked
-from .trainers.round import TRLBatch
+
+
+# -- TRL's batch ------------------------------------------------------------------------------------------------
+class TRLBatch:
+    """Typed view of the batch dict TRL's ``_generate_and_score_completions`` returns (and ``_compute_loss``
+    takes). Shapes: ``B`` rows (this process), ``P`` prompt width, ``C`` completion width.
+
+    =============================  =======================================================================
+    property (TRL key)             meaning
+    =============================  =======================================================================
+    ``prompt_ids``, ``prompt_mask``  (B, P), **left**-padded
+    ``completion_ids``              (B, C), right-padded with the pad id
+    ``completion_mask``             (B, C), 1 on real completion positions (0 on padding)
+    ``env_mask`` (``tool_mask``)    (B, C), 1 where the model sampled the token, 0 on observations
+    ``loss_mask``                   ``completion_mask * env_mask``: the positions the loss trains
+    ``advantages``                  (B,) group advantages, or (B, C) per-token advantages
+    ``old_logps`` / ``ref_logps``   (B, C) or None (``old_per_token_logps`` / ``ref_per_token_logps``)
+    ``sampling_logps``              (B, C) or None: the log-probs vLLM sampled with (``sampling_per_token_logps``)
+    ``num_items_in_batch``          scalar: trained positions over all processes (for ``loss_type="dapo"``)
+    =============================  =======================================================================
+    """
+
+    LEFT_PADDED = ("prompt_ids", "prompt_mask")
+    TRL_ORDER = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages", "num_items_in_batch",
+                 "old_per_token_logps", "importance_sampling_ratio", "sampling_per_token_logps",
+                 "ref_per_token_logps", "tool_mask")
+    """The keys in the order TRL's ``_generate_and_score_completions`` writes them (its buffer shuffle reads the
+    first value)."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data = data
+
+    def in_trl_order(self) -> None:
+        """Put TRL's keys in TRL's order (:data:`TRL_ORDER`), any other key after them."""
+        rank = {key: i for i, key in enumerate(self.TRL_ORDER)}
+        self.data = dict(sorted(self.data.items(), key=lambda item: rank.get(item[0], len(rank))))
+
+    # -- ids and masks
+    @property
+    def prompt_ids(self) -> torch.Tensor:
+        return self.data["prompt_ids"]
+
+    @property
+    def prompt_mask(self) -> torch.Tensor:
+        return self.data["prompt_mask"]
+
+    @property
+    def completion_ids(self) -> torch.Tensor:
+        return self.data["completion_ids"]
+
+    @property
+    def completion_mask(self) -> torch.Tensor:
+        return self.data["completion_mask"]
+
+    @property
+    def env_mask(self) -> torch.Tensor:
+        mask = self.data.get("tool_mask")
+        return torch.ones_like(self.completion_mask) if mask is None else mask
+
+    @env_mask.setter
+    def env_mask(self, value: torch.Tensor) -> None:
+        self.data["tool_mask"] = value
+
+    @property
+    def loss_mask(self) -> torch.Tensor:
+        return self.completion_mask * self.env_mask
+
+    def input_ids(self) -> torch.Tensor:
+        return torch.cat([self.prompt_ids, self.completion_ids], dim=1)
+
+    def attention_mask(self) -> torch.Tensor:
+        return torch.cat([self.prompt_mask, self.completion_mask], dim=1)
+
+    # -- learning signal
+    @property
+    def advantages(self) -> torch.Tensor:
+        return self.data["advantages"]
+
+    @advantages.setter
+    def advantages(self, value: torch.Tensor) -> None:
+        self.data["advantages"] = value
+
+    @property
+    def old_logps(self) -> torch.Tensor | None:
+        return self.data.get("old_per_token_logps")
+
+    @old_logps.setter
+    def old_logps(self, value: torch.Tensor) -> None:
+        self.data["old_per_token_logps"] = value
+
+    @property
+    def ref_logps(self) -> torch.Tensor | None:
+        return self.data.get("ref_per_token_logps")
+
+    @property
+    def sampling_logps(self) -> torch.Tensor | None:
+        return self.data.get("sampling_per_token_logps")
+
+    def pop_ref_logps(self) -> torch.Tensor | None:
+        """Remove the reference log-probs (PPO puts the KL in the reward, so TRL's loss must not see them)."""
+        return self.data.pop("ref_per_token_logps", None)
+
+    @property
+    def num_items_in_batch(self) -> torch.Tensor:
+        return self.data["num_items_in_batch"]
+
+    def recount_items(self, gather: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        """Recompute ``num_items_in_batch`` after the loss mask changed (``gather`` concatenates over processes)."""
+        self.data["num_items_in_batch"] = gather(self.loss_mask.sum().reshape(1)).sum()
+
+    def __getitem__(self, key: str) -> Any:  # extra keys our trainers add (PPO's values, returns)
+        return self.data[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.data[key] = value
+
+    # -- layout, for merging rounds
+    def row_keys(self) -> list[str]:
+        """Keys of per-row tensors (dim 0 = this process's rows), in TRL's order."""
+        rows = self.prompt_ids.size(0)
+        return [k for k, v in self.data.items() if isinstance(v, torch.Tensor) and v.dim() >= 1 and v.size(0) == rows]
+
+    def pad_value(self, key: str, pad_token_id: int) -> float:
+        return pad_token_id if key in ("prompt_ids", "completion_ids") else 0
+
+    def is_left_padded(self, key: str) -> bool:
+        return key in self.LEFT_PADDED
+
+
 
 TESTED_TRL = (Version("1.15.0"), Version("1.17.0"))  # [min, max)
 
@@ -84,6 +215,19 @@ def parse_response(processing_class: Any, ids: Sequence[int], prefix: Sequence[i
     from trl.chat_template_utils import parse_response as trl_parse_response
 
     return trl_parse_response(processing_class, list(ids), prefix=list(prefix), tools=list(tools) or None)
+
+
+def trl_tool_chat_template(processing_class: Any) -> str | None:
+    """The chat template TRL 1.16's ``GRPOTrainer`` renders tool rollouts with instead of the tokenizer's own, or
+    ``None`` when it keeps that one: when the template is not prefix-preserving (Qwen3's strips earlier reasoning),
+    TRL swaps in its training variant (``trl.get_training_chat_template``; ``GRPOTrainer.__init__``, with
+    ``trl.chat_template_utils.is_chat_template_prefix_preserving``, which is not a top-level export)."""
+    from trl import get_training_chat_template
+    from trl.chat_template_utils import is_chat_template_prefix_preserving
+
+    if is_chat_template_prefix_preserving(processing_class):
+        return None
+    return get_training_chat_template(processing_class)
 
 
 def check_trl_version() -> None:
@@ -205,42 +349,6 @@ class GRPOTrainerBoundary(GRPOTrainer):
         )
         return logps, entropies
 
-    def aggregate_like_trl(self, per_token: torch.Tensor, mask: torch.Tensor, batch: TRLBatch) -> torch.Tensor:
-        """Reduce a (B, T) per-token term exactly as TRL 1.16's ``_compute_loss`` reduces its per-token loss for
-        the configured ``loss_type`` (gradient-accumulation scaling included), so that an extra term added here
-        equals the same term added inside TRL's loss. Masked with ``torch.where``. Checked against TRL's own k3
-        term for every loss type in the contract tests."""
-        training = self.model.training
-        accumulation = self.current_gradient_accumulation_steps if training else 1.0
-        masked = zero_masked(per_token, mask)
-        mask = mask.to(masked.dtype)
-        loss_type = self.loss_type
-        if loss_type in ("grpo", "sapo"):
-            return (masked.sum(-1) / mask.sum(-1).clamp(min=1.0)).mean() / accumulation
-        if loss_type == "bnpo":
-            return masked.sum() / mask.sum().clamp(min=1.0) / accumulation
-        if loss_type == "dr_grpo":
-            return masked.sum() / (per_token.size(0) * self.max_completion_length) / accumulation
-        if loss_type in ("cispo", "dapo", "vespo"):
-            normalizer = batch.num_items_in_batch.clamp(min=1.0) / self.accelerator.num_processes
-            if training:
-                normalizer = normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
-            return masked.sum() / normalizer
-        if loss_type == "luspo":
-            return masked.sum(-1).mean() / accumulation
-        raise ValueError(f"aggregate_like_trl does not know loss_type {loss_type!r}")
-
-    def importance_weights(self, logps: torch.Tensor, batch: TRLBatch) -> torch.Tensor:
-        """TRL's importance weights ``coef_1`` = ``pi / pi_old``: per token (B, T) for
-        ``importance_sampling_level="token"``, per sequence (B, 1) ``exp(mean_t log ratio)`` over trained tokens for
-        ``"sequence"`` (GSPO), as TRL 1.16 computes them in ``_compute_loss``."""
-        old = batch.old_logps if batch.old_logps is not None else logps.detach()
-        mask = batch.loss_mask
-        log_ratio = zero_masked(logps - old, mask)  # 0 at masked positions, as the sanitized inputs of trl_loss
-        if self.importance_sampling_level == "sequence":
-            log_ratio = (log_ratio.sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
-        return torch.exp(log_ratio)
-
     def policy_logps(self, model: Any, batch: TRLBatch) -> torch.Tensor:
         """Per-token log-probs of the completion under ``model``, computed as TRL computes them (no gradient; in
         chunks of the mode's per-device batch size, l. 2511)."""
@@ -315,6 +423,10 @@ class GRPOTrainerBoundary(GRPOTrainer):
         self.model_wrapped = self.model
         self.accelerator.free_memory()  # drops accelerate's references to the prepared objects, then gc.collect()
 
+    def end(self) -> None:
+        """transformers' ``Trainer.end()`` (what TRL's scripts call last), as :meth:`end_training`."""
+        self.end_training()
+
     def log_metric(self, name: str, value: float) -> None:
         """Append a metric for the current mode; TRL averages and logs it with its own metrics."""
         self._metrics["train" if self.model.training else "eval"][name].append(value)
@@ -384,14 +496,65 @@ def vllm_generate(
 ) -> tuple[list[list[int]], list[list[float]] | None]:
     """One batched call to TRL's vLLM backend (``trainer.vllm_generation``, colocate or server) with this call's
     ``max_tokens`` and extra ``SamplingParams`` fields, TRL's own settings restored afterwards. Returns the sampled
-    ids of each prompt and, when TRL asked vLLM for them, the sampling log-prob of each sampled id."""
+    ids of each prompt and, when TRL asked vLLM for them, the sampling log-prob of each sampled id.
+
+    Every process must make the same calls (a collective), each with at least one prompt: the rollout engine sends a
+    one-token dummy when a process has nothing active. Where TRL gathers the prompts of several processes
+    (:func:`_padded_count`), each call is padded to the same count on every process (see there).
+    """
+    if not prompts:
+        raise ValueError("vllm_generate needs at least one prompt on every process: send a one-token dummy prompt "
+                         "when this process has nothing to generate (RolloutEngine does)")
     backend = trainer.vllm_generation
+    count = _padded_count(backend, len(prompts))
+    padded = prompts + [prompts[0][:1]] * (count - len(prompts))
     saved_max, saved_kwargs = backend.max_completion_length, backend.generation_kwargs
     backend.max_completion_length = max_tokens
     backend.generation_kwargs = {**saved_kwargs, **sampling_kwargs}
     try:
-        _, completion_ids, logprobs, _ = backend.generate(prompts=prompts, images=None, num_generations=1)
+        _, completion_ids, logprobs, _ = backend.generate(prompts=padded, images=None, num_generations=1)
     finally:
         backend.max_completion_length, backend.generation_kwargs = saved_max, saved_kwargs
-    ids = [list(row) for row in completion_ids]
-    return ids, None if logprobs is None else [[lp[0] for lp in row] for row in logprobs]
+    ids = [list(row) for row in completion_ids[: len(prompts)]]
+    return ids, None if logprobs is None else [[lp[0] for lp in row] for row in logprobs[: len(prompts)]]
+
+
+def _padded_count(backend: Any, count: int) -> int:
+    """How many prompts this process must send so that TRL's ``VLLMGeneration.generate`` hands it back its own
+    completions: the largest ``count`` over the processes whose prompts TRL gathers into one request, else ``count``.
+
+    TRL 1.16 (``trl/generation/vllm_generation.py``, ``generate``) gathers the prompts of every process in server mode
+    (``gather_object``, one request from the main process, ``broadcast_object_list``) and of the tensor-parallel group
+    in colocate mode with ``tensor_parallel_size > 1`` (``all_gather_object`` over ``tp_group``), then gives process
+    ``i`` the slice ``[i * len(prompts), (i + 1) * len(prompts))``: right only when every process sent as many
+    prompts. A multi-turn rollout sends each turn only the trajectories still active, which differ between
+    processes; with unequal counts a process silently gets another process's tokens (or too few).
+
+    Two ways out: slice by the gathered counts, or send equal counts. Slicing by counts means re-implementing TRL's
+    ``generate`` for both modes (the gathers, the request, the broadcast, the multimodal branches) and keeping it in
+    step with every TRL release; padding keeps TRL's code path as it is. Its cost: per call, each process sends
+    ``max - count`` one-token dummy prompts (a copy of its first prompt's first id) whose outputs it drops; vLLM
+    decodes them in the same batch as the real ones, at most ``max_tokens`` each. One small all-gather of the counts
+    per call, over the same processes as TRL's own gather.
+    """
+    if not torch.distributed.is_available() or not torch.distributed.is_initialized():
+        return count
+    if backend.mode == "server":
+        group = None  # every process
+    elif backend.mode == "colocate" and backend.tensor_parallel_size > 1:
+        group = backend.tp_group
+    else:
+        return count  # colocate without tensor parallelism: each process generates its own prompts
+    counts: list[Any] = [None] * torch.distributed.get_world_size(group)
+    torch.distributed.all_gather_object(counts, count, group=group)
+    return max(counts)
+
+
+# -- TRL's command-line script -------------------------------------------------------------------------------------
+def trl_grpo_script() -> Any:
+    """TRL's GRPO script, the module ``trl grpo`` runs (``trl/scripts/grpo.py``): its ``GRPOScriptArguments`` (the
+    ``--reward_funcs`` / ``--reward_model_name_or_path`` flags) and ``main(script_args, training_args, model_args,
+    dataset_args)``, which builds whatever ``trl.GRPOTrainer`` names when it runs (``trl_agentic.cli``)."""
+    from trl.scripts import grpo
+
+    return grpo

@@ -186,10 +186,8 @@ class SharedValueHead(nn.Module):
     :meth:`critic_parameters` adds the critic adapter's parameters for the critic's optimizer param group.
 
     Two uses:
-        - Head only (``adapter_config=None``): feed the policy's last hidden states to
-          :meth:`values_from_hidden_states` (``model(..., output_hidden_states=True).hidden_states[-1]``, in the same
-          forward as the logits), or call :meth:`forward` for a separate pass. The value loss then trains the
-          policy's trainable weights too (shared actor-critic), unless the hidden states are detached.
+        - Head only (``adapter_config=None``): :meth:`forward` runs the policy's decoder and the head. The value loss
+          then trains the policy's trainable weights too (shared actor-critic), unless ``detach_backbone``.
         - Critic adapter (PEFT policy, ``adapter_config`` given): the adapter ``adapter_name`` is added to the
           policy, and :meth:`forward` runs the decoder with it active (a second forward over the same base weights),
           then switches back to the policy's adapter. Policy and critic adapters are both left trainable
@@ -244,14 +242,6 @@ class SharedValueHead(nn.Module):
     def critic_parameters(self) -> list[nn.Parameter]:
         """The parameters the value loss should update: the head, plus the critic adapter's when there is one."""
         return list(self.head.parameters()) + (self._adapter_parameters() if self.adapter_name else [])
-
-    def values_from_hidden_states(
-        self, hidden_states: torch.Tensor, completion_length: int | None = None
-    ) -> torch.Tensor:
-        """Values (float32) from last hidden states (B, L, H): (B, L), or (B, n) aligned with the last
-        ``n = completion_length`` tokens (see the module docstring). For hidden states of the policy's own forward;
-        with a critic adapter use :meth:`forward` instead."""
-        return _apply_head(self.head, hidden_states, completion_length)
 
     @contextmanager
     def _critic_adapter_active(self) -> Iterator[None]:

@@ -21,6 +21,7 @@ same machine (one thread, deterministic algorithms).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import tempfile
@@ -55,7 +56,8 @@ class DemoSettings:
 
 
 def _parse(argv: list[str] | None) -> tuple[DemoSettings, argparse.Namespace]:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m trl_agentic.demo", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     defaults = DemoSettings()
     parser.add_argument("--steps", type=int, default=None, help=f"GRPO steps (default {defaults.steps})")
     parser.add_argument("--quick", action="store_true", help="40 GRPO steps and 50 held-out prompts")
@@ -68,6 +70,12 @@ def _parse(argv: list[str] | None) -> tuple[DemoSettings, argparse.Namespace]:
     if args.steps is not None:
         settings.steps = args.steps
     return settings, args
+
+
+def _remove_if_empty(path: str) -> None:
+    """Drop a trainer's ``output_dir`` when the run saved nothing in it (the demo keeps no checkpoint)."""
+    with contextlib.suppress(OSError):
+        os.rmdir(path)
 
 
 def _quiet(trainer: Any) -> Any:
@@ -138,6 +146,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                          save_strategy="no", seed=settings.seed, disable_tqdm=True)
     sft = _quiet(SFTTrainer(model=model, args=sft_args, train_dataset=dataset, processing_class=tokenizer))
     sft_loss = sft.train().training_loss
+    _remove_if_empty(sft_args.output_dir)
     print(f"SFT warm start: {len(dataset)} demonstrations x {settings.sft_epochs} epochs, mean loss {sft_loss:.3f}",
           flush=True)
     after_sft, _ = measure("after SFT")
@@ -167,6 +176,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                      processing_class=tokenizer, environment=LookupEnvironment,
                                      callbacks=[CompactLog()]))
     grpo.train()
+    _remove_if_empty(grpo_args.output_dir)
     after, trajectories = measure(f"after GRPO ({settings.steps} st.)")
 
     seconds = time.perf_counter() - start

@@ -17,17 +17,22 @@ import functools
 import math
 import numbers
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Literal, Sequence
+
+from .renamed import renamed_arguments
 
 
+@renamed_arguments({"done": "use terminated=True when the task ended (and truncated=True when the episode was cut "
+                             "short), as Gymnasium's step() does"})
 @dataclass
 class StepResult:
     """What :meth:`Environment.step` returns for one action.
 
     Attributes:
         observation: Text appended after the model's action (masked out of training); ``None`` appends nothing. In
-            chat mode also a list of messages (``{"role": "tool", "name": ..., "content": str}``, what
-            :class:`~trl_agentic.native_tools.ToolCallEnvironment` returns), rendered together by the chat template.
+            chat mode also a list of messages (``{"role": "tool", "name": ..., "content": ...}``, what
+            :class:`~trl_agentic.native_tools.ToolCallEnvironment` returns; a content is text, or a list of content
+            parts as a tool returned it), rendered together by the chat template.
         reward: Turn-level reward of this action, a finite number (reward functions read it as
             ``trajectory.turn_rewards``).
         terminated: The task reached a terminal state (an answer was given): no further turn.
@@ -35,7 +40,7 @@ class StepResult:
             tool): no further turn. Budgets of the engine (``max_turns``, tokens) are recorded separately, in
             ``Trajectory.stop_reason``.
         info: Free-form details, kept on the trajectory (``Trajectory.turn_infos``). Keys the engine counts in
-            metrics: ``tool`` (name of the tool called, or a list of names), ``invalid``, ``unknown_tool``,
+            metrics: ``tool`` (the names of the tools called, a list), ``invalid``, ``unknown_tool``,
             ``tool_error``, ``tool_timeout`` (bools, or counts).
     """
 
@@ -52,9 +57,14 @@ class Environment:
     Attributes:
         stop_strings: Strings after which generation stops within a turn (e.g. ``"</search>"``), in addition to the
             end-of-sequence tokens; the engine reads them from the first environment of a batch.
+        action_format: What :meth:`step` receives: ``"text"``, the turn's text (decoded without special tokens);
+            or ``"message"``, the assistant message the chat template's response template parsed from it
+            (``content``, ``tool_calls``), with the environment's ``tools`` rendered in the prompt
+            (:class:`~trl_agentic.native_tools.ToolCallEnvironment`).
     """
 
     stop_strings: Sequence[str] = ()
+    action_format: Literal["text", "message"] = "text"
 
     def reset(self, **row: Any) -> str | None:
         """Start an episode for one dataset row (all its columns as keyword arguments).
@@ -133,6 +143,18 @@ def _check_text(value: Any, where: str) -> str | None:
     return value
 
 
+def _check_nested_text(value: Any, where: str) -> None:
+    """Every string inside a list/tuple/dict result is valid text."""
+    if isinstance(value, str):
+        _check_text(value, where)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_nested_text(item, f"{where}[{key!r}]")
+    elif isinstance(value, (list, tuple)):
+        for j, item in enumerate(value):
+            _check_nested_text(item, f"{where}[{j}]")
+
+
 def check_reset_result(value: Any, env_name: str) -> str | None:
     """Validate what ``reset`` returned: a ``str`` (valid Unicode) or ``None``."""
     return _check_text(value, f"{env_name}.reset() return value")
@@ -152,7 +174,11 @@ def check_step_result(value: Any, env_name: str) -> StepResult:
             if not isinstance(message, dict) or not isinstance(message.get("role"), str):
                 raise EnvironmentOutputError(f"{where}.observation[{i}] must be a message dict with a 'role', got "
                                              f"{type(message).__name__}")
-            _check_text(message.get("content"), f"{where}.observation[{i}]['content']")
+            content = message.get("content")
+            if isinstance(content, list):  # a TRL tool's list result (content parts, rows), kept as it came
+                _check_nested_text(content, f"{where}.observation[{i}]['content']")
+            else:
+                _check_text(content, f"{where}.observation[{i}]['content']")
     else:
         _check_text(value.observation, f"{where}.observation")
     reward = value.reward

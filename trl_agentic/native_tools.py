@@ -10,16 +10,22 @@ One turn, in the engine's chat mode:
 
 1. the prompt is rendered with the tools' JSON schemas (``apply_chat_template(..., tools=tools)``);
 2. the model's sampled ids are kept as they are, and parsed into an assistant message (:func:`parse_turn`);
-3. :meth:`ToolCallEnvironment.step` runs the message's tool calls, concurrently, each under ``tool_timeout``;
-4. the results, one ``{"role": "tool", "name": ..., "content": str(result)}`` message per call, are rendered by the
-   chat template and appended as masked observation tokens (:meth:`ObservationEncoder.encode_observation`).
+3. :meth:`ToolCallEnvironment.step` runs the message's tool calls, each under ``tool_timeout``: as TRL 1.16 does,
+   sync tools one after another on the rollout's thread (``sync_tools_on_caller_thread``; or concurrently on
+   worker threads) and async tools concurrently;
+4. the results, one ``{"role": "tool", "name": ..., "content": result}`` message per call (``str(result)``, or a
+   list of content parts kept as the tool returned it, as TRL does), are rendered by the chat template and appended
+   as masked observation tokens (:meth:`ObservationEncoder.encode_observation`).
 
-A turn without a tool call ends the episode (``terminated``), as in TRL. Every bad call costs that call alone: the
-model reads ``{'error': '...'}`` as its result (TRL's error format) and the trajectory goes on. Unlike TRL, a call
-the template's parser cannot read (malformed JSON) is answered with an error too instead of ending the episode
-(``info["invalid"]``), and an argument whose JSON type is not the one the tool's schema declares is answered with an
-error before the tool runs (TRL calls the tool with it). Counted per turn in ``info`` (:mod:`trl_agentic.rollout.metrics`): ``tool_calls``,
-``tool_error`` (a call that raised, had wrong arguments or was malformed), ``unknown_tool``, ``tool_timeout``.
+A turn without a tool call ends the episode (``terminated``), as in TRL; so does, by default, a turn whose call the
+template's parser cannot read (TRL's parser falls back to text; ``info["invalid"]``). Every bad call that was parsed
+costs that call alone: the model reads ``{'error': '...'}`` as its result (TRL's error format) and the trajectory
+goes on. Two options differ from TRL: ``answer_malformed_calls`` answers an unparsable call with an error instead of
+ending the episode, ``check_argument_types`` answers an argument whose JSON type is not the one the tool's schema
+declares with an error before the tool runs (TRL calls the tool with it). Counted per turn in ``info``
+(:mod:`trl_agentic.rollout.metrics`): ``tool`` (the names called, always a list), ``tool_calls``, ``tool_error`` (a
+call that raised, timed out, named no tool or had wrong arguments: TRL's tool failures), ``unknown_tool``,
+``tool_timeout``, ``invalid`` (an unparsable call).
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import inspect
 from typing import Any, Callable, Sequence
 
 from .environment import StepResult
-from .workers import run_in_thread
+from .tools.base import call_tool, tool_error
 
 RESERVED_METHODS = ("reset", "get_reward")
 """Methods of a TRL environment that are not tools (TRL 1.16's contract)."""
@@ -82,10 +88,6 @@ def _text(value: Any) -> str:
     return str(value).encode("utf-8", errors="replace").decode("utf-8")
 
 
-def _error(message: str) -> str:
-    return _text({"error": message})  # TRL 1.16's tool error content
-
-
 class ToolCallEnvironment:
     """An environment whose actions are native tool calls (see the module docstring).
 
@@ -94,20 +96,40 @@ class ToolCallEnvironment:
             ``apply_chat_template(tools=...)``; their names are the tool names.
         tool_timeout: Seconds one tool call may take; a slower call answers ``{'error': '... timed out ...'}``.
         sequential: Tools that run one after another, in the order called (the methods of one stateful
-            environment instance); every other call runs concurrently with them.
+            environment instance); with ``sync_tools_on_caller_thread`` every sync tool does.
+        sync_tools_on_caller_thread: Run sync tools, one after another, on the thread that runs the rollout, as TRL
+            1.16 does (:func:`~trl_agentic.workers.run_on_caller_thread`: a tool may use ``signal.alarm`` or a
+            thread-bound resource); ``False`` runs them concurrently on worker threads.
+        answer_malformed_calls: A turn with a tool call the response template cannot parse: ``False`` (TRL) ends the
+            rollout, the turn being its last; ``True`` answers it with ``{'error': 'could not parse ...'}`` and the
+            model tries again.
+        check_argument_types: Answer an argument whose JSON type is not the one the tool's schema declares with an
+            error, before the tool runs (``False``: the tool is called with it, as TRL does).
 
-    ``step`` receives the parsed assistant message (:func:`parse_turn`), not text.
+    ``step`` receives the parsed assistant message (:func:`parse_turn`), not text. The tool messages of a turn come
+    in TRL's order: the sync calls (and the calls that failed before running) in call order, then the async ones.
     """
 
     stop_strings: Sequence[str] = ()
+    action_format = "message"  # step() receives the parsed assistant message
 
     def __init__(self, tools: Sequence[Callable[..., Any]] = (), tool_timeout: float = 30.0,
-                 sequential: Sequence[Callable[..., Any]] = ()) -> None:
+                 sequential: Sequence[Callable[..., Any]] = (), sync_tools_on_caller_thread: bool = False,
+                 answer_malformed_calls: bool = False, check_argument_types: bool = False) -> None:
         if isinstance(tools, dict) or not all(callable(tool) for tool in tools):
             raise TypeError("tools must be a list of functions (each with type hints and a docstring)")
         self.tools = list(tools)
         self.tool_timeout = tool_timeout
         self.sequential = list(sequential)
+        self.sync_tools_on_caller_thread = sync_tools_on_caller_thread
+        self.answer_malformed_calls = answer_malformed_calls
+        self.check_argument_types = check_argument_types
+
+    @property
+    def runs_on_caller_thread(self) -> bool:
+        """Whether the engine runs this environment's sync methods on the rollout's thread
+        (:mod:`trl_agentic.rollout.env_calls`): when its sync tools run there."""
+        return self.sync_tools_on_caller_thread
 
     def reset(self, **row: Any) -> str | None:
         return None
@@ -115,15 +137,17 @@ class ToolCallEnvironment:
     async def step(self, message: dict[str, Any]) -> StepResult:
         """Run the message's tool calls; the results are the observation (a list of ``tool`` messages)."""
         calls = list(message.get("tool_calls") or [])
-        info: dict[str, Any] = {"tool_calls": len(calls), "tool_error": 0, "unknown_tool": 0, "tool_timeout": 0}
-        if not calls and "malformed" not in message:
-            return StepResult(observation=None, terminated=True, info=info)
-        if not calls:
-            info.update(invalid=True, tool_error=1)
-            content = _error(f"could not parse the tool call: {message['malformed']}")
+        info: dict[str, Any] = {"tool": [], "tool_calls": len(calls), "tool_error": 0, "unknown_tool": 0,
+                                "tool_timeout": 0}
+        if not calls and "malformed" in message:
+            info.update(invalid=True)
+            if not self.answer_malformed_calls:  # TRL: the parser fell back to text, so the rollout ends here
+                return StepResult(observation=None, terminated=True, info=info)
+            content = tool_error(f"could not parse the tool call: {message['malformed']}")
             return StepResult(observation=[{"role": "tool", "name": "unknown", "content": content}], info=info)
+        if not calls:
+            return StepResult(observation=None, terminated=True, info=info)
         by_name = {tool.__name__: tool for tool in self.tools}
-        sequential = {tool.__name__ for tool in self.sequential}
         results: list[Any] = [None] * len(calls)
 
         async def run(i: int) -> None:
@@ -133,45 +157,45 @@ class ToolCallEnvironment:
             for i in indices:
                 await run(i)
 
-        in_turn = [i for i, call in enumerate(calls) if _name(call) in sequential]
+        deferred = [i for i, call in enumerate(calls) if inspect.iscoroutinefunction(by_name.get(_name(call)))
+                    and call.get("type", "function") == "function"]
+        immediate = [i for i in range(len(calls)) if i not in deferred]
+        sequential = {tool.__name__ for tool in self.sequential}
+        in_turn = [i for i in immediate if self.sync_tools_on_caller_thread or _name(calls[i]) in sequential]
         await asyncio.gather(in_order(in_turn), *(run(i) for i in range(len(calls)) if i not in in_turn))
-        names = [_name(call) for call in calls]
+        order = immediate + deferred  # TRL's: sync results (and early failures) first, then async ones
+        names = [_name(calls[i]) for i in order]
         info["tool"] = names
-        info["calls"] = [{"name": n, "arguments": _arguments(c)} for n, c in zip(names, calls)]
-        observation = [{"role": "tool", "name": name, "content": content} for name, content in zip(names, results)]
+        info["calls"] = [{"name": _name(calls[i]), "arguments": _arguments(calls[i])} for i in order]
+        observation = [{"role": "tool", "name": name, "content": results[i]} for name, i in zip(names, order)]
         return StepResult(observation=observation, info=info)
 
-    async def _call(self, call: dict[str, Any], by_name: dict[str, Callable[..., Any]], info: dict[str, Any]) -> str:
-        """One call's result text; a failure is counted in ``info`` and answered with TRL's error content."""
+    async def _call(self, call: dict[str, Any], by_name: dict[str, Callable[..., Any]], info: dict[str, Any]) -> Any:
+        """One call's result: a list as it came (content parts, TRL keeps it), anything else as text; a failure
+        is counted in ``info`` and answered with TRL's error content."""
         name, arguments = _name(call), _arguments(call)
         if call.get("type", "function") != "function":
             info["tool_error"] += 1
-            return _error(f"Unsupported tool call type: {call.get('type')}")
+            return tool_error(f"Unsupported tool call type: {call.get('type')}")
         tool = by_name.get(name)
         if tool is None:
             info["tool_error"] += 1
             info["unknown_tool"] += 1
-            return _error(f"Tool {name} not found.")
+            return tool_error(f"Tool {name} not found.")
         if not isinstance(arguments, dict):
             info["tool_error"] += 1
-            return _error(f"arguments of {name} must be a JSON object, got {type(arguments).__name__}")
-        mistyped = argument_type_error(tool, arguments)
+            return tool_error(f"arguments of {name} must be a JSON object, got {type(arguments).__name__}")
+        mistyped = argument_type_error(tool, arguments) if self.check_argument_types else None
         if mistyped:
             info["tool_error"] += 1
-            return _error(mistyped)
-        try:
-            if inspect.iscoroutinefunction(tool):
-                result = await asyncio.wait_for(tool(**arguments), self.tool_timeout)
-            else:
-                result = await run_in_thread(lambda: tool(**arguments), timeout=self.tool_timeout)
-        except asyncio.TimeoutError:
+            return tool_error(mistyped)
+        call = await call_tool(tool, kwargs=arguments, timeout=self.tool_timeout,
+                               on_caller_thread=self.sync_tools_on_caller_thread)
+        if call.error is not None:
             info["tool_error"] += 1
-            info["tool_timeout"] += 1
-            return _error(f"{name} timed out after {self.tool_timeout} s")
-        except Exception as exc:  # noqa: BLE001 - the tool's failure is the model's to read
-            info["tool_error"] += 1
-            return _error(str(exc))
-        return _text(result)
+            info["tool_timeout"] += int(call.timed_out)
+            return tool_error(f"{name} {call.error}" if call.timed_out else call.error)  # TRL's: the message alone
+        return call.value if isinstance(call.value, list) else _text(call.value)
 
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
@@ -211,6 +235,7 @@ def _arguments(call: dict[str, Any]) -> Any:
 
 
 def native_tools(env: Any) -> list[Any] | None:
-    """The tools of a :class:`ToolCallEnvironment` (read after ``reset``: they may depend on the row); ``None`` for
-    an environment whose actions are text."""
-    return list(env.tools) if isinstance(env, ToolCallEnvironment) else None
+    """The tools of an environment whose actions are messages (``action_format = "message"``: a
+    :class:`ToolCallEnvironment`), read after ``reset`` (they may depend on the row); ``None`` for an environment whose
+    actions are text (the protocol's default, :attr:`~trl_agentic.Environment.action_format`)."""
+    return list(getattr(env, "tools", ())) if getattr(env, "action_format", "text") == "message" else None

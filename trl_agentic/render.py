@@ -4,9 +4,13 @@ r"""Render trajectories as one self-contained HTML page, to see what the model s
 
 Each trajectory is shown turn by turn: the prompt, then per turn the model's action and the environment's
 observation. With a tokenizer the page shows every token in its own box: sampled tokens (``env_mask == 1``, in the
-loss) on green, observation tokens (``env_mask == 0``, masked out of the loss) in grey italics, prompt tokens in
-blue; hovering a token shows its id, position, mask and sampling log-probability. Without a tokenizer the text of the
-actions and observations is shown instead. The page has inline CSS only: no script, no network access.
+loss) on green, observation tokens (``env_mask == 0``, masked out of the loss) in grey italics in a dashed box,
+prompt tokens in blue; hovering a token shows its id, position and mask, and for a sampled token the log-probability
+the generator reported (or that none was recorded). Without a tokenizer the text of the actions and observations is
+shown instead. Every number is labelled with what it is: the reward of the reward functions (a row's ``reward``),
+the environment's own step rewards (``StepResult.reward``, shown only when the environment gives any), the training
+step. Columns of the index that no row fills are left out. The page has inline CSS only: no script, no network
+access.
 
 Untrusted text is shown as it is, never interpreted: it is HTML-escaped, C0 controls appear as control pictures
 (U+2400 block), and characters that would hide or reorder text are shown as badges instead of written raw: Unicode
@@ -34,6 +38,15 @@ logger = logging.getLogger(__name__)
 
 # Keys ``Trajectory.to_dict`` derives from the fields; they are recomputed, not shown as extras.
 _DERIVED_KEYS = frozenset({"num_turns", "env_reward", "truncated"})
+# What the row keys written by training and evaluation are, as the header labels them (other keys show as named).
+_EXTRA_LABELS = {
+    "step": "training step",
+    "reward": "reward (reward functions)",
+    "rewards": "each reward function",
+    "advantage": "advantage",
+    "success": "success",
+    "row": "dataset row",
+}
 
 _CSS = """
 body { font-family: system-ui, -apple-system, Segoe UI, sans-serif; margin: 1.5rem; color: #1d1d1f;
@@ -65,8 +78,7 @@ ol.calls { margin: 0; padding-left: 1.5rem; font-family: ui-monospace, SFMono-Re
   white-space: pre-wrap; word-break: break-word; margin: 0; line-height: 1.9; }
 .tok { border: 1px solid; border-radius: 2px; margin-right: 1px; padding: 0 1px; }
 .trained { background: #d3f5d3; border-color: #6dbf6d; color: #0b3d0b; }
-.masked { background: #efefef; border-color: #bbb; border-style: dashed; color: #777; font-style: italic;
-  text-decoration: line-through; text-decoration-color: #c4c4c4; }
+.masked { background: #efefef; border-color: #bbb; border-style: dashed; color: #777; font-style: italic; }
 .prompt { background: #e7eefb; border-color: #a9c1ea; color: #27344d; }
 pre.text.action-text { color: #0b3d0b; }
 pre.text.observation-text { color: #666; font-style: italic; }
@@ -167,8 +179,12 @@ class _TokenRenderer:
         spans = []
         for pos in range(start, end):
             token_id, mask = t.completion_ids[pos], t.env_mask[pos]
-            logprob = f"{t.logprobs[pos]:.4f}" if pos < len(t.logprobs) else "n/a"
-            tooltip = f"id {token_id} · position {pos} · env_mask {mask} · logprob {logprob}"
+            if mask:
+                logprob = t.logprobs[pos] if pos < len(t.logprobs) else None
+                known = f"log-prob {logprob:.4g}" if logprob is not None else "log-prob not recorded"
+                tooltip = f"id {token_id} · position {pos} · sampled, trained (env_mask 1) · {known}"
+            else:  # not sampled: it has no log-prob
+                tooltip = f"id {token_id} · position {pos} · observation, masked (env_mask 0)"
             spans.append(self.span(token_id, "trained" if mask else "masked", tooltip))
         return f'<div class="tokens">{"".join(spans)}</div>'
 
@@ -190,24 +206,29 @@ def _item(values: Sequence[Any], index: int) -> Any:
     return values[index] if index < len(values) else None
 
 
+def _has_step_rewards(t: Trajectory) -> bool:
+    """Whether the environment gave any step reward (``StepResult.reward``); most give none (all 0)."""
+    return any(r != 0 for r in t.turn_rewards)
+
+
 def _meta(t: Trajectory, extras: dict[str, Any]) -> str:
-    """The header of one trajectory: step, reward, turns, stop reason, truncation, token counts, events, extras."""
-    items: list[tuple[str, str, bool]] = []  # (name, value, highlighted)
-    if "step" in extras:
-        items.append(("step", _fmt(extras["step"]), False))
-    if "reward" in extras:
-        items.append(("reward", _fmt(extras["reward"]), False))
+    """The header of one trajectory, each value labelled: step, reward, the environment's step rewards (when it gives
+    any), turns, stop reason, truncation (when truncated), token counts, events (when any), the other extras."""
+    items: list[tuple[str, str, bool]] = []  # (label, value, highlighted)
+    items += [(_EXTRA_LABELS[k], _fmt(extras[k]), False) for k in ("step", "reward") if k in extras]
+    if _has_step_rewards(t):
+        items.append(("environment reward (sum of step rewards)", _fmt(t.env_reward), False))
+    items += [("turns", str(t.num_turns), False), ("stop reason", t.stop_reason or "?", False)]
+    if t.truncated:
+        items.append(("truncated", "yes (did not end on its own)", True))
     items += [
-        ("env reward", _fmt(t.env_reward), False),
-        ("turns", str(t.num_turns), False),
-        ("stop reason", t.stop_reason or "?", False),
-        ("truncated", str(t.truncated), t.truncated),
         ("prompt tokens", str(len(t.prompt_ids)), False),
         ("agent tokens (trained)", str(t.num_agent_tokens), False),
         ("observation tokens (masked)", str(t.num_observation_tokens), False),
-        ("events", ", ".join(f"{k}×{v}" for k, v in sorted(t.events.items())) or "none", bool(t.events)),
     ]
-    items += [(k, _fmt(v), False) for k, v in extras.items() if k not in ("step", "reward")]
+    if t.events:
+        items.append(("events", ", ".join(f"{k}×{v}" for k, v in sorted(t.events.items())), True))
+    items += [(_EXTRA_LABELS.get(k, k), _fmt(v), False) for k, v in extras.items() if k not in ("step", "reward")]
     cells = []
     for name, value, flag in items:
         dd = '<dd class="flag">' if flag else "<dd>"
@@ -216,10 +237,10 @@ def _meta(t: Trajectory, extras: dict[str, Any]) -> str:
 
 
 def _turn_head(t: Trajectory, k: int) -> str:
-    """Turn number, the environment's reward for it and its info."""
+    """Turn number, the environment's step reward for it (when the environment gives any) and its info."""
     parts = [f"Turn {k + 1}"]
-    if k < len(t.turn_rewards):
-        parts.append(f"reward {_fmt(t.turn_rewards[k])}")
+    if k < len(t.turn_rewards) and _has_step_rewards(t):
+        parts.append(f"step reward (environment) {_fmt(t.turn_rewards[k])}")
     info = _item(t.turn_infos, k)
     if info:
         parts.append(f"info {_fmt(info)}")
@@ -302,7 +323,8 @@ def _legend(token_mode: bool) -> str:
             '<span class="key masked">observation token: env_mask 0, masked</span>'
             '<span class="key prompt">prompt token: not trained</span>'
         )
-        note = "Each box is one token (↵ a newline, ∅ an empty decode); hover for its id, position, mask, logprob."
+        note = ("Each box is one token (↵ a newline, ∅ an empty decode); hover for its id, position and mask, and for "
+                "a sampled token its log-prob.")
     else:
         keys = (
             '<span class="key trained">action: sampled by the model, trained</span>'
@@ -312,17 +334,35 @@ def _legend(token_mode: bool) -> str:
     return f'<div class="legend"><strong>Legend</strong> {keys}<div class="label">{_esc(note)}</div></div>'
 
 
-def _summary_row(i: int, t: Trajectory, extras: dict[str, Any]) -> str:
-    """One line of the index table."""
-    cells = [
-        f'<a href="#traj-{i}">{i}</a>',
-        _esc(_fmt(extras.get("step", ""))),
-        _esc(_fmt(extras["reward"]) if "reward" in extras else ""),
-        str(t.num_turns),
-        _esc(t.stop_reason),
-        "yes" if t.truncated else "",
-    ]
-    return "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
+# The index table's columns: (header, cell of one trajectory); a column no trajectory fills is left out.
+_COLUMNS: tuple[tuple[str, Any], ...] = (
+    ("training step", lambda t, extras: _esc(_fmt(extras["step"])) if "step" in extras else ""),
+    ("reward (reward functions)", lambda t, extras: _esc(_fmt(extras["reward"])) if "reward" in extras else ""),
+    ("turns", lambda t, extras: str(t.num_turns)),
+    ("stop reason", lambda t, extras: _esc(t.stop_reason or "")),
+    ("truncated", lambda t, extras: "yes" if t.truncated else ""),
+)
+
+
+def _index_cells(i: int, t: Trajectory, extras: dict[str, Any]) -> list[str]:
+    """The cells of one trajectory's line of the index table (the link first, then one per ``_COLUMNS``)."""
+    return [f'<a href="#traj-{i}">{i}</a>'] + [cell(t, extras) for _, cell in _COLUMNS]
+
+
+def _index_table(rows: Sequence[tuple[str, ...]]) -> str:
+    """The index table: a line per trajectory (a broken row: its link and its error across the line), and only the
+    columns some trajectory fills."""
+    full = [r for r in rows if len(r) == 1 + len(_COLUMNS)]
+    shown = [k for k in range(len(_COLUMNS)) if any(r[1 + k] for r in full)]
+    header = "".join(f"<th>{_esc(h)}</th>" for h in ["#", *(_COLUMNS[k][0] for k in shown)])
+    lines = []
+    for r in rows:
+        if len(r) == 1 + len(_COLUMNS):
+            cells = [r[0], *(r[1 + k] for k in shown)]
+            lines.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+        else:
+            lines.append(f'<tr><td>{r[0]}</td><td colspan="{max(len(shown), 1)}">{r[1]}</td></tr>')
+    return f'<table class="index"><tr>{header}</tr>{"".join(lines)}</table>'
 
 
 def _section(i: int, t: Trajectory, extras: dict[str, Any], tokens: _TokenRenderer | None) -> str:
@@ -335,9 +375,10 @@ def _section(i: int, t: Trajectory, extras: dict[str, Any], tokens: _TokenRender
 
 
 def _broken(i: int, exc: Exception) -> tuple[str, str]:
-    """The index line and the section of a row that is no renderable trajectory: the error, shown."""
+    """The index line (its cells: the link, then the error) and the section of a row that is no renderable
+    trajectory: the error, shown."""
     error = f"{type(exc).__name__}: {exc}"
-    row = f'<tr><td><a href="#traj-{i}">{i}</a></td><td colspan="5" class="flag">{_esc(error)}</td></tr>'
+    row = f'<a href="#traj-{i}">{i}</a>', f'<span class="flag">{_esc(error)}</span>'
     section = (
         f'<section class="traj broken" id="traj-{i}"><h2>Trajectory {i}</h2>'
         f'<div class="flag">could not be rendered: {_esc(error)}</div></section>'
@@ -356,9 +397,9 @@ def render_html(
     Args:
         trajectories: ``Trajectory`` objects or rows from :func:`~trl_agentic.trajectory.load_trajectories`;
             extra row keys such as ``step`` and ``reward`` appear in each trajectory's header.
-        processing_class: The policy's tokenizer (or processor). When given, every token is shown in its own box, styled by its
-            ``env_mask`` (trained vs masked), with its id, position, mask and log-prob on hover; otherwise the text
-            of the actions and observations is shown.
+        processing_class: The policy's tokenizer (or processor). When given, every token is shown in its own box,
+            styled by its ``env_mask`` (trained vs masked), with its id, position, mask and (sampled tokens) log-prob
+            on hover; otherwise the text of the actions and observations is shown.
         title: Page title.
         max_trajectories: Render only the first this many trajectories (all when ``None``).
 
@@ -372,11 +413,12 @@ def render_html(
         rows = rows[:max_trajectories]
     tokenizer = getattr(processing_class, "tokenizer", processing_class)
     tokens = _TokenRenderer(tokenizer) if tokenizer is not None else None
-    index_rows, sections = [], []
+    index_rows: list[tuple[str, ...]] = []
+    sections = []
     for i, row in enumerate(rows):
         try:
             t, extras = _as_row(row)
-            index_row, section = _summary_row(i, t, extras), _section(i, t, extras, tokens)
+            index_row, section = tuple(_index_cells(i, t, extras)), _section(i, t, extras, tokens)
         except Exception as exc:  # noqa: BLE001 - one bad row costs its own section, not the page
             index_row, section = _broken(i, exc)
         index_rows.append(index_row)
@@ -384,11 +426,7 @@ def render_html(
     head = f"{len(rows)} trajector{'y' if len(rows) == 1 else 'ies'}"
     if total > len(rows):
         head += f" (first {len(rows)} of {total})"
-    header = "".join(f"<th>{h}</th>" for h in ("#", "step", "reward", "turns", "stop", "truncated"))
-    summary = (
-        f'<div class="summary"><strong>{_esc(head)}</strong>'
-        f'<table class="index"><tr>{header}</tr>{"".join(index_rows)}</table></div>'
-    )
+    summary = f'<div class="summary"><strong>{_esc(head)}</strong>{_index_table(index_rows)}</div>'
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'

@@ -19,7 +19,7 @@ from typing import Any
 
 from trl import ScriptArguments
 
-from .tasks.data import TaskConfigError
+from .errors import TaskConfigError
 
 ALGORITHMS = ("grpo", "ppo")
 
@@ -84,11 +84,37 @@ def make_parser(script_arguments: type, algo: str = "grpo", prog: str | None = N
     return TrlParser((script_arguments, config_class(algo), ModelConfig), prog=prog, description=usage_note)
 
 
+def _has_accelerator() -> bool:
+    import torch
+
+    xpu = getattr(torch, "xpu", None)
+    return (torch.cuda.is_available() or (xpu is not None and xpu.is_available())
+            or torch.backends.mps.is_available())
+
+
+def cpu_defaults(argv: Sequence[str]) -> list[str]:
+    """The flags a CPU-only machine needs when the command line does not say ``--use_cpu``: ``--use_cpu true --bf16
+    false`` (the configs ask for ``bf16: true``, which transformers refuses without a GPU or ``--use_cpu``) and
+    ``--dtype float32`` (bfloat16 weights compute slowly on most CPUs), each unless the command line sets it. Put
+    before the user's flags, they override the YAML and are overridden by the command line; a note on stderr says
+    what was added. With ``--use_cpu`` given (the user chose), or on a machine with a GPU: nothing."""
+    given = {arg.split("=", 1)[0] for arg in argv if arg.startswith("--")}
+    if given & {"--use_cpu", "--help"} or "-h" in argv or _has_accelerator():
+        return []
+    added = [flag for flag in (["--use_cpu", "true"], ["--bf16", "false"], ["--dtype", "float32"])
+             if flag[0] not in given]
+    flags = " ".join(" ".join(flag) for flag in added)
+    print(f"no GPU: running on the CPU ({flags} added; pass --use_cpu yourself to choose)", file=sys.stderr)
+    return [part for flag in added for part in flag]
+
+
 def parse_args(script_arguments: type, argv: Sequence[str] | None = None, prog: str | None = None) -> tuple[Any, ...]:
     """``(script_args, training_args, model_args)`` from ``--config`` and the flags. The algorithm (``--algo`` or
     ``algo:`` in the YAML) picks the config class; a bad value in a config raises :class:`TaskConfigError`.
-    ``--eval_strategy no`` also turns ``eval_on_start`` off, so one flag disables evaluation."""
+    ``--eval_strategy no`` also turns ``eval_on_start`` off, so one flag disables evaluation. Without a GPU,
+    :func:`cpu_defaults` come first."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    argv = cpu_defaults(argv) + argv
     parser = make_parser(script_arguments, _algo(argv), prog)
     try:
         script_args, training_args, model_args = parser.parse_args_and_config(args=argv)
@@ -127,19 +153,29 @@ def check_requirements(training_args: Any, model_args: Any) -> None:
                                   "colocate (vLLM's CPU backend runs it) or drop --use_vllm")
 
 
-def load_tokenizer(name_or_path: str | None, flag: str = "--model_name_or_path", revision: str | None = None) -> Any:
-    """The model's tokenizer (pad token set to EOS when it has none); a missing model is a one-line error."""
+def resolve_model_path(name_or_path: str | None, flag: str = "--model_name_or_path",
+                       revision: str | None = None) -> str:
+    """Where to load the model from (:func:`trl_agentic.hub.resolve_model`): a directory, a hub id, or, when the hub
+    cannot be reached, its snapshot in the cache; a missing model is a one-line error, at once."""
     if not name_or_path:
         raise TaskConfigError(f"no model: pass {flag} with a hub id (e.g. Qwen/Qwen2.5-0.5B-Instruct) or a local "
                               "model directory")
+    from .hub import resolve_model
+
+    return resolve_model(name_or_path, flag, revision)
+
+
+def load_tokenizer(name_or_path: str | None, flag: str = "--model_name_or_path", revision: str | None = None) -> Any:
+    """The model's tokenizer (pad token set to EOS when it has none); a missing model is a one-line error."""
     from transformers import AutoTokenizer
 
+    from .hub import load_failure
+
+    path = resolve_model_path(name_or_path, flag, revision)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(name_or_path, revision=revision)
+        tokenizer = AutoTokenizer.from_pretrained(path, revision=revision)
     except (OSError, ValueError) as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise TaskConfigError(f"could not load the model {name_or_path!r} ({reason[:160]}); offline? pass {flag} with "
-                              "a local model directory") from None
+        raise load_failure(path, "model", flag, exc, "a local model directory") from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
@@ -169,16 +205,55 @@ def load_datasets(task: Any, script_args: Any, training_args: Any, processing_cl
     return train_dataset, task.rows(take(data, script_args.max_eval_samples), processing_class)
 
 
+def check_trainable(training_args: Any, num_prompts: int, max_train_samples: int | None = None) -> None:
+    """Refuse a run that would train 0 steps: TRL's sampler draws the prompts of a generation round,
+    ``generation_batch_size / num_generations`` of them (over all processes), only from whole rounds, so fewer prompts
+    than one round needs give an empty epoch, and transformers ends the run at step 0 without an error."""
+    per_round = training_args.generation_batch_size // training_args.num_generations
+    if num_prompts >= per_round:
+        return
+    if hasattr(training_args, "num_mini_batches"):  # PPO: steps_per_generation = num_mini_batches x accumulation
+        rounds = "--gradient_accumulation_steps or --num_mini_batches"
+    else:  # GRPO: steps_per_generation defaults to gradient_accumulation_steps
+        rounds = "--steps_per_generation (it defaults to --gradient_accumulation_steps)"
+    rows = f" (--max_train_samples {max_train_samples} keeps only that many)" if max_train_samples is not None else ""
+    raise TaskConfigError(
+        f"the training data has {num_prompts} prompts, fewer than the {per_round} one generation round draws "
+        f"(per_device_train_batch_size {training_args.per_device_train_batch_size} x {training_args.world_size} "
+        f"process(es) x steps_per_generation {training_args.steps_per_generation} / num_generations "
+        f"{training_args.num_generations}), so no step would train: lower --per_device_train_batch_size or "
+        f"{rounds}, or give more rows{rows}"
+    )
+
+
+def check_before_loading(task: Any, training_args: Any, processing_class: Any, num_prompts: int,
+                         max_train_samples: int | None = None) -> None:
+    """What can be known before the model is loaded, as one-line :class:`TaskConfigError` s: the rollout mode and
+    the response template of native tool calls (:mod:`trl_agentic.trainers.checks`), and enough prompts for a
+    step (:func:`check_trainable`)."""
+    from .trainers.checks import check_response_parser, check_rollout_mode
+
+    try:
+        check_rollout_mode(task.environment, training_args.rollout_mode)
+        check_response_parser(task.environment, processing_class)
+    except ValueError as exc:
+        raise TaskConfigError(str(exc)) from None
+    check_trainable(training_args, num_prompts, max_train_samples)
+
+
 def train_task(task_name: str, script_args: Any, training_args: Any, model_args: Any) -> None:
-    """A recipe's ``main``, as ``trl/scripts/grpo.py``'s: load the tokenizer, the task and its data; build the
-    trainer (TRL's ``get_peft_config`` / ``get_quantization_config``); train, evaluating before, during and after
-    when ``eval_strategy`` is set (TRL's ``eval_on_start``, ``eval_steps``, end of training); save the model with
+    """A recipe's ``main``, as ``trl/scripts/grpo.py``'s: load the tokenizer, the task and its data; check what can
+    be checked before the model is loaded (:func:`check_before_loading`); build the trainer (TRL's
+    ``get_peft_config`` / ``get_quantization_config``); train, evaluating before, during and after when
+    ``eval_strategy`` is set (TRL's ``eval_on_start``, ``eval_steps``, end of training); save the model with
     its model card; push it when ``push_to_hub``."""
     from trl import get_peft_config, get_quantization_config
 
     from .tasks import build_task
 
     check_requirements(training_args, model_args)
+    model_args.model_name_or_path = resolve_model_path(model_args.model_name_or_path,
+                                                       revision=model_args.model_revision)
     tokenizer = load_tokenizer(model_args.model_name_or_path, revision=model_args.model_revision)
     training_args.model_init_kwargs = model_init_kwargs(training_args, model_args)
 
@@ -186,6 +261,7 @@ def train_task(task_name: str, script_args: Any, training_args: Any, model_args:
         train_dataset, eval_dataset = load_datasets(task, script_args, training_args, tokenizer)
         if training_args.reward_weights is None:  # e.g. Search-R1: its reward, and exact match logged with weight 0
             training_args.reward_weights = task.reward_weights
+        check_before_loading(task, training_args, tokenizer, len(train_dataset), script_args.max_train_samples)
 
         trainer = trainer_class(script_args.algo)(
             model=model_args.model_name_or_path,

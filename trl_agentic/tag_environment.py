@@ -14,14 +14,27 @@ output's tokens inside the observation tags (``max_observation_tokens``), so the
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import re
+import warnings
 from typing import Any, Callable, Mapping
 
 from .environment import Environment, StepResult
 from .tag_protocol import TagProtocol
-from .workers import run_in_thread
+from .tools.base import ToolOutput, call_tool, tool_error
+
+_WARNED: set[tuple[str, str, str]] = set()  # (tag, tool, kind of failure): each warned once per process
+
+
+def _warn_once(tag: str, fn: Any, kind: str, detail: str, fix: str) -> None:
+    """One ``RuntimeWarning`` per tool and kind of failure (``kind``: what it returned, or the exception type): such
+    a call costs only an error observation that the model reads, which is easy to miss in a long run."""
+    name = getattr(fn, "__qualname__", None) or type(fn).__name__
+    if (tag, name, kind) not in _WARNED:
+        _WARNED.add((tag, name, kind))
+        warnings.warn(f"the {tag} tool ({name}) {detail}: the model reads an error observation instead of its output "
+                      f"(warned once per tool); {fix}", RuntimeWarning, stacklevel=3)
+
 
 DEFAULT_INVALID_MESSAGE = (
     "\nMy previous action is invalid. If I want to use a tool, I should put the query between {tool_tags}. "
@@ -120,31 +133,30 @@ class TagEnvironment(Environment):
         return fn
 
     async def _call_tool(self, tag: str, content: str) -> tuple[str, dict[str, Any]]:
-        """Run one tool call under ``tool_timeout``. Tools from :mod:`trl_agentic.tools` report their status
-        (``ainvoke`` -> ``ToolOutput``: error, timeout, truncation); plain callables report by raising. Output that is
-        not text is an error observation (the episode goes on)."""
-        info: dict[str, Any] = {"tool": tag}
+        """Run one tool call under ``tool_timeout`` (:func:`~trl_agentic.tools.base.call_tool`). Tools from
+        :mod:`trl_agentic.tools` report their status (``ToolOutput``: error, timeout, truncation); plain callables
+        report by raising. A failed call, or output that is not text, is an error observation in the one format
+        (:func:`~trl_agentic.tools.base.tool_error`); the episode goes on."""
+        info: dict[str, Any] = {"tool": [tag]}
         fn = self._callable_for(tag)
-        try:
-            if hasattr(fn, "ainvoke"):
-                result = await asyncio.wait_for(fn.ainvoke(content), self.tool_timeout)
-                info.update(result.as_info())
-                return result.observation, info
-            if hasattr(fn, "acall"):
-                output = await asyncio.wait_for(fn.acall(content), self.tool_timeout)
-            elif inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)):
-                output = await asyncio.wait_for(fn(content), self.tool_timeout)
-            else:  # on a daemon thread: a tool that hangs is abandoned at its timeout, never blocks later calls
-                output = await run_in_thread(fn, content, timeout=self.tool_timeout)
-        except asyncio.TimeoutError:
+        call = await call_tool(fn, (content,), timeout=self.tool_timeout)
+        if call.timed_out:
             info["tool_timeout"] = info["tool_error"] = True
-            return f"Error: the {tag} tool timed out after {self.tool_timeout} s.", info
-        except Exception as exc:  # a failing tool returns an error observation; the episode goes on
+            return tool_error(f"the {tag} tool {call.error}"), info
+        if call.error is not None:
             info["tool_error"] = True
-            return f"Error: {type(exc).__name__}: {exc}", info
+            _warn_once(tag, fn, call.exception, f"raised {call.exception}: {call.error[:200]}",
+                       "make it return the error as text if that is what the model should read")
+            return tool_error(f"{call.exception}: {call.error}"), info
+        output = call.value
+        if isinstance(output, ToolOutput):
+            info.update(output.as_info())
+            return output.observation, info
         if isinstance(output, bytes):
             output = output.decode("utf-8", errors="replace")
         if not isinstance(output, str):
             info["tool_error"] = True
-            return f"Error: the {tag} tool returned {type(output).__name__}, not text.", info
+            _warn_once(tag, fn, type(output).__name__, f"returned {type(output).__name__}, not text",
+                       "make it return a str")
+            return tool_error(f"the {tag} tool returned {type(output).__name__}, not text"), info
         return output.encode("utf-8", errors="replace").decode("utf-8"), info

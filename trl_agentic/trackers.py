@@ -37,8 +37,8 @@ def trajectory_columns(trajectories: Sequence[Any], max_chars: int = MAX_CELL_CH
     return {
         "turns": [t.num_turns for t in trajectories],
         "actions": [_numbered(t.actions, max_chars) for t in trajectories],
-        "tool_calls": [", ".join(str(info["tool"]) for info in t.turn_infos if isinstance(info, dict) and info.get("tool"))
-                       for t in trajectories],
+        "tool_calls": [", ".join(name for info in t.turn_infos if isinstance(info, dict)
+                                 for name in info.get("tool") or []) for t in trajectories],
         "observations": [_numbered(t.observations, max_chars) for t in trajectories],
         "stop_reason": [t.stop_reason for t in trajectories],
         "env_reward": [t.env_reward for t in trajectories],

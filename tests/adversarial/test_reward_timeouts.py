@@ -37,7 +37,7 @@ def test_power_tower_returns_within_timeout(where):
         timeout=40,
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    line = [l for l in out.stdout.splitlines() if l.startswith("RESULT")][-1]
+    line = [row for row in out.stdout.splitlines() if row.startswith("RESULT")][-1]
     *result, seconds = line.split(" ", 1)[1].rsplit(" ", 1)
     assert result[0] in ("False", "[0.0, 1.0]"), line
     assert float(seconds) < 15, line

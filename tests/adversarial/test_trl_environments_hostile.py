@@ -12,7 +12,8 @@ from conventions import build_convention
 from helpers import ScriptedGenerator
 from test_trl_environments import IncrementEnv, _config, call, increment_dataset, scripted
 
-from trl_agentic.rollout.engine import RolloutConfig, RolloutEngine
+from trl_agentic.rollout.config import RolloutConfig
+from trl_agentic.rollout.engine import RolloutEngine
 from trl_agentic.trl_environments import TRLEnvironments
 
 

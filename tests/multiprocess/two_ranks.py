@@ -26,8 +26,9 @@ original_run = engine_module.RolloutEngine.run
 
 
 def recording_run(self, prompts, rows=None, **kwargs):
+    before = self.generation_calls  # the engine is built once per training run: count this round's calls
     trajectories = original_run(self, prompts, rows, **kwargs)
-    record["generation_calls"].append(self.generation_calls)
+    record["generation_calls"].append(self.generation_calls - before)
     return trajectories
 
 

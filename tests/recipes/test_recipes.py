@@ -159,9 +159,10 @@ def test_documented_commands_parse(recipe):
 
 @pytest.mark.parametrize("algo", ["grpo", "ppo"])
 @pytest.mark.parametrize("recipe", ["gsm8k_tools", "search_r1"])
-def test_one_step_from_each_config(recipe, algo, tiny_model_dir, tmp_path):
+def test_one_step_from_each_config(recipe, algo, tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "out"
-    extra = ["--num_generations", "2"] if algo == "grpo" else ["--num_mini_batches", "1"]
+    # one generation round of 2 prompts (Search-R1's steps_per_generation of 16 would need 32; the fixture has 5)
+    extra = ["--num_generations", "2", "--steps_per_generation", "1"] if algo == "grpo" else ["--num_mini_batches", "1"]
     argv = ["--config", config_path(recipe, algo), *DATA[recipe], *tiny_flags(tiny_model_dir, out), *extra,
             "--trajectory_dir", str(tmp_path / "traj")]
     module = load_recipe(recipe)
@@ -172,6 +173,7 @@ def test_one_step_from_each_config(recipe, algo, tiny_model_dir, tmp_path):
         module.main(script_args, training_args, model_args)
 
     assert run(main, script_arguments(recipe), argv) == 0
+    assert "{'loss'" in capsys.readouterr().out  # a step trained
     assert (out / "model.safetensors").exists() and (out / "README.md").exists()
     assert captured["args"].eval_on_start  # from the YAML: evaluation before training
     # trajectories carry their reward and advantage and are a datasets-readable JSONL
@@ -206,6 +208,12 @@ def test_eval_metrics_before_and_after_training(tiny_model_dir, tmp_path, capsys
     (["--tool", "abacus"], "invalid choice: 'abacus'"),
     (["--num_generations", "3", "--per_device_train_batch_size", "4"], "num_generations"),
     (["--algo", "dqn"], "--algo 'dqn' is unknown"),
+    # a local path that does not exist is no hub id: no request, "no such directory"
+    (["--model_name_or_path", "outputs/gsm8k-tools-grpo/checkpoint-100"], "checkpoint-100: no such directory"),
+    # native tool calls with a chat template TRL knows no response template for (the tiny model's ChatML without
+    # tools): the trainer's line, at start-up instead of a traceback at the first rollout
+    (["--tool", "calculator_native", "--rollout_mode", "chat"],
+     "native tool calls need a response template to parse the model's calls, and TRL knows none"),
 ])
 def test_errors_are_one_line(argv, message, tiny_model_dir, tmp_path):
     """Run as a user does (a new process, offline): exit status 2, one line naming the flag, no traceback."""
@@ -218,6 +226,68 @@ def test_errors_are_one_line(argv, message, tiny_model_dir, tmp_path):
     errors = [line for line in proc.stderr.splitlines() if re.search(r"(^|: )error: ", line)]
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and len(errors) == 1 and message in errors[0], proc.stderr[-2000:]
+
+
+def test_a_run_that_can_train_nothing_stops_before_loading_the_model(tiny_model_dir, tmp_path, capsys, monkeypatch):
+    """The Search-R1 config draws 64 prompts per generation round (20 x 16 / 5 on one process): on a 5-question file
+    TRL's sampler yields nothing and transformers ends at step 0 (exit 0). It stops first, naming the numbers."""
+    import transformers
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", no_model)
+    argv = ["--config", config_path("search_r1", "grpo"), *DATA["search_r1"], "--model_name_or_path", tiny_model_dir,
+            "--output_dir", str(tmp_path / "out"), "--use_cpu", "--bf16", "false"]
+    assert run(load_recipe("search_r1").main, script_arguments("search_r1"), argv) == 2
+    (error,) = capsys.readouterr().err.strip().splitlines()[-1:]
+    assert error.startswith("error: the training data has 5 prompts, fewer than the 64 one generation round draws")
+    assert "per_device_train_batch_size 20 x 1 process(es) x steps_per_generation 16 / num_generations 5" in error
+    assert "lower --per_device_train_batch_size or --steps_per_generation" in error
+    assert not (tmp_path / "out").exists()
+    # PPO names its own flags; enough rows train
+    argv = ["--config", config_path("search_r1", "ppo"), *DATA["search_r1"], "--model_name_or_path", tiny_model_dir,
+            "--output_dir", str(tmp_path / "out"), "--use_cpu", "--bf16", "false"]
+    assert run(load_recipe("search_r1").main, script_arguments("search_r1"), argv) == 2
+    assert "--gradient_accumulation_steps or --num_mini_batches" in capsys.readouterr().err
+
+
+def test_a_retrieval_server_that_is_down_stops_the_run_at_start_up(tiny_model_dir, tmp_path, capsys):
+    """--retriever_url to a closed port: one line at start-up with the command that starts a server, not a whole
+    run in which every search is an error observation."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = ["--config", config_path("search_r1", "grpo"), "--model_name_or_path", tiny_model_dir,
+            "--dataset_name", str(FIXTURES / "search_questions.jsonl"), "--use_cpu", "--bf16", "false",
+            "--retriever_url", f"http://127.0.0.1:{port}/retrieve", "--output_dir", str(tmp_path)]
+    assert run(load_recipe("search_r1").main, script_arguments("search_r1"), argv) == 2
+    (error,) = capsys.readouterr().err.strip().splitlines()
+    assert error.startswith(f"error: --retriever_url http://127.0.0.1:{port}/retrieve: retrieval server at ")
+    assert "is unreachable" in error and "python -m trl_agentic.tools.retrieval.server" in error
+
+
+def test_the_configs_run_on_a_cpu_as_written(capsys):
+    """The configs ask for bf16; without a GPU the recipes add --use_cpu true --bf16 false --dtype float32, say so,
+    and keep what the command line sets."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the configs run as they are")
+    _, training, model = parse_args(script_arguments("search_r1"), ["--config", config_path("search_r1", "grpo")])
+    assert training.use_cpu and not training.bf16 and model.dtype == "float32"
+    assert "no GPU: running on the CPU (--use_cpu true --bf16 false --dtype float32 added" in \
+        capsys.readouterr().err
+    _, training, model = parse_args(script_arguments("gsm8k_tools"), ["--config", config_path("gsm8k_tools", "ppo"),
+                                                                      "--dtype", "bfloat16"])
+    assert training.use_cpu and not training.bf16 and model.dtype == "bfloat16"
+    assert "(--use_cpu true --bf16 false added" in capsys.readouterr().err
+    # --use_cpu on the command line: the user chose, nothing is added (nor said)
+    _, training, model = parse_args(script_arguments("gsm8k_tools"), ["--config", config_path("gsm8k_tools", "ppo"),
+                                                                      "--use_cpu"])
+    assert training.use_cpu and training.bf16 and model.dtype == "bfloat16" and not capsys.readouterr().err
 
 
 def test_offline_retriever_missing_is_one_line(tiny_model_dir, tmp_path, capsys):

@@ -94,7 +94,7 @@ def test_real_components_with_trajectories(trajectory, recorder):
     traj = trajectory(
         ["<think>need data</think><search>capital of France</search>", "<think>Paris</think><answer>Paris</answer>"],
         ["\n\n<information>Doc 1 Paris</information>\n\n", None],
-        turn_infos=[{"tool": "search"}, {"answer": "Paris"}],
+        turn_infos=[{"tool": ["search"]}, {"answer": "Paris"}],
         agent_tokens=30, observation_tokens=400,
     )
     reward = CompositeReward([

@@ -13,7 +13,7 @@ def call(reward, trajectories=None, completions=None, **columns):
 def test_required_tool_called(trajectory):
     reward = ToolUseReward(required_tools={"search"})
     used = trajectory(["<think>a</think><search>capital</search>", "<answer>Paris</answer>"],
-                      turn_infos=[{"tool": "search"}, {"answer": "Paris"}])
+                      turn_infos=[{"tool": ["search"]}, {"answer": "Paris"}])
     skipped = trajectory(["<answer>Paris</answer>"], turn_infos=[{"answer": "Paris"}])
     assert call(reward, [used, skipped]) == [0.5, 0.0]
 
@@ -22,14 +22,14 @@ def test_tool_name_matching_is_jaccard(trajectory):
     # needs {search, code}; called {search, calculator} -> |{search}| / |{search, code, calculator}| = 1/3
     reward = ToolUseReward(need_reward=0.3, clip=(-1, 1))
     traj = trajectory(["<search>a</search>", "<calculator>1+1</calculator>"],
-                      turn_infos=[{"tool": "search"}, {"tool": "calculator"}])
+                      turn_infos=[{"tool": ["search"]}, {"tool": ["calculator"]}])
     assert call(reward, [traj], required_tools=[["search", "code"]]) == [pytest.approx(0.1)]
 
 
 def test_required_column_per_row_and_no_tool_needed(trajectory):
     reward = ToolUseReward()
     no_call = trajectory(["<answer>4</answer>"], turn_infos=[{}])
-    searched = trajectory(["<search>q</search>"], turn_infos=[{"tool": "search"}])
+    searched = trajectory(["<search>q</search>"], turn_infos=[{"tool": ["search"]}])
     # a row that needs no tool rewards not calling one; a row with no information skips the need term
     assert call(reward, [no_call, searched, searched], required_tools=[[], [], None]) == [0.5, 0.0, 0.0]
     assert call(reward, [searched], required_tools=["search"]) == [0.5]
@@ -37,24 +37,24 @@ def test_required_column_per_row_and_no_tool_needed(trajectory):
 
 def test_unknown_invalid_and_duplicate_penalties(trajectory):
     reward = ToolUseReward(known_tools={"search"}, clip=(-10, 10))
-    unknown = trajectory(["<browse>x</browse>"], turn_infos=[{"tool": "browse"}])
+    unknown = trajectory(["<browse>x</browse>"], turn_infos=[{"tool": ["browse"]}])
     reported_unknown = trajectory(["<python>1</python>"], turn_infos=[{"invalid": True, "unknown_tool": True}])
     invalid = trajectory(["I will search now"], turn_infos=[{"invalid": True}])
     duplicate = trajectory(["<think>a</think><search>paris</search>", "<think>b</think><search> paris </search>",
                             "<search>lyon</search>", "<search>paris</search>"],
-                           turn_infos=[{"tool": "search"}] * 4)
+                           turn_infos=[{"tool": ["search"]}] * 4)
     assert call(reward, [unknown, reported_unknown, invalid, duplicate]) == [-0.25, -0.25, -0.25, -0.25]
     assert extract_tool_calls(make_samples(["q"], ["x"], {"trajectory": [reported_unknown]})[0])[0].name == "python"
 
 
 def test_tool_errors_are_not_penalized(trajectory):
-    traj = trajectory(["<code>1/0</code>"], turn_infos=[{"tool": "code", "tool_error": True}])
+    traj = trajectory(["<code>1/0</code>"], turn_infos=[{"tool": ["code"], "tool_error": True}])
     assert call(ToolUseReward(), [traj]) == [0.0]
 
 
 def test_cap_bounds_accumulated_penalties(trajectory):
     reward = ToolUseReward(clip=(-0.5, 0.5))
-    spam = trajectory(["<search>same</search>"] * 50, turn_infos=[{"tool": "search"}] * 50)
+    spam = trajectory(["<search>same</search>"] * 50, turn_infos=[{"tool": ["search"]}] * 50)
     assert call(reward, [spam]) == [-0.5]
     with pytest.raises(ValueError):
         ToolUseReward(clip=(1, -1))

@@ -115,7 +115,7 @@ def test_task_rows_with_and_without_chat_template(tokenizer):
     class NoTemplate:
         chat_template = None
 
-    task = build_task("search_r1", SearchR1Arguments(retriever_url="http://127.0.0.1:8000/retrieve"))
+    task = build_task("search_r1", SearchR1Arguments(corpus=str(FIXTURES / "search_corpus.jsonl")))
     data = task.rows(load_rows(str(FIXTURES / "search_questions.jsonl")), NoTemplate())
     assert set(data.column_names) == {"prompt", "question", "golden_answers"}
     assert data[2]["prompt"].endswith("Question: On which mountain does the river Ismene rise?\n")

@@ -10,8 +10,8 @@ from trl_agentic.tools import (
     Calculator,
     Tool,
     ToolOutput,
-    acall_tool,
     call_tool,
+    tool_error,
     truncate_middle,
 )
 
@@ -26,21 +26,31 @@ def test_truncate_middle_keeps_head_and_tail():
     assert truncate_middle("abc", 10, omitted_extra=5) == ("abc", True)
 
 
-def test_call_tool_wraps_plain_functions_and_exceptions():
+def test_call_tool_calls_every_kind_of_tool_and_never_raises():
+    """The one way a tool is called: a Tool's ToolOutput, a plain or async callable's value, an exception or a
+    timeout as an error (never raised); the one error format is TRL's."""
+    import time
+
     def boom(text):
         raise RuntimeError("kaput")
-
-    out = call_tool(boom, "x")
-    assert out.error and "kaput" in out.observation and not out.ok
-    assert call_tool(str.upper, "abc").observation == "ABC"
-    assert call_tool(Calculator(), "1+1") == ToolOutput("2")
 
     async def async_tool(text):
         return text[::-1]
 
-    assert asyncio.run(acall_tool(async_tool, "abc")).observation == "cba"
-    assert asyncio.run(acall_tool(boom, "x")).error
-    assert asyncio.run(acall_tool(Calculator(), "2*3")).observation == "6"
+    def slow(text):
+        time.sleep(5)
+
+    run = asyncio.run
+    failed = run(call_tool(boom, ("x",), timeout=5))
+    assert (failed.error, failed.exception, failed.timed_out, failed.value) == ("kaput", "RuntimeError", False, None)
+    assert run(call_tool(str.upper, ("abc",), timeout=5)).value == "ABC"
+    assert run(call_tool(Calculator(), ("1+1",), timeout=5)).value == ToolOutput("2")
+    assert run(call_tool(async_tool, ("abc",), timeout=5)).value == "cba"
+    assert run(call_tool(lambda a, b: a * b, kwargs={"a": 6, "b": 7}, timeout=5)).value == 42
+    started = time.perf_counter()
+    late = run(call_tool(slow, ("x",), timeout=0.2))
+    assert late.timed_out and late.error == "timed out after 0.2 s" and time.perf_counter() - started < 2
+    assert tool_error("kaput") == "{'error': 'kaput'}" and tool_error("\ud800") == "{'error': '\\ud800'}"
 
 
 def test_as_info_has_the_keys_the_engine_counts():

@@ -40,6 +40,29 @@ def test_environment_instance_is_refused(tiny_model_dir, tokenizer, tmp_path):
         _trainer(tiny_model_dir, tokenizer, tmp_path, environment=LookupEnvironment())
 
 
+def test_native_tool_calls_without_a_response_template_are_refused(tiny_model_dir, tokenizer, tmp_path):
+    """A ToolCallEnvironment (environment=, not TRL's tools=) with a chat template TRL knows no response template for
+    (the toy ChatML) failed at the first rollout; it fails at construction with the line TRL's tools= path gives."""
+    import functools
+
+    from trl_agentic.native_tools import ToolCallEnvironment
+
+    def calculate(expression: str) -> str:
+        """Evaluate an arithmetic expression.
+
+        Args:
+            expression: The expression.
+        """
+        return "4"
+
+    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": "2 + 2?"}]}] * 4)
+    with pytest.raises(ValueError, match="native tool calls need a response template to parse the model's calls, "
+                                         "and TRL knows none for the chat template"):
+        AgenticGRPOTrainer(model=tiny_model_dir, reward_funcs=any_reward, train_dataset=dataset,
+                           processing_class=tokenizer, args=agentic_args(tmp_path, rollout_mode="chat"),
+                           environment=functools.partial(ToolCallEnvironment, tools=[calculate]))
+
+
 def test_dataset_without_prompt_is_refused(tiny_model_dir, tokenizer, tmp_path):
     rows = [{"question": f"find key k{i}", "key": f"k{i}", "value": str(i)} for i in range(8)]
     with pytest.raises(ValueError, match=r"train_dataset has no 'prompt' column.* dataset.rename_column\('question', 'prompt'\)"):

@@ -6,7 +6,7 @@ from helpers import EchoEnvironment, agentic_args, lookup_dataset
 
 from trl_agentic import AgenticGRPOTrainer
 from trl_agentic.algorithms.advantages import zero_std_groups
-from trl_agentic.trainers.round import TRLBatch
+from trl_agentic.compat import TRLBatch
 from trl_agentic.trainers.zero_variance import merge_rounds, pick_groups
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from trl_agentic.evaluate_cli import main
+from trl_agentic.evaluate.cli import main
 
 pytestmark = pytest.mark.vllm
 

@@ -95,3 +95,40 @@ def clipped_policy_loss(
     """
     clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
     return -torch.minimum(ratio * advantages, clipped * advantages)
+
+
+AGGREGATED_LOSS_TYPES = ("grpo", "sapo", "bnpo", "dr_grpo", "cispo", "dapo", "vespo", "luspo")
+
+
+def aggregate_loss(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str, *, accumulation: float,
+                   max_completion_length: int, num_items: torch.Tensor, num_processes: int,
+                   steps_per_generation: int, training: bool) -> torch.Tensor:
+    """Reduce a (B, T) per-token loss term over trained tokens ``m`` exactly as TRL 1.16's ``_compute_loss``
+    reduces its per-token loss for ``loss_type`` (``accumulation``: gradient-accumulation steps in training, 1 in
+    evaluation):
+
+    - ``grpo``/``sapo``: ``mean_i (sum_t m l / sum_t m) / accumulation`` (per sequence, Shao et al. 2024);
+    - ``bnpo``: ``sum m l / sum m / accumulation``;
+    - ``dr_grpo``: ``sum m l / (B * max_completion_length) / accumulation`` (Liu et al. 2025, "Dr. GRPO");
+    - ``dapo``/``cispo``/``vespo``: ``sum m l / (num_items / num_processes * accumulation / steps_per_generation)``
+      in training, ``num_items / num_processes`` in evaluation (Yu et al. 2025, "DAPO": per token over the whole
+      generation batch, ``num_items`` the trained tokens of every process);
+    - ``luspo``: ``mean_i sum_t m l / accumulation``.
+
+    Masked with ``torch.where``: a non-finite value at a masked position does not reach the result."""
+    masked = zero_masked(per_token, mask)
+    mask = mask.to(masked.dtype)
+    if loss_type in ("grpo", "sapo"):
+        return (masked.sum(-1) / mask.sum(-1).clamp(min=1.0)).mean() / accumulation
+    if loss_type == "bnpo":
+        return masked.sum() / mask.sum().clamp(min=1.0) / accumulation
+    if loss_type == "dr_grpo":
+        return masked.sum() / (per_token.size(0) * max_completion_length) / accumulation
+    if loss_type in ("cispo", "dapo", "vespo"):
+        normalizer = num_items.clamp(min=1.0) / num_processes
+        if training:
+            normalizer = normalizer * accumulation / steps_per_generation
+        return masked.sum() / normalizer
+    if loss_type == "luspo":
+        return masked.sum(-1).mean() / accumulation
+    raise ValueError(f"aggregate_loss does not know loss_type {loss_type!r}; one of {AGGREGATED_LOSS_TYPES}")

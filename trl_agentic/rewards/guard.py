@@ -59,25 +59,47 @@ class _Guard:
             log_metric(f"agentic/reward_invalid/{self.__name__}", bad / max(n, 1))
         return rewards
 
+    def _warn_retry(self, exc: Exception) -> None:
+        logger.warning("reward function %r raised %s: %s; scoring one completion at a time",
+                       self.__name__, type(exc).__name__, exc)
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.func!r})"
+
+
+def _keywords(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A call's arguments by name: TRL passes keywords only; ``prompts`` and ``completions`` may come first by
+    position."""
+    return {**dict(zip(("prompts", "completions"), args)), **kwargs}
+
+
+def _batch_size(kwargs: dict[str, Any]) -> int:
+    """How many completions a call scores: ``len(completions)``, or the length of its first list argument (a TRL
+    environment reward called with ``environments=`` alone)."""
+    for value in (kwargs.get("completions"), *kwargs.values()):
+        if isinstance(value, Sequence) and not isinstance(value, str):
+            return len(value)
+    return 0
+
+
+def _single(one: Any) -> Any:
+    return one[0] if isinstance(one, Sequence) and not isinstance(one, str) and len(one) == 1 else None
 
 
 class GuardedReward(_Guard):
     """A synchronous TRL reward function whose bad values become ``None`` (see the module docstring)."""
 
-    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
-        n = len(completions)
+    def __call__(self, *args: Any, **kwargs: Any) -> list[float | None]:
+        kwargs = _keywords(args, kwargs)
+        n = _batch_size(kwargs)
         try:
-            values = self.func(prompts=prompts, completions=completions, **kwargs)
+            values = self.func(**kwargs)
         except Exception as exc:  # retry one completion at a time: only the ones it still raises on are lost
-            logger.warning("reward function %r raised %s: %s; scoring one completion at a time",
-                           self.__name__, type(exc).__name__, exc)
+            self._warn_retry(exc)
             values = []
             for i in range(n):
                 try:
-                    one = self.func(prompts=[prompts[i]], completions=[completions[i]], **_row(kwargs, i, n))
-                    values.append(one[0] if isinstance(one, Sequence) and len(one) == 1 else None)
+                    values.append(_single(self.func(**_row(kwargs, i, n))))
                 except Exception:  # noqa: BLE001 - this completion stays unscorable
                     values.append(None)
         return self._clean(values, n, kwargs)
@@ -86,18 +108,17 @@ class GuardedReward(_Guard):
 class AsyncGuardedReward(_Guard):
     """An ``async`` TRL reward function whose bad values become ``None`` (see the module docstring)."""
 
-    async def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
-        n = len(completions)
+    async def __call__(self, *args: Any, **kwargs: Any) -> list[float | None]:
+        kwargs = _keywords(args, kwargs)
+        n = _batch_size(kwargs)
         try:
-            values = await self.func(prompts=prompts, completions=completions, **kwargs)
+            values = await self.func(**kwargs)
         except Exception as exc:
-            logger.warning("reward function %r raised %s: %s; scoring one completion at a time",
-                           self.__name__, type(exc).__name__, exc)
+            self._warn_retry(exc)
             values = []
             for i in range(n):
                 try:
-                    one = await self.func(prompts=[prompts[i]], completions=[completions[i]], **_row(kwargs, i, n))
-                    values.append(one[0] if isinstance(one, Sequence) and len(one) == 1 else None)
+                    values.append(_single(await self.func(**_row(kwargs, i, n))))
                 except Exception:  # noqa: BLE001
                     values.append(None)
         return self._clean(values, n, kwargs)
@@ -106,16 +127,15 @@ class AsyncGuardedReward(_Guard):
 def guard_reward(func: Any) -> Any:
     """Wrap a reward function (sync or async) in its guard; reward models (``nn.Module``), model ids (``str``) and
     functions already guarded are returned unchanged."""
-    if isinstance(func, (str, _Guard)) or not callable(func) or _is_module(func):
+    if isinstance(func, _Guard) or is_reward_model(func) or not callable(func):
         return func
     is_async = inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None))
     return AsyncGuardedReward(func) if is_async else GuardedReward(func)
 
 
-def _is_module(func: Any) -> bool:
-    try:
-        import torch
+def is_reward_model(func: Any) -> bool:
+    """Whether a reward function is a reward model TRL scores with (a model id or an ``nn.Module``), not a Python
+    function our trainers call with keyword arguments."""
+    import torch
 
-        return isinstance(func, torch.nn.Module)
-    except ImportError:  # pragma: no cover - torch is a dependency
-        return False
+    return isinstance(func, (str, torch.nn.Module))

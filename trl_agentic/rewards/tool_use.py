@@ -75,7 +75,8 @@ def _calls_from_trajectory(sample: Sample, think_tag: str | None) -> list[ToolCa
     trajectory = sample.trajectory
     calls = []
     for action, info in zip(trajectory.actions, trajectory.turn_infos):
-        name, invalid, unknown = info.get("tool"), bool(info.get("invalid")), bool(info.get("unknown_tool"))
+        names, invalid, unknown = info.get("tool") or [], bool(info.get("invalid")), bool(info.get("unknown_tool"))
+        name = names[-1] if names else None  # a tag environment calls one tool per turn
         if name is None and not (invalid or unknown):
             continue  # a turn without a call (e.g. the final answer)
         blocks = [m for m in _ANY_BLOCK.finditer(action) if m.group(1) != think_tag]

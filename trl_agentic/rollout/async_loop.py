@@ -3,7 +3,9 @@
 Environments of one turn run concurrently on an event loop in a background thread, so that the engine works where
 the caller already runs a loop (Jupyter, Colab) and ``asyncio.run`` would refuse.
 
-Every wait on that loop has a deadline (:func:`wait`). A loop that stopped answering (an ``async`` step that
+Every wait on that loop has a deadline (:func:`wait`), and runs, while it waits, the calls the loop queued for the
+waiting thread (:func:`~trl_agentic.workers.run_on_caller_thread`: TRL's sync tools); their time does not count
+against the deadline. A loop that stopped answering (an ``async`` step that
 blocks it, e.g. ``time.sleep`` inside ``async def``) or whose thread died is abandoned, and the next call starts a
 fresh one: such an environment costs its batch's unfinished calls, never later batches. A ``KeyboardInterrupt`` in
 the waiting thread (a real Ctrl-C) cancels the work on the loop and is re-raised at once.
@@ -18,6 +20,8 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Coroutine
+
+from ..workers import serve_caller_jobs, wake_caller
 
 logger = logging.getLogger(__name__)
 
@@ -98,11 +102,15 @@ def wait(submitted: Submitted, timeout: float | None = None) -> Any:
     """
     future, handle = submitted.future, submitted.handle
     deadline = None if timeout is None else submitted.started + timeout
+    future.add_done_callback(lambda _: wake_caller())  # ends serve_caller_jobs' wait at once
     try:
         while True:
             remaining = _POLL_S if deadline is None else max(0.0, min(_POLL_S, deadline - time.monotonic()))
+            busy = serve_caller_jobs(remaining)  # calls that must run on this thread (workers.run_on_caller_thread)
+            if deadline is not None:
+                deadline += busy  # the loop waited for this thread meanwhile: not the calls' time
             try:
-                return future.result(remaining)
+                return future.result(0)
             except concurrent.futures.TimeoutError:
                 if not handle.thread.is_alive():
                     _abandon(handle)

@@ -23,6 +23,8 @@ splits into two when its tool calls took at least a quarter of its generation ti
 number of chunks and makes the same generation calls (a chunk is skipped only when it is empty on every process).
 Chunking changes the order in which sampling draws random numbers, and ``"auto"`` decides from measured time: set
 ``overlap_chunks`` to a number for runs that must sample bit-identically (tools that take under 10 ms never split).
+Environments whose calls run on the rollout's thread (``runs_on_caller_thread``: TRL's tools, as TRL runs them) are
+never split: their calls run between generations.
 
 End ids: a turn ends at the first of the model's end ids (every id of ``generation_config.eos_token_id`` and the
 tokenizer's EOS; in chat mode also the template's end-of-turn token); nothing after it is kept.
@@ -37,66 +39,18 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
 
 from ..environment import EnvironmentFactory, check_environment_factory, check_stop_strings
 from ..native_tools import native_tools, parse_turn
 from ..trajectory import StopReason, Trajectory
+from .config import RolloutConfig
 from .env_calls import EnvFailure, PendingCalls, call_all, start_all
 from .generation import Generator, HFGenerator, cut_at_stop, get_eos_token_ids
-from .observations import ObservationEncoder, RolloutMode
+from .observations import ObservationEncoder, is_conversational
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class RolloutConfig:
-    """Budgets and protocol of a rollout (the same names as :class:`~trl_agentic.AgenticGRPOConfig`).
-
-    Attributes:
-        max_turns: Most model turns per trajectory; reaching it without an end gives ``stop_reason="max_turns"``.
-        max_tokens_per_turn: Most tokens sampled in one turn.
-        max_completion_length: Most completion tokens in all (sampled + observation tokens), as in TRL.
-        rollout_mode: ``"text"`` (observations continue the text) or ``"chat"`` (observations are new messages).
-        observation_role: Role of observation messages in chat mode (``"user"`` for templates without a tool role).
-        stop_strings: Stop strings, in addition to those the environment declares (``environment.stop_strings``).
-        max_observation_tokens: Most tokens of one observation's content (the head is kept).
-        env_timeout: Seconds allowed for one ``reset``/``step``/``close`` call.
-        chat_template_kwargs: Passed to ``apply_chat_template``.
-        overlap_chunks: Generate a turn in this many chunks so that tool calls overlap generation (see the module
-            docstring); ``"auto"`` measures the first turn, ``1`` turns it off.
-    """
-
-    max_turns: int = 4
-    max_tokens_per_turn: int = 256
-    max_completion_length: int = 1024
-    rollout_mode: RolloutMode = "text"
-    observation_role: str = "tool"
-    stop_strings: Sequence[str] = ()
-    max_observation_tokens: int = 1024
-    env_timeout: float = 60.0
-    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
-    overlap_chunks: int | Literal["auto"] = "auto"
-
-    def __post_init__(self) -> None:
-        for name in ("max_turns", "max_tokens_per_turn", "max_completion_length", "max_observation_tokens"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        check_stop_strings(self.stop_strings, "stop_strings")
-        if not isinstance(self.env_timeout, (int, float)) or not self.env_timeout > 0:
-            raise ValueError(f"env_timeout must be a positive number of seconds, got {self.env_timeout!r}")
-        chunks = self.overlap_chunks
-        if chunks != "auto" and (isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1):
-            raise ValueError(f"overlap_chunks must be 'auto' or an integer >= 1, got {chunks!r}")
-
-    @classmethod
-    def from_arguments(cls, config: "RolloutConfig | None", fields: dict[str, Any]) -> "RolloutConfig":
-        """``config``, or a config built from ``fields`` (a function's ``**config_kwargs``), never both."""
-        if config is not None and fields:
-            raise TypeError("pass either config= or RolloutConfig fields as keyword arguments, not both")
-        return config if config is not None else cls(**fields)
 
 
 AUTO_OVERLAP_RATIO = 0.25
@@ -153,8 +107,7 @@ class RolloutEngine:
             processing_class, cfg.rollout_mode, cfg.observation_role, cfg.chat_template_kwargs, eos_token_ids
         )
         self.tokenizer = self.encoder.tokenizer
-        layout = self.encoder.layout
-        self.eos_token_ids = list(dict.fromkeys([*eos_token_ids, *([layout.end_of_turn_id] if layout else [])]))
+        self.eos_token_ids = self.encoder.turn_end_ids(eos_token_ids)
         self.environment = environment
         self.sync_any = sync_any or (lambda local: local)
         self.sync_max = sync_max or (lambda local: local)
@@ -175,6 +128,8 @@ class RolloutEngine:
         stop_strings = self._stop_strings(envs)
         trajectories, active = self._start(prompts, rows, envs)
         wanted = self.config.overlap_chunks
+        if any(getattr(env, "runs_on_caller_thread", False) for env in envs):
+            wanted = 1  # their calls run on this thread, between generations: nothing to overlap
         chunks = self._split(active, 1 if wanted == "auto" else self.sync_max(wanted))
         pending: list[_Steps | None] = [None] * len(chunks)
         first_round = True
@@ -218,8 +173,9 @@ class RolloutEngine:
         for i, (prompt, result) in enumerate(zip(prompts, results)):
             failed = isinstance(result, EnvFailure)
             tools = () if failed else native_tools(envs[i]) or ()  # read after reset: it may depend on the row
-            trajectory = Trajectory(prompt_ids=self.encoder.encode_prompt(prompt, None if failed else result, tools))
-            trajectory.prompt = prompt
+            text = None if failed else result
+            trajectory = Trajectory(prompt_ids=self.encoder.encode_prompt(prompt, text, tools))
+            trajectory.prompt = with_reset_text(prompt, text)
             if failed:
                 self._fail(trajectory, result)
             else:
@@ -231,7 +187,7 @@ class RolloutEngine:
         """One generation call for every active trajectory; returns why each one's turn ended (``"eos"``,
         ``"stop"``, ``"max_tokens"`` when the trajectory's budget cut it, ``None`` at the per-turn budget)."""
         cfg = self.config
-        max_new = min(cfg.max_tokens_per_turn, cfg.max_completion_length)
+        max_new = cfg.max_tokens_per_turn
         if active:
             inputs = [trajectories[i].prompt_ids + trajectories[i].completion_ids for i in active]
         else:  # keep collective generation calls aligned across processes
@@ -250,7 +206,7 @@ class RolloutEngine:
             t.generated_ids.append(list(out.ids))
             t.completion_ids.extend(ids)
             t.env_mask.extend([1] * len(ids))
-            t.logprobs.extend(out.logprobs[:end] if out.logprobs is not None else [0.0] * len(ids))
+            t.logprobs.extend(out.logprobs[:end] if out.logprobs is not None else [None] * len(ids))  # unknown, not 0
             t.turn_spans.append((start, start + len(ids)))
             t.actions.append(self._decode(ids))
             ends[i] = reason
@@ -261,6 +217,7 @@ class RolloutEngine:
         stepping = []
         for i in active:
             if ends[i] == "max_tokens":
+                self._action(trajectories[i], envs[i])  # native calls: the cut turn's message, as TRL parses it
                 self._end(trajectories[i], "max_tokens")
             else:
                 stepping.append(i)
@@ -281,7 +238,9 @@ class RolloutEngine:
                 continue
             t.turn_rewards.append(float(result.reward))
             t.turn_infos.append(dict(result.info))
-            if result.terminated or result.truncated:
+            if result.terminated and self.config.rollout_mode == "chat" and steps.ends[i] is None:
+                self._end(t, "max_tokens")  # a last message cut by the turn's budget: TRL counts it clipped
+            elif result.terminated or result.truncated:
                 self._end(t, "terminated" if result.terminated else "env_truncated")
             elif self.config.rollout_mode == "text" and steps.ends[i] == "eos":
                 self._end(t, "eos")  # the model ended its text; the environment did not object
@@ -367,6 +326,22 @@ class RolloutEngine:
 
     def _decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+
+def with_reset_text(prompt: Any, text: str | None) -> Any:
+    """The prompt with the text ``reset()`` returned appended (to the last message's content for chat prompts, as
+    TRL 1.16 appends it); a new object, ``prompt`` is left as it was."""
+    if not text:
+        return prompt
+    if not is_conversational(prompt):
+        return prompt + text
+    last = dict(prompt[-1])
+    content = last.get("content")
+    if isinstance(content, list):
+        last["content"] = [*content, {"type": "text", "text": text}]
+    else:
+        last["content"] = (content or "") + text
+    return [*prompt[:-1], last]
 
 
 def run_rollouts(

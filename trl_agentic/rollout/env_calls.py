@@ -10,6 +10,10 @@ What a call can cost, and what a timeout can and cannot stop:
   step that never returns keeps running on its thread (and keeps what it holds), but it no longer counts against the
   bound, a new thread takes its place for later calls, and daemon threads do not keep the process from exiting.
   Abandoned calls still running are logged.
+- An environment with ``runs_on_caller_thread = True`` (TRL's ``tools=`` / ``environment_factory=``, as TRL calls
+  them) has its sync methods and sync tools run on the thread that runs the rollout, one after another
+  (:func:`~trl_agentic.workers.run_on_caller_thread`), each under its own timeout; its async ``step`` is then not
+  timed as a whole (it waits its turn for that thread).
 - An **async** method is cancelled at its timeout, which stops it at its next ``await``. An async method that
   *blocks the loop* (``time.sleep`` or a busy loop inside ``async def``) cannot be preempted: the batch's deadline
   then abandons the whole event loop, the calls of the batch that had not finished end with ``env_timeout``, and the
@@ -29,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..environment import check_reset_result, check_step_result
-from ..workers import run_in_thread
+from ..workers import run_in_thread, run_on_caller_thread
 from .async_loop import LoopTimeout, submit, wait
 
 logger = logging.getLogger(__name__)
@@ -66,8 +70,13 @@ async def _contained(awaitable: Any) -> Any:
 async def _invoke(env: Any, method: Method, arg: Any, timeout: float) -> Any:
     fn = getattr(env, method)
     args, kwargs = ((), arg) if method == "reset" else (((arg,), {}) if method == "step" else ((), {}))
+    on_caller = getattr(env, "runs_on_caller_thread", False)
     if inspect.iscoroutinefunction(fn):
-        result = await asyncio.wait_for(_contained(fn(*args, **kwargs)), timeout)
+        # on the caller's thread, an async step waits its turn for each sync tool: each tool call has its own timeout
+        step_timeout = None if on_caller else timeout
+        result = await asyncio.wait_for(_contained(fn(*args, **kwargs)), step_timeout)
+    elif on_caller:
+        result = await run_on_caller_thread(fn, *args, timeout=timeout, **kwargs)
     else:
         result = await run_in_thread(fn, *args, timeout=timeout, **kwargs)
         if inspect.isawaitable(result):  # a sync method that returned a coroutine

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Iterator, Protocol, Sequence
 
 import torch
-from transformers import StoppingCriteriaList, StopStringCriteria
+from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteriaList, StopStringCriteria
 
 
 @dataclass
@@ -84,6 +84,40 @@ def cut_at_stop(
     return end, reason
 
 
+class ChosenTokenLogprobs(LogitsProcessor):
+    """The log-prob of each token greedy ``generate`` chooses, recorded one step at a time.
+
+    Greedy decoding takes the argmax of the processed scores (the logits after transformers' logits processors,
+    e.g. a repetition penalty), so the token's log-prob is ``log_softmax(scores)[token]``. Called last at each step,
+    this processor keeps that step's log-softmax and, at the next step, reads the chosen token from ``input_ids``:
+    it holds one step's ``batch x vocabulary`` floats, where ``output_scores`` keeps every step's (with a 262k
+    vocabulary and a batch of 100, 105 MB per generated token).
+    """
+
+    def __init__(self) -> None:
+        self.steps: list[torch.Tensor] = []
+        self.pending: torch.Tensor | None = None
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self.pending is not None:  # the token chosen at the previous step is the last of input_ids
+            self.steps.append(self.pending.gather(-1, input_ids[:, -1:]).squeeze(-1))
+        self.pending = torch.log_softmax(scores.float(), dim=-1)
+        return scores
+
+    def logprobs(self, new_ids: torch.Tensor) -> torch.Tensor | None:
+        """``(batch, len(new_ids[0]))``: the log-prob of each generated id (transformers may run a step more than it
+        returns, so extra steps are dropped); ``None`` when the steps recorded do not cover the ids (a ``generate``
+        that did not call its logits processors, such as a test double)."""
+        steps, n = list(self.steps), len(self.steps)
+        if n < new_ids.shape[1] and self.pending is not None:  # the last token: no step came after it
+            steps.append(self.pending.gather(-1, new_ids[:, n : n + 1].to(self.pending.device)).squeeze(-1))
+        if len(steps) < new_ids.shape[1]:
+            return None
+        if not steps:
+            return torch.zeros((new_ids.shape[0], 0))
+        return torch.stack(steps, dim=1)[:, : new_ids.shape[1]].cpu()
+
+
 @contextlib.contextmanager
 def gradient_checkpointing_off(model: Any) -> Iterator[None]:
     """Switch gradient checkpointing off on every module that has it for the duration, and back on after."""
@@ -122,8 +156,11 @@ class HFGenerator:
         unwrap: Optional zero-argument callable returning a context manager that yields the model to call
             ``generate`` on (the trainer passes TRL's ``unwrap_model_for_generation``); by default
             :func:`generation_mode`.
-        return_logprobs: Also return the log-prob of each sampled token under the sampling distribution (keeps
-            every step's scores in memory: fine for evaluation, off in the trainer, which recomputes them).
+        return_logprobs: Also return the log-prob of each generated token: greedy, that of the processed scores the
+            argmax chose from, recorded one step at a time (:class:`ChosenTokenLogprobs`); sampled, that of the
+            sampling distribution, from every step's scores kept in memory. Off in the trainer, which recomputes
+            them. ``None`` when ``generate`` ran no step through the recorder or returned a plain tensor of ids (no
+            scores), as transformers does without ``return_dict_in_generate`` and as TRL's tests' doubles do.
     """
 
     def __init__(
@@ -171,7 +208,8 @@ class HFGenerator:
         config.pad_token_id = pad_id
         config.eos_token_id = list(eos_token_ids)
         config.return_dict_in_generate = True
-        config.output_scores = self.return_logprobs
+        chosen = ChosenTokenLogprobs() if self.return_logprobs and not config.do_sample else None
+        config.output_scores = self.return_logprobs and chosen is None
         with self.unwrap() as model, torch.no_grad():
             device = next(model.parameters()).device
             out = model.generate(
@@ -179,11 +217,18 @@ class HFGenerator:
                 attention_mask=attention_mask.to(device),
                 generation_config=config,
                 stopping_criteria=self._stopping_criteria(stop_strings),
+                logits_processor=LogitsProcessorList([chosen]) if chosen is not None else None,
             )
-        new_ids = out.sequences[:, width:].cpu()
+        # transformers returns a GenerateOutput when asked (return_dict_in_generate), else a tensor of ids; a model
+        # or a test double (TRL's tests mock generate so) may return the tensor anyway: then there are no scores
+        sequences = out if isinstance(out, torch.Tensor) else out.sequences
+        scores = None if isinstance(out, torch.Tensor) else out.scores
+        new_ids = sequences[:, width:].cpu()
         logprobs = None
-        if self.return_logprobs:
-            step_logps = torch.stack([torch.log_softmax(s.float(), dim=-1) for s in out.scores], dim=1).cpu()
+        if chosen is not None:
+            logprobs = chosen.logprobs(new_ids)
+        elif self.return_logprobs and scores is not None:
+            step_logps = torch.stack([torch.log_softmax(s.float(), dim=-1) for s in scores], dim=1).cpu()
             logprobs = step_logps.gather(-1, new_ids.unsqueeze(-1)).squeeze(-1)
         results = []
         for row in range(len(prompts)):

@@ -30,12 +30,21 @@ def rollout_sums(trajectories: Iterable[Trajectory]) -> Counter:
         for info in t.turn_infos:
             for flag in INFO_FLAGS:  # a bool, or a count (several native tool calls in one turn)
                 sums[flag] += int(info.get(flag) or 0)
-            tools = info.get("tool") or []
-            for tool in [tools] if isinstance(tools, str) else tools:
+            sums["native_tool_calls"] += int(info.get("tool_calls") or 0)
+            for tool in info.get("tool") or []:
                 sums[f"tool_calls/{tool}"] += 1
         for event in EVENT_KEYS:
             sums[event] += t.events.get(event, 0)
     return sums
+
+
+def trl_tool_metrics(sums: Counter) -> dict[str, float]:
+    """TRL 1.16's tool metrics (``GRPOTrainer._generate``), from the sums over every process: ``tools/call_frequency``
+    (tool calls per completion) and ``tools/failure_frequency`` (failed calls per call: the tool raised, timed out,
+    or no such tool; 0 without calls). Logged for native tool calls, as TRL logs them whenever it has tools."""
+    calls, failures = torch.tensor(sums["native_tool_calls"]), torch.tensor(sums["tool_error"])
+    return {"tools/call_frequency": (calls / max(sums["count"], 1)).item(),  # float32, as TRL divides tensors
+            "tools/failure_frequency": (failures / calls).item() if calls > 0 else 0.0}
 
 
 def metrics_from_sums(sums: Counter) -> dict[str, float]:

@@ -47,7 +47,91 @@ _CONTENT_TRANSFORMS: dict[str, Callable[[str], str]] = {
     "verbatim": lambda s: s,
     "strip": lambda s: s.strip(),
     "json": lambda s: json.dumps(s, ensure_ascii=False)[1:-1],  # Llama-3's `content | tojson`, quotes in the layout
+    "repr": repr,  # a string inside a list rendered by Jinja as Python's str(): its quotes depend on the string
 }
+"""How a template writes an untrusted string. ``repr`` includes its quotes (Python picks them per string), so the
+template text around a ``repr`` gap is kept without the quotes it had around the probe (:func:`_unquoted`)."""
+
+
+def _join(pieces: list[str], slots: list[int], transform_of: Callable[[int], str], value: Callable[[int], str]) -> str:
+    """The text of a layout with ``value(k)`` written by ``transform_of(k)`` in each gap of string ``k``; ``pieces``
+    as probed (with the quotes a ``repr`` gap had around the probe)."""
+    gaps = [(k, transform_of(k)) for k in slots]
+    bare = _unquoted(pieces, gaps)
+    return bare[0] + "".join(_CONTENT_TRANSFORMS[t](value(k)) + p for (k, t), p in zip(gaps, bare[1:]))
+
+
+def _unquoted(pieces: list[str], gaps: list[tuple[int, str]]) -> list[str]:
+    """``pieces`` without the quote before and after each ``repr`` gap (``repr`` writes its own)."""
+    pieces = list(pieces)
+    for i, (_, transform) in enumerate(gaps):
+        if transform == "repr":
+            pieces[i], pieces[i + 1] = pieces[i][:-1], pieces[i + 1][1:]
+    return pieces
+
+
+_SLOT = re.compile(_SENTINEL + r"(\d+)Z")
+_MAX_LAYOUTS = 4096
+
+
+def _untrusted_strings(content: Any) -> list[str]:
+    """The strings of a message content that come from a tool: the content itself, or every string inside a list
+    result (content parts, rows, ...; at any depth) but the ``"type"`` of a part, in order."""
+    if isinstance(content, str):
+        return [content]
+    if isinstance(content, dict):
+        return [s for key, value in content.items() if key != "type" for s in _untrusted_strings(value)]
+    if isinstance(content, (list, tuple)):
+        return [s for value in content for s in _untrusted_strings(value)]
+    return []
+
+
+Shape = tuple
+"""A content with its untrusted strings blanked, hashable (a key of the probed layouts): ``("str",)`` for a
+string, ``("list" | "tuple", items)``, ``("dict", ((key, value shape), ...))`` (a part's ``"type"`` kept as
+``("type", value)``), ``("value", x)`` for anything else (numbers, ``None``)."""
+
+
+def _shape(content: Any, key: str | None = None) -> Shape:
+    if isinstance(content, str):
+        return ("type", content) if key == "type" else ("str",)
+    if isinstance(content, dict):
+        return ("dict", tuple((k, _shape(v, k)) for k, v in content.items()))
+    if isinstance(content, (list, tuple)):
+        return (type(content).__name__, tuple(_shape(v) for v in content))
+    return ("value", content)
+
+
+def _shape_slots(shape: Shape) -> list[str]:
+    """For each untrusted string of a content of this shape, ``"text"`` (a string content: the template must write
+    it) or ``"part"`` (a string inside a list: the template may drop it)."""
+    if shape == ("str",):
+        return ["text"]
+
+    def count(node: Shape) -> int:
+        kind = node[0]
+        if kind == "str":
+            return 1
+        if kind == "dict":
+            return sum(count(v) for _, v in node[1])
+        if kind in ("list", "tuple"):
+            return sum(count(v) for v in node[1])
+        return 0
+
+    return ["part"] * count(shape)
+
+
+def _fill_shape(shape: Shape, fill: Callable[[], str]) -> Any:
+    """A content of this shape with each untrusted string replaced by ``fill()``, in order."""
+    kind = shape[0]
+    if kind == "str":
+        return fill()
+    if kind in ("type", "value"):
+        return shape[1]
+    if kind == "dict":
+        return {k: _fill_shape(v, fill) for k, v in shape[1]}
+    items = [_fill_shape(v, fill) for v in shape[1]]
+    return tuple(items) if kind == "tuple" else items
 
 
 class ChatTemplateError(ValueError):
@@ -59,7 +143,11 @@ class TemplateNotPrefixPreservingError(ChatTemplateError):
 
 
 def is_conversational(prompt: Any) -> bool:
-    return isinstance(prompt, list) and bool(prompt) and isinstance(prompt[0], dict) and "role" in prompt[0]
+    """A prompt made of chat messages: TRL's ``is_conversational`` on a row holding it, ``False`` for an empty or
+    missing prompt (on which TRL's raises)."""
+    from trl import is_conversational as trl_is_conversational
+
+    return isinstance(prompt, list) and bool(prompt) and trl_is_conversational({"prompt": prompt})
 
 
 @dataclass(frozen=True)
@@ -121,7 +209,13 @@ class ObservationEncoder:
         self._control_re = re.compile("(" + "|".join(map(re.escape, self.control_tokens)) + ")") if self.control_tokens else None
         self._control_ids = {self.tokenizer.convert_tokens_to_ids(t) for t in self.control_tokens}
         self.layout: ChatLayout | None = self._probe_template() if rollout_mode == "chat" else None
-        self._message_layouts: dict[tuple[tuple[str, str], ...], tuple[list[str], str]] = {}
+        self._message_layouts: dict[tuple[tuple[str, str, Shape], ...], tuple[list[str], list[tuple[int, str]]]] = {}
+
+    def turn_end_ids(self, eos_token_ids: Sequence[int]) -> list[int]:
+        """Every id that ends a model turn: the model's end ids (``eos_token_ids``, TRL's) and, in chat mode, the
+        template's end-of-turn token (Gemma's ``<end_of_turn>`` is not among its end ids)."""
+        end_of_turn = [self.layout.end_of_turn_id] if self.layout is not None else []
+        return list(dict.fromkeys([*eos_token_ids, *end_of_turn]))
 
     # -- tokenization ----------------------------------------------------------------------------------------
     def tokenize_untrusted(self, text: str) -> list[int]:
@@ -154,7 +248,8 @@ class ObservationEncoder:
 
     def _find_control_tokens(self) -> list[str]:
         """Special tokens, plus (chat mode) the non-whitespace added tokens that the chat template writes."""
-        template = getattr(self.tokenizer, "chat_template", None) if self.rollout_mode == "chat" else None
+        template = self.chat_template_kwargs.get("chat_template") or getattr(self.tokenizer, "chat_template", None)
+        template = template if self.rollout_mode == "chat" else None
         template = template if isinstance(template, str) else ""
         strings = set(getattr(self.tokenizer, "all_special_tokens", []) or [])
         for token in getattr(self.tokenizer, "added_tokens_decoder", {}).values():
@@ -219,16 +314,18 @@ class ObservationEncoder:
                      max_tokens: int) -> EncodedObservation:
         if isinstance(observation, str):
             layout = self.layout
-            pieces, transform, contents = [layout.prefix, layout.suffix], layout.transform, [observation]
+            pieces, gaps, values = [layout.prefix, layout.suffix], [(0, layout.transform)], [observation]
         else:
-            pieces, transform = self._message_layout(tuple((m["role"], m.get("name", "")) for m in observation))
-            contents = [m.get("content") or "" for m in observation]
+            contents = [m.get("content") if m.get("content") is not None else "" for m in observation]
+            shapes = tuple((m["role"], m.get("name", ""), _shape(c)) for m, c in zip(observation, contents))
+            pieces, gaps = self._message_layout(shapes)
+            values = [text for content in contents for text in _untrusted_strings(content)]
         capped, truncated = [], False
-        for content in contents:
-            content_ids, cut = self._cap(content, max_tokens)
-            capped.append(self.tokenizer.decode(content_ids, skip_special_tokens=False) if cut else content)
+        for value in values:
+            value_ids, cut = self._cap(value, max_tokens)
+            capped.append(self.tokenizer.decode(value_ids, skip_special_tokens=False) if cut else value)
             truncated = truncated or cut
-        written = [_CONTENT_TRANSFORMS[transform](content) for content in capped]
+        written = [_CONTENT_TRANSFORMS[transform](capped[k]) for k, transform in gaps]
         if any(self._has_control(w) for w in written):
             ids = self._tokenize_template(pieces[0])
             for content, piece in zip(written, pieces[1:]):
@@ -239,42 +336,63 @@ class ObservationEncoder:
             ids = [self.layout.end_of_turn_id, *ids]
         return EncodedObservation(ids, "\n".join(capped), truncated)
 
-    def _message_layout(self, roles_names: tuple[tuple[str, str], ...]) -> tuple[list[str], str]:
-        """How the template renders these messages (``(role, name)`` each) after an assistant turn that called a
-        tool: the template text around and between their contents (``len + 1`` pieces), and the content transform.
-        Probed once per sequence of roles and names."""
-        if roles_names in self._message_layouts:
-            return self._message_layouts[roles_names]
-        call = {"type": "function", "function": {"name": roles_names[0][1] or "tool", "arguments": {}}}
+    def _message_layout(self, shapes: tuple[tuple[str, str, Shape], ...]) -> tuple[list[str], list[tuple[int, str]]]:
+        """How the template renders these messages (``(role, name, content shape)`` each, :func:`_shape`) after an
+        assistant turn that called a tool: the template text around and between the untrusted strings of their
+        contents (``pieces``, one more than the gaps) and, for each gap, which string goes there (an index into the
+        contents' strings in order, :func:`_untrusted_strings`) and how the template writes it (a transform of
+        :data:`_CONTENT_TRANSFORMS`: Qwen2.5 writes a list content as Python's ``str()`` of the list, so its strings
+        as ``repr``; a template may also drop them, as Qwen3's drops list contents). Probed once per sequence of
+        shapes."""
+        if shapes in self._message_layouts:
+            return self._message_layouts[shapes]
+        if len(self._message_layouts) >= _MAX_LAYOUTS:  # the numbers of list results are part of their shape
+            self._message_layouts.clear()
+        call = {"type": "function", "function": {"name": shapes[0][1] or "tool", "arguments": {}}}
         end_string = self.tokenizer.convert_ids_to_tokens(self.layout.end_of_turn_id)
+        kinds = [kind for shape in shapes for kind in _shape_slots(shape[2])]
+
+        def render(fill: Callable[[int], str]) -> str:
+            counter = iter(range(len(kinds)))
+            messages = [{"role": role, "name": name, "content": _fill_shape(shape, lambda: fill(next(counter)))}
+                        for role, name, shape in shapes]
+            return self.render_text(dummy + messages, add_generation_prompt=True)
+
+        sentinel = lambda k: f"{_SENTINEL}{k}Z"  # noqa: E731
         for reasoning in ("", "<think>\nOK.\n</think>\n\n"):  # the second survives Qwen3's history stripping
             dummy = [{"role": "user", "content": "Hello."},
                      {"role": "assistant", "content": reasoning, "tool_calls": [call]}]
-
-            def render(content: str) -> str:
-                messages = dummy + [{"role": r, "name": n, "content": content} for r, n in roles_names]
-                return self.render_text(messages, add_generation_prompt=True)
-
             base = self.render_text(dummy, add_generation_prompt=False)
             cut = base.rfind(end_string) + len(end_string)
-            full = render(_SENTINEL)
-            if cut >= len(end_string) and full.startswith(base[:cut]) and full.count(_SENTINEL) == len(roles_names):
+            full = render(sentinel)
+            found = [int(k) for k in _SLOT.findall(full)]
+            if (cut >= len(end_string) and full.startswith(base[:cut])
+                    and all(found.count(k) == 1 for k, kind in enumerate(kinds) if kind == "text")):
                 break
         else:
             raise TemplateNotPrefixPreservingError(
                 f"The chat template of {self._template_name()} does not render tool messages after an assistant "
                 "tool call as an appendable suffix; use a template that renders earlier turns unchanged"
             )
-        pieces = full[cut:].split(_SENTINEL)
-        probe = render(_PROBE)[cut:]
-        for name, transform in _CONTENT_TRANSFORMS.items():
-            if probe == transform(_PROBE).join(pieces):
-                self._message_layouts[roles_names] = (pieces, name)
-                return pieces, name
-        raise ChatTemplateError(
-            f"the chat template of {self._template_name()} rewrites tool message content in a way trl-agentic cannot "
-            "reproduce token for token"
-        )
+        split = _SLOT.split(full[cut:])
+        pieces, slots = split[0::2], [int(k) for k in split[1::2]]
+        transforms: dict[int, str] = {}
+        for k in sorted(set(slots)):  # each string on its own: the probe in its gaps, the sentinels elsewhere
+            value = lambda j: _PROBE if j == k else sentinel(j)  # noqa: E731
+            probe = render(value)[cut:]
+            for name in _CONTENT_TRANSFORMS:
+                if probe == _join(pieces, slots, lambda j: name if j == k else "verbatim", value):
+                    transforms[k] = name
+                    break
+            else:
+                raise ChatTemplateError(
+                    f"the chat template of {self._template_name()} rewrites tool message content in a way "
+                    "trl-agentic cannot reproduce token for token"
+                )
+        gaps = [(k, transforms[k]) for k in slots]
+        pieces = _unquoted(pieces, gaps)
+        self._message_layouts[shapes] = (pieces, gaps)
+        return pieces, gaps
 
     # -- chat template ---------------------------------------------------------------------------------------
     def _template_name(self) -> str:

@@ -32,6 +32,13 @@ class TRLVLLMGenerator:
     Per call it sets vLLM's ``max_tokens`` to the turn budget and the turn's end (:func:`stop_kwargs`), then restores
     TRL's settings (:func:`trl_agentic.compat.vllm_generate`). The trainer's rollout pushes the policy's weights to
     vLLM (TRL's ``vllm_generation.sync_weights()``) before a round when the step changed.
+
+    Several processes: every call is collective (the engine makes the same calls on every process, with a one-token
+    dummy where a process has nothing active). TRL's server mode, and colocate mode with tensor parallelism, gather
+    the prompts of several processes and slice the completions back by position, assuming equal counts; a turn's
+    active trajectories differ between processes, so :func:`~trl_agentic.compat.vllm_generate` pads each call to the
+    largest count and drops the padding's outputs (why padding and not slicing by counts: ``compat._padded_count``).
+    ``tests/multiprocess/test_vllm_two_processes.py`` runs TRL's own code for both modes on two processes.
     """
 
     def __init__(self, trainer: Any) -> None:

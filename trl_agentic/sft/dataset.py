@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..environment import EnvironmentFactory
-from ..rollout.engine import RolloutConfig
+from ..rollout.config import RolloutConfig
 from ..tag_protocol import SEARCH_R1_TAGS, TagProtocol
 from ..trajectory import Trajectory
 from .demonstrations import transcript_to_trajectory

@@ -27,17 +27,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..environment import EnvironmentFactory, StepResult
-from ..rollout.engine import RolloutConfig, RolloutEngine
+from ..rollout.config import RolloutConfig
+from ..rollout.engine import RolloutEngine
 from ..rollout.generation import Generation
 from ..rollout.observations import ObservationEncoder
 from ..tag_protocol import SEARCH_R1_TAGS, TagProtocol
 from ..trajectory import Trajectory
+from .errors import DemonstrationError
+from .tool_traces import ScriptedToolEnvironment, is_tool_trace, split_tool_messages
 
 __all__ = ["DemonstrationError", "demonstration_to_trajectory", "transcript_to_trajectory"]
-
-
-class DemonstrationError(ValueError):
-    """A demonstration that the rollout engine could not have produced; the message says which turn and why."""
 
 
 class _ScriptedGenerator:
@@ -116,8 +115,8 @@ def demonstration_to_trajectory(
             ``observation_role`` and ``max_observation_tokens`` match), or its fields as keyword arguments.
 
     Raises:
-        DemonstrationError: an action would be cut earlier or is over a budget, the environment failed or did not
-            end the episode, or the observations do not fit the actions.
+        DemonstrationError: an action would be cut earlier or is over a budget, the environment or one of its tool
+            calls failed or it did not end the episode, or the observations do not fit the actions.
     """
     config = RolloutConfig.from_arguments(config, config_kwargs)
     if not actions:
@@ -142,12 +141,23 @@ def demonstration_to_trajectory(
 
 
 def _check_replay(t: Trajectory, turns: list[list[int]], actions: Sequence[str], config: RolloutConfig) -> None:
-    """The engine kept every action whole, and the episode ended after the last one, by the environment.
+    """The engine kept every action whole, no tool call failed, and the episode ended after the last one, by the
+    environment. A tool that failed during the replay (it raised, timed out or returned no text: ``tool_error`` /
+    ``tool_timeout`` in the turn's info) would put its error text into the demonstration.
 
     In chat mode an action whose content ends at a stop string is kept without its end-of-turn id, as in RL: the
     engine stops there, and the encoder adds the end-of-turn id with the observation (masked)."""
     if t.env_failed:
         raise DemonstrationError(f"the environment failed during the demonstration: {t.error}")
+    for k, info in enumerate(t.turn_infos):
+        if info.get("tool_error") or info.get("tool_timeout"):
+            observation = (t.observations[k] if k < len(t.observations) else None) or ""
+            tools = " and ".join(info.get("tool") or ["tool"])  # info["tool"]: the names of the turn's calls
+            raise DemonstrationError(
+                f"the {tools} call of action {k} failed during the replay "
+                f"({' '.join(observation.split())[:120]!r}); a demonstration would teach that error: fix the tool "
+                "(or the action)"
+            )
     for k, (kept, wanted) in enumerate(zip(t.agent_segments(), turns)):
         if kept != wanted and not (config.rollout_mode == "chat" and kept == wanted[:-1]):
             if len(wanted) > min(config.max_tokens_per_turn, config.max_completion_length):
@@ -208,7 +218,6 @@ def transcript_to_trajectory(
     native tool calls (:mod:`trl_agentic.sft.tool_traces`).
     """
     config = RolloutConfig.from_arguments(config, config_kwargs)
-    from .tool_traces import ScriptedToolEnvironment, is_tool_trace, split_tool_messages  # imports this module
 
     if not isinstance(completion, str) and is_tool_trace(completion):
         if config.rollout_mode != "chat" or environment is not None:

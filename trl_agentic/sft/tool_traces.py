@@ -16,7 +16,7 @@ from typing import Any
 from ..environment import StepResult
 from ..native_tools import ToolCallEnvironment
 from ..rollout.observations import ObservationEncoder
-from .demonstrations import DemonstrationError
+from .errors import DemonstrationError
 
 
 class ScriptedToolEnvironment(ToolCallEnvironment):

@@ -18,8 +18,9 @@ from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
+from ..errors import TaskConfigError
 from .base import Task, has_chat_template
-from .data import TaskConfigError, load_rows, require_columns, take
+from .data import load_rows, require_columns, take
 from .gsm8k import GSM8KToolsArguments
 from .search_r1 import SearchR1Arguments
 

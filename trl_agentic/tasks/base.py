@@ -55,16 +55,18 @@ class Task:
     options: Any = None
 
     def rows(self, dataset: Any, processing_class: Any, flag: str = "--dataset_name") -> Any:
-        """The dataset with a ``prompt`` column and the columns the rewards read (other columns are dropped)."""
+        """The dataset with a ``prompt`` column and the columns the rewards read (other columns are dropped).
+
+        Built row by row (``Dataset.from_list``), not with ``dataset.map``: ``map`` fingerprints its function by
+        pickling it, and this one holds the task (its sandbox, its retriever), which may not pickle: datasets then
+        warns that it "couldn't be hashed" on every run."""
+        from datasets import Dataset
+
         from .data import require_columns
 
         require_columns(dataset, list(self.required_columns), self.name, flag)
         chat = has_chat_template(processing_class)
-
-        def convert(row: dict[str, Any]) -> dict[str, Any]:
-            return {"prompt": self.make_prompt(row, chat), **self.prepare_row(row)}
-
-        return dataset.map(convert, remove_columns=dataset.column_names)
+        return Dataset.from_list([{"prompt": self.make_prompt(row, chat), **self.prepare_row(row)} for row in dataset])
 
     def __enter__(self) -> "Task":
         return self

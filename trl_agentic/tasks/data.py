@@ -13,12 +13,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..errors import TaskConfigError
+
 _FILE_KINDS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 
-
-class TaskConfigError(ValueError):
-    """A setting the user must change: the message is one sentence naming the option and what to pass instead.
-    Command-line entry points print it without a traceback and exit with status 2."""
 
 
 def _read_jsonl(path: Path, flag: str) -> Any:
@@ -102,6 +100,9 @@ def load_rows(
         raise TaskConfigError(f"{flag} {name_or_path} does not exist: pass a hub id or an existing file or folder")
     from datasets import load_dataset
 
+    from ..hub import check_hub_dataset
+
+    check_hub_dataset(name_or_path, flag)  # no network: one line now, not after a minute of retries
     try:
         return load_dataset(name_or_path, config, split=split)
     except Exception as exc:  # noqa: BLE001 - offline, unknown id, unknown split: one line, the fix first

@@ -20,9 +20,9 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import TaskConfigError
 from ..tag_protocol import TagProtocol
 from .base import Task
-from .data import TaskConfigError
 
 PYTHON_SYSTEM_PROMPT = """\
 You are a careful math assistant who can run Python code.

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import TaskConfigError
 from ..tag_protocol import SEARCH_R1_TAGS
 from .base import Task
-from .data import TaskConfigError
 
 # Search-R1's instruction (scripts/data_process/qa_search_train_merge.py, make_prefix, template 'base').
 SEARCH_R1_TEMPLATE = (
@@ -86,14 +86,20 @@ class SearchR1Arguments:
 
 
 def build_retriever(args: SearchR1Arguments) -> Any:
-    """A :class:`~trl_agentic.tools.RetrievalClient` for ``retriever_url``, a saved index, or BM25 built from the
-    corpus (and saved to ``index_dir`` when given)."""
-    from ..tools import BM25Retriever, RetrievalClient, load_retriever
+    """A :class:`~trl_agentic.tools.RetrievalClient` for ``retriever_url`` (whose server must answer now:
+    :meth:`~trl_agentic.tools.RetrievalClient.check`), a saved index, or BM25 built from the corpus (and saved to
+    ``index_dir`` when given)."""
+    from ..tools import BM25Retriever, RetrievalClient, RetrievalServerError, load_retriever
 
     if args.retriever_url and (args.corpus or args.index_dir):
         raise TaskConfigError("give either --retriever_url or a local corpus (--corpus / --index_dir), not both")
-    if args.retriever_url:
-        return RetrievalClient(args.retriever_url, timeout=args.retrieval_timeout)
+    if args.retriever_url:  # a server that is down would turn every search into an error observation: stop now
+        client = RetrievalClient(args.retriever_url, timeout=args.retrieval_timeout)
+        try:
+            client.check()
+        except RetrievalServerError as exc:
+            raise TaskConfigError(f"--retriever_url {args.retriever_url}: {exc}") from None
+        return client
     if args.index_dir and Path(args.index_dir).exists():
         return load_retriever(args.index_dir)
     if not args.corpus:

@@ -11,9 +11,10 @@ Importing this package imports only the standard library; optional extras (``bm2
 
 from .base import (
     Tool,
+    ToolCall,
     ToolOutput,
-    acall_tool,
     call_tool,
+    tool_error,
     truncate_middle,
 )
 from .calculator import Calculator, CalculatorError, safe_eval
@@ -48,8 +49,9 @@ from .retrieval import (
 __all__ = [
     "Tool",
     "ToolOutput",
+    "ToolCall",
     "call_tool",
-    "acall_tool",
+    "tool_error",
     "truncate_middle",
     "Calculator",
     "CalculatorError",

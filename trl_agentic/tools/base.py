@@ -11,24 +11,27 @@ A *stateful* tool (the Python interpreter) also has ``session() -> Tool``: the t
 trajectory and ``close()`` on the session when the trajectory ends; the session's state (variables, imports)
 persists between calls.
 
-Wherever a tool is accepted, a plain callable ``str -> str`` (sync or async) works too: :func:`call_tool` and
-:func:`acall_tool` call either and always return a :class:`ToolOutput`; exceptions raised by foreign callables
-become error outputs.
+Wherever a tool is accepted, a plain callable (sync or async) works too. :func:`call_tool` is the one way every
+environment calls a tool, under a timeout, and :func:`tool_error` the one format of a failed call as the model reads
+it (TRL's ``{'error': '...'}``). What a tool itself reports (a Python traceback, a calculator's "Error: ...") is its
+output, not a failed call.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..workers import run_in_thread
+from ..workers import run_in_thread, run_on_caller_thread
 
 __all__ = [
     "Tool",
+    "ToolCall",
     "ToolOutput",
     "call_tool",
-    "acall_tool",
+    "tool_error",
     "truncate_middle",
 ]
 
@@ -90,49 +93,52 @@ class Tool:
         return (await self.ainvoke(text)).observation
 
 
-def _error_output(tool: Any, exc: BaseException) -> ToolOutput:
-    name = getattr(tool, "name", None) or type(tool).__name__
-    return ToolOutput(observation=f"Error: tool {name} failed: {type(exc).__name__}: {exc}", error=True)
+def tool_error(message: str) -> str:
+    """The one format of a failed tool call, as the model reads it: TRL's ``str({"error": message})`` (a ``repr``:
+    an unprintable character, a lone surrogate included, comes out escaped)."""
+    return str({"error": message})
 
 
-def call_tool(tool: Any, text: str) -> ToolOutput:
-    """Call ``tool`` on ``text`` and return a :class:`ToolOutput`, whatever the tool is.
+@dataclass
+class ToolCall:
+    """What one call returned: ``value`` (a :class:`Tool`'s :class:`ToolOutput`, or a plain callable's value), or
+    why it failed: ``error`` (the exception's message, as TRL writes it; or the timeout, with ``timed_out``) and
+    ``exception`` (its type's name)."""
 
-    Uses ``tool.invoke`` when present; otherwise calls ``tool(text)`` and wraps the string. An exception becomes
-    an error output (``Error: tool NAME failed: ...``) instead of propagating.
-    """
+    value: Any = None
+    error: str | None = None
+    exception: str | None = None
+    timed_out: bool = False
+
+
+async def call_tool(tool: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None, *,
+                    timeout: float | None, on_caller_thread: bool = False) -> ToolCall:
+    """Call ``tool(*args, **kwargs)`` once, the one way every environment calls a tool (tag environments with the
+    action's text, native tool calls with the parsed arguments), under ``timeout`` seconds:
+
+    - a :class:`Tool` (``ainvoke``): its :class:`ToolOutput`, from a daemon thread of its own;
+    - an ``async`` callable: awaited (cancelled at its next ``await`` once the timeout passes);
+    - a sync callable: on a daemon worker thread (abandoned at the timeout), or, with ``on_caller_thread``, on the
+      thread that runs the rollout, one call after another, as TRL 1.16 runs sync tools
+      (:func:`~trl_agentic.workers.run_on_caller_thread`).
+
+    Never raises for what the tool does: an exception is its message in ``error`` and its type in ``exception``, a
+    timeout ``error`` with ``timed_out``."""
+    kwargs = kwargs or {}
     try:
-        invoke = getattr(tool, "invoke", None)
-        if callable(invoke):
-            out = invoke(text)
-            if isinstance(out, ToolOutput):
-                return out
-            return ToolOutput(observation="" if out is None else str(out))
-        out = tool(text)
-        return ToolOutput(observation="" if out is None else str(out))
-    except Exception as exc:  # noqa: BLE001 - a tool must never take the training loop down
-        return _error_output(tool, exc)
-
-
-async def acall_tool(tool: Any, text: str) -> ToolOutput:
-    """Async :func:`call_tool`: uses ``ainvoke``/``acall`` when present, else runs the sync path in a thread."""
-    try:
-        ainvoke = getattr(tool, "ainvoke", None)
-        if callable(ainvoke):
-            out = await ainvoke(text)
-            if isinstance(out, ToolOutput):
-                return out
-            return ToolOutput(observation="" if out is None else str(out))
-        acall = getattr(tool, "acall", None)
-        if callable(acall):
-            out = await acall(text)
-            return ToolOutput(observation="" if out is None else str(out))
-        if inspect.iscoroutinefunction(tool) or inspect.iscoroutinefunction(getattr(tool, "__call__", None)):
-            out = await tool(text)
-            return ToolOutput(observation="" if out is None else str(out))
-        return await run_in_thread(call_tool, tool, text, timeout=None)
-    except Exception as exc:  # noqa: BLE001
-        return _error_output(tool, exc)
+        if callable(getattr(tool, "ainvoke", None)):
+            value = await asyncio.wait_for(tool.ainvoke(*args, **kwargs), timeout)
+        elif inspect.iscoroutinefunction(tool) or inspect.iscoroutinefunction(getattr(tool, "__call__", None)):
+            value = await asyncio.wait_for(tool(*args, **kwargs), timeout)
+        elif on_caller_thread:
+            value = await run_on_caller_thread(lambda: tool(*args, **kwargs), timeout=timeout)
+        else:
+            value = await run_in_thread(lambda: tool(*args, **kwargs), timeout=timeout)
+    except asyncio.TimeoutError:
+        return ToolCall(error=f"timed out after {timeout} s", timed_out=True)
+    except Exception as exc:  # noqa: BLE001 - a failing tool is the model's to read, never the run's
+        return ToolCall(error=str(exc), exception=type(exc).__name__)
+    return ToolCall(value=value)
 
 
 def truncate_middle(text: str, max_chars: int | None, *, omitted_extra: int = 0) -> tuple[str, bool]:

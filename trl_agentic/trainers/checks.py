@@ -8,6 +8,7 @@ are pure functions of what the trainer is given; each raises one line that names
   declared ``stop_strings`` are a list (a string would stop at each of its characters);
 - :func:`check_prompt_column`: the dataset has the ``prompt`` column TRL's sampler reads;
 - :func:`check_rollout_mode`: native tool calls run in ``rollout_mode='chat'``;
+- :func:`check_response_parser`: native tool calls have a response template to parse them with;
 - :func:`check_reset_parameters`: every required parameter of ``reset()`` is a dataset column (and a dict
   ``environment_factory`` has the ``environment`` column);
 - :func:`check_reward_signatures`: each reward function can bind the keyword arguments TRL passes it.
@@ -24,6 +25,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..environment import check_environment_factory, environment_class
+from ..rewards.guard import is_reward_model
 
 # What TRL 1.16's GRPOTrainer passes every reward function, besides the dataset's columns (but "prompt") and our
 # "trajectory" (compat.GRPOTrainerBoundary.trl_rewards); tests/trainers/test_checks.py checks it against a real step.
@@ -89,18 +91,33 @@ def check_reset_parameters(environment: Any, dataset: Any, name: str = "train_da
                              f"(columns: {', '.join(columns)}); rename the column or give the parameter a default")
 
 
-def check_rollout_mode(environment: Any, rollout_mode: str | None) -> None:
-    """Native tool calls (a :class:`~trl_agentic.native_tools.ToolCallEnvironment`, TRL's ``tools=`` /
-    ``environment_factory=``) are chat messages rendered by the chat template: in ``rollout_mode='text'`` no call
-    would ever be parsed, and every trajectory would end after its first turn. ``None``: not known yet."""
-    from ..native_tools import ToolCallEnvironment
+def uses_native_tool_calls(environment: Any) -> bool:
+    """Whether the environment's actions are native tool calls: TRL's ``tools=`` / ``environment_factory=``, or a
+    class (or ``functools.partial`` of one) whose ``action_format`` is ``"message"``
+    (:class:`~trl_agentic.native_tools.ToolCallEnvironment`)."""
     from ..trl_environments import TRLEnvironments
 
     cls = environment_class(environment)
-    native = isinstance(environment, TRLEnvironments) or (cls is not None and issubclass(cls, ToolCallEnvironment))
-    if native and rollout_mode not in (None, "chat"):
+    return isinstance(environment, TRLEnvironments) or getattr(cls, "action_format", "text") == "message"
+
+
+def check_rollout_mode(environment: Any, rollout_mode: str | None) -> None:
+    """Native tool calls (:func:`uses_native_tool_calls`) are chat messages rendered by the chat template: in
+    ``rollout_mode='text'`` no call would ever be parsed, and every trajectory would end after its first turn.
+    ``None``: not known yet."""
+    if uses_native_tool_calls(environment) and rollout_mode not in (None, "chat"):
         raise ValueError(f"native tool calls need rollout_mode='chat' (the chat template renders the tools and their "
                          f"results), got {rollout_mode!r}: pass rollout_mode='chat' (--rollout_mode chat)")
+
+
+def check_response_parser(environment: Any, processing_class: Any) -> None:
+    """Native tool calls are parsed by the chat template's response template
+    (:func:`~trl_agentic.native_tools.ensure_response_parser`, which sets TRL's when the family is known): a
+    template TRL knows none for would fail at the first rollout. Raises its one-line ``ValueError``."""
+    if processing_class is not None and uses_native_tool_calls(environment):
+        from ..native_tools import ensure_response_parser
+
+        ensure_response_parser(processing_class)
 
 
 def check_reward_signatures(reward_funcs: Any, dataset: Any, extra_fields: Iterable[str] = ()) -> None:
@@ -111,7 +128,7 @@ def check_reward_signatures(reward_funcs: Any, dataset: Any, extra_fields: Itera
     columns = _columns(dataset)
     passed = [*TRL_REWARD_KWARGS, *extra_fields, *[c for c in columns or () if c not in ("prompt", "completion")]]
     for func in funcs:
-        if isinstance(func, str) or not callable(func) or _is_module(func):
+        if is_reward_model(func) or not callable(func):
             continue
         name = getattr(func, "__name__", type(func).__name__)
         try:
@@ -129,12 +146,6 @@ def check_reward_signatures(reward_funcs: Any, dataset: Any, extra_fields: Itera
                     else f"needs {', '.join(unfilled)}, which TRL does not pass (no such dataset column)")
             raise TypeError(f"reward function {name!r} {what}; TRL calls it with keyword arguments "
                             f"({', '.join(passed)}): add **kwargs to its signature")
-
-
-def _is_module(func: Any) -> bool:
-    import torch
-
-    return isinstance(func, torch.nn.Module)
 
 
 class DegenerateStepMonitor:
@@ -173,10 +184,15 @@ class DegenerateStepMonitor:
 
 
 def keyword_arguments(args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The arguments of ``GRPOTrainer(*args, **kwargs)``, all by name (``model``, ``reward_funcs``, ``args``, ...)."""
-    from trl import GRPOTrainer
+    """The arguments of ``GRPOTrainer(*args, **kwargs)``, all by name (``model``, ``reward_funcs``, ``args``, ...).
 
-    bound = inspect.signature(GRPOTrainer.__init__).bind_partial(None, *args, **kwargs).arguments
+    Bound against TRL's own class, the one our boundary subclasses, not ``trl.GRPOTrainer`` looked up now: a user
+    who runs TRL's script (``trl/scripts/grpo.py`` builds whatever ``trl.GRPOTrainer`` names) with
+    ``trl.GRPOTrainer = AgenticGRPOTrainer`` would otherwise bind against our ``(*args, **kwargs)``."""
+    from ..compat import GRPOTrainerBoundary
+
+    (trl_trainer,) = GRPOTrainerBoundary.__bases__
+    bound = inspect.signature(trl_trainer.__init__).bind_partial(None, *args, **kwargs).arguments
     return {name: value for name, value in bound.items() if name != "self"}
 
 
@@ -184,6 +200,8 @@ def run_construction_checks(environment: Any, args: Sequence[Any], kwargs: dict[
                             rollout_fields: Sequence[str] = ("trajectory",)) -> None:
     """Every construction check, on the arguments given to ``GRPOTrainer(*args, **kwargs)`` with an environment;
     ``rollout_fields``: the keyword arguments our rollout adds for the reward functions."""
+    from ..trl_environments import TRLEnvironments
+
     given = keyword_arguments(args, kwargs)
     check_environment_factory(environment)
     check_rollout_mode(environment, getattr(given.get("args"), "rollout_mode", None))
@@ -193,6 +211,7 @@ def run_construction_checks(environment: Any, args: Sequence[Any], kwargs: dict[
                     else {"eval_dataset": evals})
     for name, dataset in datasets.items():
         if dataset is not None:
-            check_prompt_column(dataset, name)
+            if not isinstance(environment, TRLEnvironments):  # TRL's environments may write the prompt in reset()
+                check_prompt_column(dataset, name)
             check_reset_parameters(environment, dataset, name)
     check_reward_signatures(given.get("reward_funcs"), datasets["train_dataset"], extra_fields=rollout_fields)

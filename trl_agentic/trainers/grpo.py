@@ -1,113 +1,54 @@
 """``AgenticGRPOTrainer``: TRL's GRPOTrainer with multi-turn environment rollouts.
 
-Without ``environment=`` it is ``GRPOTrainer`` unchanged (same losses, number for number). With an environment one
-generation round reads top to bottom in :meth:`AgenticGRPOTrainer.training_batch`: rows -> rollout
-(:class:`~trl_agentic.rollout.engine.RolloutEngine`: token-exact multi-turn episodes) -> rewards (TRL's reward
-functions) -> group advantages -> the batch TRL's loss reads, whose mask of trained tokens (``tool_mask``) is the
-engine's ``env_mask``: observation tokens are out of the policy loss, the KL and the entropy. Every TRL internal it
-relies on is in :mod:`trl_agentic.compat`.
+Without ``environment=`` (or TRL's ``tools=`` / ``environment_factory=``, or ``agent=``) it is ``GRPOTrainer``
+unchanged (same losses, number for number). With one, a generation round reads top to bottom in
+:meth:`AgenticGRPOTrainer.training_batch`: rows -> runs (token-exact multi-turn episodes) -> rewards (TRL's reward
+functions) -> TRL's batch (observation tokens masked out of the policy loss, the KL and the entropy) -> log-probs ->
+group advantages -> metrics -> trajectories on disk. The stages shared with PPO are in
+:mod:`trl_agentic.trainers.base`; every TRL internal is in :mod:`trl_agentic.compat`.
 """
 
 from __future__ import annotations
 
-import copy
-import os
 import warnings
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from accelerate.utils import gather_object
-from trl import GRPOConfig, is_conversational
 
-from ..algorithms.advantages import frac_reward_zero_std, group_advantages, nanstd, zero_std_groups
-from ..algorithms.kl import KL_ESTIMATORS, kl_penalty
-from ..algorithms.losses import clipped_policy_loss
-from ..algorithms.masked import masked_sum, zero_masked
-from ..compat import GRPOTrainerBoundary, check_trl_version, parse_response, unwrap_for_generation
-from ..environment import EnvironmentFactory
-from ..native_tools import ensure_response_parser
-from ..rewards.guard import guard_reward
-from ..rollout.audit import unsampled_trained
-from ..rollout.engine import RolloutConfig, RolloutEngine
-from ..rollout.generation import Generator, HFGenerator
-from ..rollout.metrics import logprob_gap, metrics_from_sums, rollout_sums
-from ..rollout.vllm import TRLVLLMGenerator
-from ..trackers import trajectory_columns
-from ..trajectory import Trajectory, save_trajectories
-from ..trl_environments import TRLEnvironments, from_trainer_kwargs, trl_trainer_kwargs, with_message_completions
-from .checks import DegenerateStepMonitor, DegenerateTrainingError, keyword_arguments, run_construction_checks
-from .round import Round, TRLBatch, pad, trl_completion_rows, vllm_importance_sampling_ratio
+from ..algorithms.advantages import frac_reward_zero_std, group_advantages, zero_std_groups
+from ..algorithms.kl import KL_ESTIMATORS
+from ..compat import TRLBatch
+from .base import AgenticConfig, AgenticTrainer
+from .round import Round, values_of_rows
 from .zero_variance import merge_rounds, pick_groups
 
 ZERO_VARIANCE_POLICIES = ("keep", "std_floor", "dynamic_sampling")
-CLIPPED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")  # the loss types of AgenticGRPOTrainer.clipped_loss
 
 
 @dataclass
-class AgenticGRPOConfig(GRPOConfig):
-    """``GRPOConfig`` plus multi-turn rollout settings.
+class AgenticGRPOConfig(AgenticConfig):
+    """``GRPOConfig`` plus multi-turn rollout settings (:class:`~trl_agentic.trainers.base.AgenticConfig`) and
+    GRPO's own.
 
-    Budgets: ``max_completion_length`` stays the budget of a whole trajectory (sampled and observation tokens),
-    ``max_tokens_per_turn`` caps one turn, ``max_turns`` the number of model turns, ``max_observation_tokens`` one
-    observation's content.
-
-    KL (``beta``, ``kl_estimator``), on agent tokens only, with ``r = logp_ref - logp`` at tokens sampled from the
-    policy (Schulman 2020, "Approximating KL divergence"). As a *loss* term (GRPO), what matters is the expected
-    gradient (Tang & Munos 2025, arXiv 2506.09477), and it depends on TRL's ``use_bias_correction_kl``, which
-    multiplies the term by the importance ratio ``pi / pi_old``:
+    KL (``beta``, ``kl_estimator``), a *loss* term here, on agent tokens only, with ``r = logp_ref - logp`` at tokens
+    sampled from the policy (Schulman 2020, "Approximating KL divergence"). What matters is its expected gradient
+    (Tang & Munos 2025, arXiv 2506.09477), which depends on TRL's ``use_bias_correction_kl``, the factor
+    ``pi / pi_old`` on the term:
 
     - ``use_bias_correction_kl=False``: ``k1 = -r`` has zero expected gradient (it is a reward penalty, PPO's),
       ``k2 = r^2 / 2`` gives the gradient of KL(pi || pi_ref), ``k3 = exp(r) - r - 1`` that of KL(pi_ref || pi).
     - ``use_bias_correction_kl=True`` (TRL's default): ``k1`` and ``k3`` both give the gradient of KL(pi || pi_ref)
       (the ratio turns their expectation into E_pi[k] = KL(pi || pi_ref)); ``k2`` that of E_pi[r^2 / 2].
+
+    Groups whose rewards are all equal (``zero_variance_groups``): :mod:`trl_agentic.trainers.zero_variance`.
     """
 
-    max_turns: int = field(default=4, metadata={"help": "Most model turns per trajectory."})
-    max_tokens_per_turn: int = field(default=256, metadata={"help": "Most tokens sampled in one turn."})
-    rollout_mode: str = field(
-        default="text",
-        metadata={"help": "'text': observations continue the text (base models, Search-R1). 'chat': each "
-                  "observation is a new message rendered by the chat template (instruct models)."},
-    )
-    observation_role: str = field(
-        default="tool",
-        metadata={"help": "Message role of observations in chat mode ('user' for templates without a tool role, "
-                  "e.g. Gemma)."},
-    )
-    stop_strings: list[str] | None = field(
-        default=None, metadata={"help": "Extra stop strings (the environment's own are always used)."}
-    )
-    max_observation_tokens: int = field(
-        default=1024, metadata={"help": "Most tokens of one observation's content (the head is kept)."}
-    )
-    env_timeout: float = field(default=60.0, metadata={"help": "Seconds per environment reset/step/close call."})
-    overlap_chunks: str = field(
-        default="auto",
-        metadata={"help": "Generate each turn in this many chunks so that one chunk's tool calls run while the next "
-                  "generates: 'auto' (two chunks when the first turn's tools took at least a quarter of its generation time), "
-                  "1 (off), or a number."},
-    )
     kl_estimator: str = field(
         default="k3",
-        metadata={"help": "KL estimator on agent tokens: 'k3' (TRL's), 'k2' or 'k1'. Gradient as a loss term with "
+        metadata={"help": "KL estimator of the loss term, on agent tokens: 'k3' (TRL's), 'k2' or 'k1'. Gradient with "
                   "use_bias_correction_kl=True (TRL's default): k1 and k3 that of KL(pi||ref), k2 that of "
                   "E_pi[(log pi/ref)^2/2]; with False: k3 that of KL(ref||pi), k2 that of KL(pi||ref), k1 zero."},
-    )
-    mask_observations: bool = field(
-        default=True,
-        metadata={"help": "Mask observation tokens out of the loss (default). False trains on them too, as in "
-                  "Search-R1's masking ablation."},
-    )
-    mask_truncated_trajectories: bool = field(
-        default=False,
-        metadata={"help": "Exclude trajectories that did not end on their own (budget, environment truncation or "
-                  "failure) from the loss."},
-    )
-    trajectory_dir: str | None = field(
-        default=None,
-        metadata={"help": "Append every rollout, with its rewards and advantage, to <dir>/trajectories-rank<k>.jsonl."},
     )
     zero_variance_groups: str = field(
         default="keep",
@@ -118,89 +59,26 @@ class AgenticGRPOConfig(GRPOConfig):
     max_extra_generation_rounds: int = field(
         default=2, metadata={"help": "Dynamic sampling: most extra generation rounds per step."}
     )
-    max_degenerate_steps: int = field(
-        default=3,
-        metadata={"help": "Stop training after this many generation rounds in a row in which no completion could be "
-                  "scored (every trajectory ended env_error/env_timeout, or every reward was None): such a round "
-                  "trains nothing. The error quotes the first failure and where the trajectories are. 0: never stop."},
-    )
 
     def __post_init__(self) -> None:
-        if self.activation_checkpointing is None:  # TRL's default sets the name transformers deprecates: pass the new
-            self.activation_checkpointing = self.gradient_checkpointing  # one, so no FutureWarning nobody can act on
         super().__post_init__()
-        self._check_agentic_fields()
-        if (self.kl_estimator == "k1" and self.beta != 0.0 and not self.use_bias_correction_kl
-                and type(self) is AgenticGRPOConfig):
+        if self.kl_estimator not in KL_ESTIMATORS:
+            raise ValueError(f"kl_estimator must be one of {KL_ESTIMATORS}, got {self.kl_estimator!r}")
+        if self.zero_variance_groups not in ZERO_VARIANCE_POLICIES:
+            raise ValueError(f"zero_variance_groups must be one of {ZERO_VARIANCE_POLICIES}, got "
+                             f"{self.zero_variance_groups!r}")
+        if self.zero_variance_groups == "std_floor" and self.scale_rewards != "group":
+            raise ValueError("zero_variance_groups='std_floor' needs scale_rewards='group'")
+        if self.kl_estimator == "k1" and self.beta != 0.0 and not self.use_bias_correction_kl:
             warnings.warn(
                 "kl_estimator='k1' with use_bias_correction_kl=False has zero expected gradient as a GRPO loss term, "
                 "so it does not pull the policy towards the reference; keep use_bias_correction_kl=True (then its "
                 "gradient is that of KL(pi||ref)), use 'k3' or 'k2', or put k1 in the reward with AgenticPPOTrainer.",
                 stacklevel=3,
             )
-        if self.use_vllm and self.vllm_enable_sleep_mode and self.max_turns > 1:
-            warnings.warn(
-                "vllm_enable_sleep_mode=True: TRL puts vLLM to sleep (level 2) after every generate call, so each turn "
-                "of a multi-turn rollout pushes the weights again and loses the prefix cache of the earlier turns; "
-                "keep the default False unless GPU memory forces it.",
-                stacklevel=3,
-            )
-        if not self.mask_observations:
-            warnings.warn(
-                "mask_observations=False: observation tokens (tool output) are trained on, as in Search-R1's "
-                "ablation, which lowered its results; keep the default unless you are reproducing it.",
-                stacklevel=3,
-            )
-
-    def _check_agentic_fields(self) -> None:
-        if self.kl_estimator not in KL_ESTIMATORS:
-            raise ValueError(f"kl_estimator must be one of {KL_ESTIMATORS}, got {self.kl_estimator!r}")
-        if self.rollout_mode not in ("text", "chat"):
-            raise ValueError(f"rollout_mode must be 'text' or 'chat', got {self.rollout_mode!r}")
-        if self.zero_variance_groups not in ZERO_VARIANCE_POLICIES:
-            raise ValueError(f"zero_variance_groups must be one of {ZERO_VARIANCE_POLICIES}, got "
-                             f"{self.zero_variance_groups!r}")
-        if self.zero_variance_groups == "std_floor" and self.scale_rewards != "group":
-            raise ValueError("zero_variance_groups='std_floor' needs scale_rewards='group'")
-        if isinstance(self.max_degenerate_steps, bool) or not isinstance(self.max_degenerate_steps, int) \
-                or self.max_degenerate_steps < 0:
-            raise ValueError(f"max_degenerate_steps must be an integer >= 0 (0: never stop), got "
-                             f"{self.max_degenerate_steps!r}")
-        self.max_tokens_per_turn = min(self.max_tokens_per_turn, self.max_completion_length)
-        self.rollout_config()  # validates the budgets and stop strings
-
-    def rollout_config(self) -> RolloutConfig:
-        return RolloutConfig(
-            max_turns=self.max_turns,
-            max_tokens_per_turn=self.max_tokens_per_turn,
-            max_completion_length=self.max_completion_length,
-            rollout_mode=self.rollout_mode,
-            observation_role=self.observation_role,
-            stop_strings=tuple(self.stop_strings or ()),
-            max_observation_tokens=self.max_observation_tokens,
-            env_timeout=self.env_timeout,
-            chat_template_kwargs=dict(self.chat_template_kwargs or {}),
-            overlap_chunks="auto" if str(self.overlap_chunks) == "auto" else _as_int(self.overlap_chunks, "overlap_chunks"),
-        )
 
 
-def row_advantages(batch: TRLBatch) -> torch.Tensor:
-    """One advantage per row: GRPO's, or for per-token advantages (PPO) their mean over the row's trained tokens."""
-    advantages = batch.advantages.detach().float()
-    if advantages.dim() == 1:
-        return advantages
-    mask = batch.loss_mask
-    return masked_sum(advantages, mask, dim=1) / mask.sum(1).clamp(min=1)
-
-
-def _as_int(value: Any, name: str) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be 'auto' or an integer, got {value!r}") from None
-
-
-class AgenticGRPOTrainer(GRPOTrainerBoundary):
+class AgenticGRPOTrainer(AgenticTrainer):
     """GRPO over multi-turn environment rollouts; a drop-in replacement for ``GRPOTrainer``.
 
     Example::
@@ -219,11 +97,9 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
         trainer.train()
 
     Args:
-        environment: A class or zero-argument factory returning a fresh :class:`~trl_agentic.Environment` per
-            trajectory. ``None`` keeps plain ``GRPOTrainer`` behaviour.
-        task: Optional :class:`~trl_agentic.tasks.Task`: the model card then states its tool protocol, its prompt and
-            how to run the trained agent (:mod:`trl_agentic.model_card`).
-        *args, **kwargs: As ``GRPOTrainer``. ``args`` should be an :class:`AgenticGRPOConfig`.
+        environment, agent, task: See :class:`~trl_agentic.trainers.base.AgenticTrainer`.
+        *args, **kwargs: As ``GRPOTrainer``. ``args`` should be an :class:`AgenticGRPOConfig` (a TRL ``GRPOConfig``
+            works with TRL's ``tools=`` / ``environment_factory=``).
 
     Reward functions receive, besides TRL's keyword arguments, ``trajectory``: the
     :class:`~trl_agentic.Trajectory` of each completion (actions, observations, turn rewards, tool infos). A reward
@@ -231,329 +107,80 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
     for every reward function (advantage 0, outside its group's baseline).
     """
 
-    config_class: type = AgenticGRPOConfig  # the default config when args=None with tools=/environment_factory=
+    config_class: type = AgenticGRPOConfig
 
-    def __init__(self, *args: Any, environment: EnvironmentFactory | None = None, task: Any = None,
-                 **kwargs: Any) -> None:
-        check_trl_version()
-        kwargs, args = keyword_arguments(args, kwargs), ()  # GRPOTrainer's arguments, all by name
-        # TRL's tools= / environment_factory= run through our engine, as native tool calls (issue 18)
-        native = from_trainer_kwargs(kwargs, environment, getattr(kwargs.get("args"), "env_timeout", 60.0) / 2)
-        if native is not None:  # args, get_reward columns, reward_weights, train_dataset: as TRL derives them
-            environment = native
-            kwargs = trl_trainer_kwargs(native, kwargs, self.config_class)
-        self.environment = environment
-        self.task = task
-        config = kwargs.get("args")
-        if environment is None and getattr(config, "zero_variance_groups", "keep") != "keep":
+    def _check_trl_config(self, args: Any) -> None:
+        if getattr(args, "zero_variance_groups", "keep") != "keep":
             raise ValueError("zero_variance_groups applies to environment rollouts; without environment= the trainer "
                              "is TRL's GRPOTrainer: pass environment= or leave zero_variance_groups='keep'")
-        if environment is not None:
-            fields = ("trajectory", "environments") if native is not None else ("trajectory",)
-            run_construction_checks(environment, args, kwargs, fields)  # trainers/checks.py: fail before training
-            if kwargs.get("rollout_func") is not None:
-                raise ValueError("pass either environment= or rollout_func=, not both")
-            funcs = kwargs.get("reward_funcs")
 
-            def wrap(func: Any) -> Any:  # native tool calls: completions as TRL's messages
-                return guard_reward(with_message_completions(func) if native is not None else func)
-
-            kwargs["reward_funcs"] = [wrap(f) for f in funcs] if isinstance(funcs, (list, tuple)) else wrap(funcs)
-        super().__init__(**kwargs)
-        self._vllm_weights_step = -1  # the global step whose weights vLLM holds (rollout)
-        if environment is not None:
-            self._check_agentic_args()
-            self._degenerate = DegenerateStepMonitor(self.args.max_degenerate_steps, self.args.trajectory_dir)
-        if native is not None:
-            ensure_response_parser(self.processing_class)
-        if self.beta != 0.0 and getattr(self.args, "kl_estimator", "k3") != "k3":
-            self._check_clipped_loss_settings()
-
-    def _check_agentic_args(self) -> None:
-        if not isinstance(self.args, AgenticGRPOConfig):
-            raise TypeError("environment= needs args=AgenticGRPOConfig(...) (or AgenticPPOConfig), got "
-                            f"{type(self.args).__name__}")
-        if self.args.mask_truncated_completions:
-            raise ValueError(
-                "mask_truncated_completions checks for a final EOS, which multi-turn trajectories ending at a stop "
-                "string lack; use mask_truncated_trajectories=True instead"
-            )
-
-    def create_model_card(self, model_name: str | None = None, dataset_name: str | None = None,
-                          tags: str | list[str] | None = None, **kwargs: Any) -> None:
-        """TRL's card, or, with ``task=``, one that says how to run the agent (written by TRL at each save and by
-        ``push_to_hub``), on the main process, to ``<output_dir>/README.md``."""
-        if self.task is None:
-            return super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags, **kwargs)
-        if not self.is_world_process_zero():
-            return None
-        from ..model_card import model_card
-
-        tags = [tags] if isinstance(tags, str) else list(tags or [])
-        os.makedirs(self.args.output_dir, exist_ok=True)
-        model_card(self, self.task, model_name, dataset_name, tags).save(os.path.join(self.args.output_dir, "README.md"))
-        return None
-
-    # -- one generation round: rows -> rollout -> rewards -> advantages -> batch ------------------------------
+    # -- one generation round -------------------------------------------------------------------------------------
     def training_batch(self, rows: list[dict[str, Any]]) -> TRLBatch:
-        """The batch of one generation round of dataset ``rows``. Without an environment it is TRL's, untouched.
-        With one, read top to bottom:
+        """The batch of one generation round of dataset ``rows``. Without rollouts it is TRL's, untouched. With them,
+        read top to bottom:
 
-        1. :meth:`generation_round`: the rollout (our engine), TRL's reward functions, the batch in TRL's layout;
-        2. :meth:`_set_group_advantages`: GRPO's group-relative advantages (``std_floor`` when configured), then
-           TRL's reward metrics and completions table;
-        3. ``dynamic_sampling``: more rounds until enough groups have a reward spread (:meth:`_dynamic_sampling`);
-        4. the round's trajectories to ``trajectory_dir`` (:meth:`_record`).
+        1-4. :meth:`~trl_agentic.trainers.base.AgenticTrainer.generation_round`: the runs, their rewards, the
+             training rows and TRL's batch of them, the log-probs the step needs;
+        5. GRPO's group-relative advantages (:meth:`advantages`), one per run, given to its rows;
+        6. dynamic sampling (``zero_variance_groups="dynamic_sampling"``): more rounds until enough groups have a
+           reward spread (:meth:`dynamic_sampling`);
+        7. the metrics, logged once; TRL's completions table; the trajectories to ``trajectory_dir``.
         """
-        if self.environment is None:
+        if not self.has_rollouts:
             return super().training_batch(rows)
         round_ = self.generation_round(rows)
-        self._set_group_advantages(round_)
+        advantages, metrics = self.advantages(round_)
         if self.args.zero_variance_groups == "dynamic_sampling" and self.model.training:
-            return self._dynamic_sampling(rows, round_)
-        self._record(round_)
-        return round_.batch
-
-    def generation_round(self, rows: list[dict[str, Any]]) -> Round:
-        """Roll out and score one round of dataset ``rows``; the batch's advantages are left at 0 for the step to set.
-
-        - rollout: one :class:`~trl_agentic.Trajectory` per row (:meth:`rollout`);
-        - rewards: TRL's reward functions with TRL's keyword arguments and ``trajectory``
-          (:meth:`~trl_agentic.compat.GRPOTrainerBoundary.trl_rewards`); a trajectory whose environment failed
-          carries no learning signal and is unscorable (NaN) for every function;
-        - batch: TRL's layout (:meth:`_batch`), with TRL's per-round metrics.
-        """
-        trajectories, instances = self.rollout(rows)
-        completion_ids, env_mask, logprobs = trl_completion_rows(
-            trajectories, self.processing_class.pad_token_id, self.args.mask_observations,
-            self.args.mask_truncated_trajectories)
-        prompts = copy.deepcopy([row["prompt"] for row in rows])
-        completions = self._completions(prompts, trajectories, completion_ids)
-        reward_rows = [{**row, "trajectory": t} for row, t in zip(rows, trajectories)]
-        if instances is not None:  # TRL's reward functions read each rollout's environment instance
-            reward_rows = [{**row, "environments": instance} for row, instance in zip(reward_rows, instances)]
-        rewards_per_func = self.trl_rewards(reward_rows, prompts, completions, completion_ids)
-        failed = torch.tensor([t.env_failed for t in trajectories], device=rewards_per_func.device)
-        rewards_per_func = rewards_per_func.masked_fill(self.accelerator.gather(failed).unsqueeze(1), torch.nan)
-        batch = self._batch(trajectories, completion_ids, env_mask, logprobs)
-        round_ = Round(rows, trajectories, rewards_per_func, batch, prompts, completions)
-        self._log_mask_audit(round_)
-        if self.model.training:  # trainers/checks.py: stop a run that can only train on nothing
-            stop = self._degenerate.observe(torch.isnan(rewards_per_func).all(dim=1).tolist(), trajectories)
-            if stop is not None:
-                self._record(round_)
-                raise DegenerateTrainingError(stop)
-        return round_
-
-    def rollout(self, rows: list[dict[str, Any]]) -> tuple[list[Trajectory], list[Any] | None]:
-        """One episode per row with :class:`~trl_agentic.rollout.engine.RolloutEngine` (each row's columns reach
-        the environment's ``reset``). Returns the trajectories and, for TRL's ``tools=``/``environment_factory=``,
-        each rollout's environment instance (``None`` otherwise)."""
-        if self.use_vllm and self.state.global_step != self._vllm_weights_step:
-            self.vllm_generation.sync_weights()  # the policy moved since vLLM last got its weights
-            self._vllm_weights_step = self.state.global_step
-        engine = RolloutEngine(self._generator(), self.processing_class, self.environment,
-                               self.args.rollout_config(), self._sync_any, eos_token_ids=self.eos_token_ids,
-                               sync_max=self._sync_max)
-        envs = [self.environment() for _ in rows] if isinstance(self.environment, TRLEnvironments) else None
-        prompts = copy.deepcopy([row["prompt"] for row in rows])
-        trajectories = engine.run(prompts, [dict(row) for row in rows], environments=envs)
-        self._log_rollout_metrics(trajectories)
-        if self.args.log_completions:  # trl_agentic/trackers.py: turns, tools, observations in the completions table
-            self.log_completion_columns(trajectory_columns(trajectories))
-        return trajectories, None if envs is None else [env.instance for env in envs]
-
-    def _completions(self, prompts: list[Any], trajectories: list[Trajectory],
-                     completion_ids: list[list[int]]) -> list[Any]:
-        """The completions TRL's reward functions receive, decoded as TRL 1.16 decodes a ``rollout_func``'s
-        (``_generate``): text prompts get the text (special tokens skipped); chat prompts one assistant message,
-        read by the tokenizer's response template (``parse_response``) when it has one."""
-        tokenizer = self.processing_class
-        if not is_conversational({"prompt": prompts[0]}):
-            return tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
-        if getattr(tokenizer, "response_template", None) is not None or \
-                getattr(tokenizer, "response_schema", None) is not None:
-            return [[parse_response(tokenizer, ids, t.prompt_ids, [])]
-                    for ids, t in zip(completion_ids, trajectories)]
-        return [[{"role": "assistant", "content": text}]
-                for text in tokenizer.batch_decode(completion_ids, skip_special_tokens=True)]
-
-    def _batch(self, trajectories: list[Trajectory], completion_ids: list[list[int]], env_mask: list[list[int]],
-               logprobs: list[list[float]]) -> TRLBatch:
-        """The round's batch as TRL's ``_generate_and_score_completions`` builds it (``grpo_trainer.py``,
-        l. 2440-2935; keys in its order): prompts left-padded, completions right-padded (to a multiple of ``pad_to_multiple_of``), the
-        env mask as ``tool_mask`` (padded with 1, as TRL's), ``num_items_in_batch = sum_all processes
-        completion_mask * tool_mask``. Old log-probs when the policy moves before the batch is trained on
-        (``gradient_accumulation_steps`` not a multiple of ``steps_per_generation * num_iterations``) or for vLLM's
-        importance-sampling correction; the reference's when ``beta != 0``."""
-        device = self.accelerator.device
-        pad_id, multiple = self.processing_class.pad_token_id, self.pad_to_multiple_of
-        prompt_ids = [t.prompt_ids for t in trajectories]
-        data: dict[str, Any] = {
-            "prompt_ids": pad(prompt_ids, pad_id, "left", multiple).to(device),
-            "prompt_mask": pad([[1] * len(p) for p in prompt_ids], 0, "left", multiple).to(device),
-            "completion_ids": pad(completion_ids, pad_id, "right", multiple).to(device),
-            "completion_mask": pad([[1] * len(c) for c in completion_ids], 0, "right", multiple).to(device),
-            "advantages": torch.zeros(len(trajectories), device=device),
-        }
-        tool_mask = pad(env_mask, 1, "right", multiple).to(device)
-        loss_mask = data["completion_mask"] * tool_mask
-        data["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
-        self._log_lengths(trajectories, env_mask)
-        batch = TRLBatch(data)
-        args = self.args
-        correction = self.use_vllm and args.vllm_importance_sampling_correction
-        if args.gradient_accumulation_steps % (args.steps_per_generation * self.num_iterations) != 0 or correction:
-            data["old_per_token_logps"] = self.policy_logps(self.model, batch)
-        sampling = None
-        if self.use_vllm:  # vLLM's sampling log-probs (None where vLLM could not score a token: NaN)
-            rows = [[float("nan") if x is None else x for x in row] for row in logprobs]
-            sampling = pad(rows, 0.0, "right", multiple, torch.float32).to(device)
-        if correction:
-            data["importance_sampling_ratio"] = vllm_importance_sampling_ratio(
-                data["old_per_token_logps"], sampling, loss_mask, args.vllm_importance_sampling_mode,
-                args.vllm_importance_sampling_clip_min, args.vllm_importance_sampling_clip_max)
-            self._log_importance_sampling(data["old_per_token_logps"], sampling, data["importance_sampling_ratio"],
-                                          loss_mask.bool())
-        if sampling is not None:
-            data["sampling_per_token_logps"] = sampling
-        if self.beta != 0.0:
-            data["ref_per_token_logps"] = self.reference_logps(batch)
-        data["tool_mask"] = tool_mask
-        if data.get("old_per_token_logps") is not None and sampling is not None:
-            self._log_logprob_gap(batch)
+            batch, sampling_metrics = self.dynamic_sampling(rows, round_)
+            metrics.update(sampling_metrics)
+        else:
+            batch = round_.batch
+            self.record(round_)
+        self.log_metrics(metrics)
         return batch
 
-    def _set_group_advantages(self, round_: Round) -> None:
-        """GRPO's advantages (:func:`~trl_agentic.algorithms.advantages.group_advantages`, bit-equal to TRL's),
-        grouped by ``num_generations`` (``num_generations_eval`` in evaluation, as TRL), with the std floor under
-        ``zero_variance_groups="std_floor"``; then TRL's reward metrics and completions table."""
+    def advantages(self, round_: Round) -> tuple[torch.Tensor, dict[str, float]]:
+        """GRPO's advantages (:func:`~trl_agentic.algorithms.advantages.group_advantages`, bit-equal to TRL's) over
+        the runs, grouped by ``num_generations`` (``num_generations_eval`` in evaluation, as TRL), with the std floor
+        under ``zero_variance_groups="std_floor"``, given to every training row of each run (padding rows: 0), set
+        on the batch. Returns every process's row advantages and the round's metrics (the stage's and the reward
+        metrics, ``frac_reward_zero_std``); adds the round to TRL's completions table."""
         group = self.num_generations if self.model.training else self.num_generations_eval
         floor = self.args.std_floor if self.args.zero_variance_groups == "std_floor" else 0.0
-        advantages = group_advantages(round_.rewards_per_func, self.reward_weights, group,
-                                      self.multi_objective_aggregation, self.scale_rewards, floor)
-        round_.batch.advantages = self._local(advantages).to(round_.batch.advantages.device)
-        zero_std = frac_reward_zero_std(round_.rewards_per_func, self.reward_weights, group,
-                                        self.multi_objective_aggregation, self.scale_rewards)
-        self._log_rewards(round_, advantages, zero_std)
+        per_run = group_advantages(round_.run_rewards, self.reward_weights, group, self.multi_objective_aggregation,
+                                   self.scale_rewards, floor)
+        rows = values_of_rows(self._local(per_run), round_.owners).to(round_.batch.advantages.device)
+        round_.batch.advantages = rows
+        advantages = self.accelerator.gather(rows)
+        metrics = self.round_metrics(round_)
+        metrics.update(self.reward_metrics(round_.rewards_per_func))
+        metrics["frac_reward_zero_std"] = frac_reward_zero_std(round_.run_rewards, self.reward_weights, group,
+                                                               self.multi_objective_aggregation, self.scale_rewards)
+        self.log_round_table(round_.prompts, round_.completions, round_.rewards_per_func, advantages)
+        return advantages, metrics
 
-    def _log_rewards(self, round_: Round, advantages: torch.Tensor, zero_std: float | None) -> None:
-        """TRL's per-round reward metrics (``grpo_trainer.py`` l. 2820-2830): ``rewards/<name>/mean`` and ``/std``
-        over the rows each function scored, ``reward`` and ``reward_std`` of the weighted sum over scorable rows,
-        ``frac_reward_zero_std``; then the completions table (``advantages``: every process's, one per row)."""
-        rewards_per_func = round_.rewards_per_func
-        for i, name in enumerate(self.reward_func_names):
-            self.log_metric(f"rewards/{name}/mean", torch.nanmean(rewards_per_func[:, i]).item())
-            self.log_metric(f"rewards/{name}/std", nanstd(rewards_per_func[:, i]).item())
-        rewards = self._global_rewards(round_)
-        rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
-        self.log_metric("reward", torch.nanmean(rewards).item())
-        self.log_metric("reward_std", nanstd(rewards).item())
-        if zero_std is not None:
-            self.log_metric("frac_reward_zero_std", zero_std)
-        self.log_round_table(round_.prompts, round_.completions, rewards_per_func, advantages)
-
-    def _log_lengths(self, trajectories: list[Trajectory], env_mask: list[list[int]]) -> None:
-        """TRL's length metrics (``grpo_trainer.py`` ``_generate``, l. 2276-2310), over all processes: a
-        completion's length counts its sampled (trained) tokens; it is clipped when its trajectory did not end on its
-        own (:attr:`~trl_agentic.Trajectory.truncated`: a turn, token or environment budget cut it). TRL's test, a
-        last token that is neither an end id nor the pad id, would call clipped every trajectory that ends at a stop
-        string such as ``</answer>``."""
-        device = self.accelerator.device
-        lengths = self.accelerator.gather(torch.tensor([sum(m) for m in env_mask], device=device)).float()
-        prompt_tokens = self.accelerator.gather(torch.tensor([len(t.prompt_ids) for t in trajectories], device=device))
-        prompt_tokens = prompt_tokens.sum()
-        self.count_tokens(int((prompt_tokens + lengths.sum()).item()))
-        self.log_metric("completions/mean_length", lengths.mean().item())
-        self.log_metric("completions/min_length", lengths.min().item())
-        self.log_metric("completions/max_length", lengths.max().item())
-        clipped = self.accelerator.gather(torch.tensor([t.truncated for t in trajectories], device=device))
-        self.log_metric("completions/clipped_ratio", clipped.float().mean().item())
-        terminated = lengths[~clipped] if (~clipped).any() else torch.zeros(1, device=device)
-        self.log_metric("completions/mean_terminated_length", terminated.mean().item())
-        self.log_metric("completions/min_terminated_length", terminated.min().item())
-        self.log_metric("completions/max_terminated_length", terminated.max().item())
-
-    def _log_importance_sampling(self, old: torch.Tensor, sampling: torch.Tensor, ratio: torch.Tensor,
-                                 mask: torch.Tensor) -> None:
-        """TRL's vLLM metrics (``grpo_trainer.py`` l. 2860-2897): ``sampling/sampling_logp_difference/{mean,max}`` of
-        ``|log pi_old - log pi_vllm|`` over trained tokens vLLM scored (mean over processes of each process's mean,
-        as TRL), ``sampling/importance_sampling_ratio/{min,mean,max}`` of the correction (every sequence's for the
-        sequence modes, trained tokens' for the token modes)."""
-        device = self.accelerator.device
-        delta = torch.abs(old - sampling)
-        delta = delta[mask & ~torch.isnan(delta)]
-        zero = torch.tensor(0.0, device=device)
-        mean, largest = (delta.mean(), delta.max()) if delta.numel() else (zero, zero)
-        self.log_metric("sampling/sampling_logp_difference/mean", self.accelerator.gather(mean).mean().item())
-        self.log_metric("sampling/sampling_logp_difference/max", self.accelerator.gather(largest).max().item())
-        flat = ratio.flatten() if ratio.size(1) == 1 else ratio[mask]
-        stats = torch.stack([flat.min(), flat.mean(), flat.max()]) if flat.numel() else torch.zeros(3, device=device)
-        gathered = self.accelerator.gather(stats.unsqueeze(0))
-        kept = gathered[~torch.isnan(gathered).any(dim=1)]
-        kept = kept if kept.numel() else torch.full((1, 3), torch.nan, device=device)
-        self.log_metric("sampling/importance_sampling_ratio/min", kept[:, 0].min().item())
-        self.log_metric("sampling/importance_sampling_ratio/mean", kept[:, 1].mean().item())
-        self.log_metric("sampling/importance_sampling_ratio/max", kept[:, 2].max().item())
-
-    def _log_rollout_metrics(self, trajectories: list[Trajectory]) -> None:
-        total: Counter = Counter()
-        for sums in gather_object([rollout_sums(trajectories)]):
-            total.update(sums)
-        for name, value in metrics_from_sums(total).items():
-            self.log_metric(name, value)
-
-    def _generator(self) -> Generator:
-        if self.use_vllm:
-            return TRLVLLMGenerator(self)
-        return HFGenerator(self.model, self.processing_class, self.generation_config,
-                           unwrap=lambda: unwrap_for_generation(self))
-
-    def _sync_any(self, local_active: bool) -> bool:
-        if self.accelerator.num_processes == 1:
-            return local_active
-        flag = torch.tensor([int(local_active)], device=self.accelerator.device)
-        return bool(self.accelerator.gather(flag).sum().item())
-
-    def _sync_max(self, local: int) -> int:
-        if self.accelerator.num_processes == 1:
-            return local
-        value = torch.tensor([local], device=self.accelerator.device)
-        return int(self.accelerator.gather(value).max().item())
-
-    # -- zero-variance groups --------------------------------------------------------------------------------
-    def _local(self, global_values: torch.Tensor) -> torch.Tensor:
-        """This process's slice of a tensor over the global batch."""
-        local = len(global_values) // self.accelerator.num_processes
-        start = self.accelerator.process_index * local
-        return global_values[start : start + local]
-
-    def _global_rewards(self, round_: Round) -> torch.Tensor:
-        """Weighted sum of the reward functions, per completion of the global batch (NaN-skipping)."""
-        weights = self.reward_weights.to(round_.rewards_per_func.device)
-        return (round_.rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
-
-    def _groups_without_spread(self, round_: Round) -> torch.Tensor:
+    # -- groups whose rewards are all equal ---------------------------------------------------------------------
+    def groups_without_spread(self, round_: Round) -> torch.Tensor:
         """Per group of the global batch: no reward spread among its scorable completions (``zero_std_groups``)."""
-        rewards = self._global_rewards(round_)
-        rewards[torch.isnan(round_.rewards_per_func).all(dim=1)] = torch.nan  # unscorable: out, not 0
-        return zero_std_groups(rewards, self.num_generations)
+        return zero_std_groups(self.combined_rewards(round_.run_rewards), self.num_generations)
 
-    def _dynamic_sampling(self, rows: list[dict[str, Any]], first: Round) -> TRLBatch:
+    def dynamic_sampling(self, rows: list[dict[str, Any]], first: Round) -> tuple[TRLBatch, dict[str, float]]:
         """DAPO dynamic sampling; see :mod:`trl_agentic.trainers.zero_variance`. Every process runs the same number
-        of rounds (the decision reads the gathered rewards), so collective calls stay aligned."""
+        of rounds (the decision reads the gathered rewards), so collective calls stay aligned. Each extra round's
+        metrics are logged with its own rows; the merged batch's are returned."""
         group = self.num_generations
-        self._record(first)
-        rounds, keeps = [first.batch], [~self._groups_without_spread(first)]
+        self.record(first)
+        rounds, keeps = [first.batch], [~self.groups_without_spread(first)]
         needed = keeps[0].numel()
         for extra in range(self.args.max_extra_generation_rounds):
             if sum(int(k.sum()) for k in keeps) >= needed:
                 break
             round_ = self.generation_round(self._sample_more_rows(len(rows), extra))
-            self._set_group_advantages(round_)
-            self._record(round_)
+            _, metrics = self.advantages(round_)
+            self.log_metrics(metrics)
+            self.record(round_)
             rounds.append(round_.batch)
-            keeps.append(~self._groups_without_spread(round_))
+            keeps.append(~self.groups_without_spread(round_))
         picked = pick_groups(keeps, needed)
         device = self.accelerator.device
         merged = merge_rounds(
@@ -564,10 +191,11 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
             pad_token_id=self.processing_class.pad_token_id,
         )
         kept = sum(int(k.sum()) for k in keeps)
-        self.log_metric("agentic/zero_variance/dropped_groups", float(sum(int((~k).sum()) for k in keeps)))
-        self.log_metric("agentic/zero_variance/extra_rounds", float(len(rounds) - 1))
-        self.log_metric("agentic/zero_variance/shortfall_groups", float(max(0, needed - kept)))
-        return merged
+        return merged, {
+            "agentic/zero_variance/dropped_groups": float(sum(int((~k).sum()) for k in keeps)),
+            "agentic/zero_variance/extra_rounds": float(len(rounds) - 1),
+            "agentic/zero_variance/shortfall_groups": float(max(0, needed - kept)),
+        }
 
     def _sample_more_rows(self, local_size: int, extra_round: int) -> list[dict[str, Any]]:
         """Fresh rows for a dynamic-sampling round, laid out as TRL's sampler lays them out (each prompt
@@ -579,121 +207,13 @@ class AgenticGRPOTrainer(GRPOTrainerBoundary):
         start = self.accelerator.process_index * local_size
         return rows[start : start + local_size]
 
-    def _log_mask_audit(self, round_: Round) -> None:
-        """Count trained positions the model did not sample (:mod:`trl_agentic.rollout.audit`): must be 0.
-        Logged as ``agentic/mask_audit``. With ``mask_observations=False`` observation positions are allowed."""
-        trained = round_.batch.loss_mask.bool().cpu().tolist()
-        bad = 0
-        for row, t in zip(trained, round_.trajectories):
-            if not self.args.mask_observations:
-                row = [flag and (i >= len(t.env_mask) or t.env_mask[i] == 1) for i, flag in enumerate(row)]
-            bad += unsampled_trained(t, row, self.eos_token_ids)
-        total = self.accelerator.gather(torch.tensor([bad], device=self.accelerator.device)).sum().item()
-        self.log_metric("agentic/mask_audit", float(total))
-
-    def _log_logprob_gap(self, batch: TRLBatch) -> None:
-        """The trainer/vLLM log-prob gap on trained (agent) tokens, over all processes
-        (:func:`~trl_agentic.rollout.metrics.logprob_gap`): ``agentic/vllm_logprob_gap`` (mean |delta| per token) and
-        ``agentic/vllm_logprob_gap_max``."""
-        mask = batch.loss_mask
-        mean, largest = logprob_gap(batch.old_logps, batch.sampling_logps, mask)
-        count = float(mask.sum())
-        local = torch.tensor([[mean * count, count, largest]], device=self.accelerator.device)
-        total = self.accelerator.gather(local)
-        self.log_metric("agentic/vllm_logprob_gap", (total[:, 0].sum() / total[:, 1].sum().clamp(min=1.0)).item())
-        self.log_metric("agentic/vllm_logprob_gap_max", total[:, 2].max().item())
-
-    def _record(self, round_: Round) -> None:
-        """Append the round's trajectories, with their rewards and advantage, to ``trajectory_dir``."""
-        directory = getattr(self.args, "trajectory_dir", None)
-        if not directory or not round_.trajectories:
-            return
-        rewards = self._local(round_.rewards_per_func).cpu()
-        total = self._local(self._global_rewards(round_)).cpu()
-        advantages = row_advantages(round_.batch).cpu()
-        names = list(self.reward_func_names)
-        path = os.path.join(directory, f"trajectories-rank{self.accelerator.process_index}.jsonl")
-        save_trajectories(round_.trajectories, path, extra={
-            "step": self.state.global_step,
-            "reward": [None if torch.isnan(rewards[i]).all() else float(total[i]) for i in range(len(total))],
-            "rewards": [{n: (None if torch.isnan(v) else float(v)) for n, v in zip(names, r)} for r in rewards],
-            "advantage": [float(a) for a in advantages],
-        })
-
-    # -- loss (hook of the boundary) -------------------------------------------------------------------------
+    # -- loss (hook of the boundary) ----------------------------------------------------------------------------
     def loss(self, model: Any, batch: TRLBatch) -> torch.Tensor:
         """GRPO's loss. With ``kl_estimator="k3"`` (or ``beta=0``) it is TRL's code untouched
         (:meth:`~trl_agentic.compat.GRPOTrainerBoundary.trl_loss`); with ``k1``/``k2`` it is
-        :meth:`clipped_loss` with that estimator (TRL's loss hard-codes k3)."""
+        :meth:`~trl_agentic.trainers.base.AgenticTrainer.clipped_loss` with that estimator (TRL's loss hard-codes
+        k3)."""
         estimator = getattr(self.args, "kl_estimator", "k3")
         if self.beta == 0.0 or estimator == "k3":
             return self.trl_loss(model, batch)
         return self.clipped_loss(model, batch, kl_estimator=estimator)
-
-    def clipped_loss(self, model: Any, batch: TRLBatch, kl_estimator: str | None = None) -> torch.Tensor:
-        """The clipped policy loss with an optional KL term, as TRL 1.16's ``_compute_loss`` computes it for the
-        clipped loss types (``grpo``, ``bnpo``, ``dr_grpo``, ``dapo``, ``luspo``), with any KL estimator. With
-        importance ratio ``rho_t = pi(y_t)/pi_old(y_t)`` (per token, or ``exp(mean_t log rho_t)`` per sequence for
-        ``importance_sampling_level="sequence"``, GSPO), advantage ``A`` (per sequence, GRPO's, or per token, PPO's)
-        and trained tokens ``m_t`` (sampled tokens only, observations excluded):
-
-            L = agg_t m_t [ -min(rho_t A, clip(rho_t, 1-eps_low, 1+eps_high) A) * w_t + beta * KL_t * (rho_t) ]
-
-        ``w_t`` is vLLM's importance-sampling correction when TRL applies it; the factor ``rho_t`` on the KL term
-        only with ``use_bias_correction_kl``; ``KL_t = kl_penalty(logp, logp_ref, kl_estimator)`` (Schulman 2020)
-        with ``r = logp_ref - logp``; ``agg`` per ``loss_type`` (:meth:`aggregate_like_trl`). With ``kl_estimator="k3"``
-        this equals TRL's loss (a contract test checks every clipped loss type). Masked positions read the policy's
-        own log-probs (ratio 1, KL 0), so a non-finite value there never reaches the loss or its gradient.
-        """
-        mask = batch.loss_mask.bool()
-        logps, entropies = self.logps_and_entropies(model, batch)
-        ratio = self.importance_weights(logps, batch)
-        advantages = batch.advantages if batch.advantages.dim() == 2 else batch.advantages.unsqueeze(1)
-        if advantages.size(1) > 1:
-            advantages = zero_masked(advantages, mask)
-        per_token = clipped_policy_loss(ratio, advantages, self.epsilon_low, self.epsilon_high)
-        correction = batch.data.get("importance_sampling_ratio")
-        if correction is not None:
-            per_token = per_token * torch.where(mask, correction, torch.ones_like(correction))
-        if kl_estimator is not None:
-            ref = torch.where(mask, batch.ref_logps, logps.detach())
-            per_token_kl = kl_penalty(logps, ref, kl_estimator)
-            if self.args.use_bias_correction_kl:
-                per_token_kl = per_token_kl * ratio
-            per_token = per_token + self.beta * per_token_kl
-        clipped = ((ratio < 1 - self.epsilon_low) & (advantages < 0)) | ((ratio > 1 + self.epsilon_high) & (advantages > 0))
-        logged = {"entropy": entropies, "clip_ratio/region_mean": clipped.float()}
-        if kl_estimator is not None:
-            logged["kl"] = per_token_kl
-        for name, value in self._global_token_means(logged, mask).items():
-            self.log_metric(name, value)
-        return self.aggregate_like_trl(per_token, mask, batch)
-
-    def _global_token_means(self, per_token: dict[str, torch.Tensor], mask: torch.Tensor) -> dict[str, float]:
-        """Each term's mean over the trained tokens of all processes, in one reduction (a (B, 1) term counts once
-        per trained token)."""
-        sums = [masked_sum(value.detach().expand_as(mask), mask) for value in per_token.values()]
-        total = self.accelerator.reduce(torch.stack([*sums, mask.sum().float()]), reduction="sum")
-        count = total[-1].clamp(min=1.0)
-        return {name: (total[k] / count).item() for k, name in enumerate(per_token)}
-
-    def _check_clipped_loss_settings(self) -> None:
-        """:meth:`clipped_loss` implements TRL's clipped loss types and none of TRL's loss extras: refuse, before
-        training, a setting it would ignore."""
-        args = self.args
-        if self.loss_type not in CLIPPED_LOSS_TYPES:
-            raise ValueError(f"{self._clipped_loss_user()} supports loss_type in {CLIPPED_LOSS_TYPES}, got "
-                             f"{self.loss_type!r}")
-        unsupported = {
-            "delta": args.delta is not None,
-            "top_entropy_quantile": args.top_entropy_quantile < 1.0,
-            "off_policy_mask_threshold": args.off_policy_mask_threshold is not None,
-            "entropy_coef": args.entropy_coef != 0.0 or args.use_adaptive_entropy,
-            "router_aux_loss_coef (a mixture-of-experts model)": self.aux_loss_enabled,
-        }
-        for name, used in unsupported.items():
-            if used:
-                raise ValueError(f"{self._clipped_loss_user()} does not support {name}; leave it at TRL's default")
-
-    def _clipped_loss_user(self) -> str:
-        return f"kl_estimator={getattr(self.args, 'kl_estimator', 'k3')!r}"

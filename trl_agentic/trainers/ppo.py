@@ -30,19 +30,27 @@ from accelerate.utils import broadcast
 from peft import PeftModel
 
 from ..algorithms.gae import build_token_rewards, build_turn_rewards, token_gae, turn_gae
-from ..algorithms.kl import AdaptiveKLController, kl_penalty
+from ..algorithms.kl import KL_ESTIMATORS, AdaptiveKLController, kl_penalty
 from ..algorithms.losses import clipped_value_loss, explained_variance
 from ..algorithms.masked import masked_mean, masked_whiten, zero_masked
 from ..algorithms.turns import broadcast_turns, gather_turn_values, turn_ids_from_spans, turn_mask
-from ..compat import post_init_with_one_generation
+from ..compat import TRLBatch, post_init_with_one_generation
 from ..critic import CriticGradients, SharedValueHead, ValueModel
-from .grpo import AgenticGRPOConfig, AgenticGRPOTrainer, row_advantages
-from .round import Round, TRLBatch
+from ..renamed import renamed_arguments
+from .base import AgenticConfig, AgenticTrainer
+from .round import Round, row_advantages
 
 
+@renamed_arguments({
+    "kl_coef": "the KL coefficient is beta (GRPOConfig's name): pass beta=",
+    "cliprange": "the clip range is epsilon (and epsilon_high for the upper one): pass epsilon=",
+    "num_ppo_epochs": "the PPO epochs are num_iterations: pass num_iterations=",
+    "missing_eos_penalty": "the penalty of an unfinished trajectory is truncation_penalty: pass truncation_penalty=",
+})
 @dataclass
-class AgenticPPOConfig(AgenticGRPOConfig):
-    """PPO settings on top of :class:`AgenticGRPOConfig`.
+class AgenticPPOConfig(AgenticConfig):
+    """``GRPOConfig`` plus multi-turn rollout settings (:class:`~trl_agentic.trainers.base.AgenticConfig`) and PPO's
+    own.
 
     Batches: each generation round rolls out ``per_device_train_batch_size * gradient_accumulation_steps *
     num_mini_batches`` prompts per process (one completion each, ``num_generations=1``); each of
@@ -101,11 +109,9 @@ class AgenticPPOConfig(AgenticGRPOConfig):
                   "AutoModelForCausalLMWithValueHead and cleanrl's PPO) lets vf_coef * value loss train the "
                   "policy's decoder too, at the policy's learning rate; True trains the value head alone."},
     )
-    # GRPO's group-advantage settings: fixed, and hidden from --help (HfArgumentParser skips init=False fields).
+    # TRL's group-advantage setting: PPO has no groups; fixed, and hidden from --help (HfArgumentParser skips
+    # init=False fields).
     scale_rewards: str = field(default="group", init=False)
-    zero_variance_groups: str = field(default="keep", init=False)
-    std_floor: float = field(default=0.1, init=False)
-    max_extra_generation_rounds: int = field(default=2, init=False)
 
     def __post_init__(self) -> None:
         if self.generation_batch_size is not None or self.steps_per_generation is not None:
@@ -126,9 +132,11 @@ class AgenticPPOConfig(AgenticGRPOConfig):
                              "no backbone); drop it")
         if self.critic_warmup_steps < 0:
             raise ValueError(f"critic_warmup_steps must be >= 0, got {self.critic_warmup_steps}")
+        if self.kl_estimator not in KL_ESTIMATORS:
+            raise ValueError(f"kl_estimator must be one of {KL_ESTIMATORS}, got {self.kl_estimator!r}")
 
 
-class AgenticPPOTrainer(AgenticGRPOTrainer):
+class AgenticPPOTrainer(AgenticTrainer):
     """PPO with a critic for multi-turn agents; see the module docstring.
 
     Example::
@@ -157,8 +165,8 @@ class AgenticPPOTrainer(AgenticGRPOTrainer):
         super().__init__(*args, **kwargs)
         if not isinstance(self.args, AgenticPPOConfig):
             raise TypeError(f"AgenticPPOTrainer needs args=AgenticPPOConfig(...), got {type(self.args).__name__}")
-        if self.environment is None:
-            raise ValueError("AgenticPPOTrainer trains on environment rollouts: pass environment= (or TRL's tools=)")
+        if not self.has_rollouts:
+            raise ValueError("AgenticPPOTrainer trains on rollouts: pass environment= (or TRL's tools=, or agent=)")
         self._check_clipped_loss_settings()
         self.critic = self._build_critic(value_model, peft_config)
         self.critic_gradients = CriticGradients(self.extra_parameters)
@@ -237,57 +245,82 @@ class AgenticPPOTrainer(AgenticGRPOTrainer):
     def _critic_values(self, batch: TRLBatch) -> torch.Tensor:
         return self.critic(batch.input_ids(), batch.attention_mask(), completion_length=batch.completion_ids.size(1))
 
-    # -- advantages (hook of the boundary) -------------------------------------------------------------------
+    # -- one generation round -------------------------------------------------------------------------------------
     def training_batch(self, rows: list[dict[str, Any]]) -> TRLBatch:
-        """One generation round (:meth:`~trl_agentic.AgenticGRPOTrainer.generation_round`: rollout, rewards, batch),
-        then GAE advantages over agent tokens instead of group advantages (module docstring).
+        """The batch of one generation round, read top to bottom (module docstring):
 
-        Per-token reward: ``r_t = -beta * KL_t`` on agent tokens, plus the outcome score on the last agent token
-        (minus ``truncation_penalty`` for a trajectory that did not end on its own); a completion no reward function
-        could score (its environment failed, say) is left out of the loss. ``KL_t`` uses the log-probs at sampling
-        time (``old``) against the reference. Then ``A, R = GAE(r, V; gamma, lam)`` and ``A`` is whitened.
+        1-4. :meth:`~trl_agentic.trainers.base.AgenticTrainer.generation_round`: the runs, their rewards, the
+             training rows and TRL's batch of them, the log-probs the step needs;
+        5. the outcome score of each row (its run's weighted reward; minus ``truncation_penalty`` for a run that did
+           not end on its own); a row no reward function could score (its environment failed, say) leaves the loss;
+        6. the KL of each agent token to the reference, ``KL_t = k(log pi_old, log pi_ref)`` with the chosen
+           estimator, and the critic's values ``V`` (no gradient);
+        7. GAE over agent tokens on ``r_t = -beta * KL_t`` plus the score on the last agent token (or one step per
+           turn, ``advantage_mode="turn"``, with the environment's turn rewards): ``A, R = GAE(r, V; gamma, lam)``,
+           ``A`` whitened over the agent tokens of all processes;
+        8. the adaptive KL coefficient's update (``target_kl``);
+        9. the metrics, logged once; TRL's completions table; the trajectories to ``trajectory_dir``.
 
         The sampling-time log-probs cost a forward pass over the batch. TRL computes them when the policy moves
         before the batch is trained on (``num_iterations > 1`` or several mini-batches); otherwise they equal the
         loss's own log-probs (the ratio is 1 at the first step), and they are computed here only for the KL reward
         (``beta != 0``).
         """
-        round_ = self.generation_round(rows)  # rollout -> rewards -> batch (grpo.py)
+        round_ = self.generation_round(rows)
         batch = round_.batch
-        scores = self._local(self._global_rewards(round_)).to(batch.completion_ids.device)
-        unscorable = self._local(torch.isnan(round_.rewards_per_func).all(dim=1)).to(scores.device)
+        scores = self.scores(round_)
+        mask = batch.loss_mask.bool()
+        kl = self.reference_kl(batch)
+        with torch.no_grad():
+            values = zero_masked(self._critic_values(batch).float(), mask)
+        agent_tokens = mask.float()
+        if self.args.advantage_mode == "token":
+            rewards = build_token_rewards(scores, agent_tokens, kl, self.kl_coef)
+            if self.args.whiten_rewards:
+                rewards = masked_whiten(rewards, agent_tokens, shift_mean=False, reduce=self._reduce)
+            advantages, returns = token_gae(rewards, values, agent_tokens, self.args.gamma, self.args.lam)
+        else:
+            advantages, returns = self._turn_advantages(round_, scores, values, agent_tokens, kl)
+        batch.advantages = masked_whiten(advantages, agent_tokens, reduce=self._reduce)
+        batch["values"], batch["returns"] = values, returns
+        metrics = self.round_metrics(round_)
+        metrics.update(self.reward_metrics(round_.rewards_per_func))
+        metrics.update(self.ppo_metrics(scores, values, returns, agent_tokens, kl))
+        if kl is not None and self.kl_controller is not None and self.model.training:
+            self.kl_coef = self.kl_controller.update(metrics["ppo/kl_per_sequence"], self.args.generation_batch_size)
+        # TRL's completions table (advantage column: each row's mean over its trained tokens)
+        self.log_round_table(round_.prompts, round_.completions, round_.rewards_per_func,
+                             self.accelerator.gather(row_advantages(batch)))
+        self.log_metrics(metrics)
+        self.record(round_)
+        return batch
+
+    def scores(self, round_: Round) -> torch.Tensor:
+        """5. Each training row's outcome score: its run's weighted reward, minus ``truncation_penalty`` when the run
+        did not end on its own. A row no function could score trains no token (its mask is zeroed, and
+        ``num_items_in_batch`` recounted); its score is 0."""
+        batch = round_.batch
+        combined = self._local(self.combined_rewards(round_.rewards_per_func)).to(batch.completion_ids.device)
+        unscorable = torch.isnan(combined)
         if unscorable.any():
             batch.env_mask = batch.env_mask * (~unscorable).unsqueeze(1).to(batch.env_mask.dtype)
             batch.recount_items(self.accelerator.gather)
+        scores = torch.nan_to_num(combined, nan=0.0)
         if self.args.truncation_penalty is not None:
             unfinished = torch.tensor([t.truncated for t in round_.trajectories], device=scores.device)
             scores = scores - self.args.truncation_penalty * unfinished.float()
-        mask = batch.loss_mask.bool()
+        return scores
 
-        ref_logps = batch.pop_ref_logps()  # the KL is in the reward, not in the loss
-        kl = None
-        if ref_logps is not None:
-            if batch.old_logps is None:  # an on-policy round (TRL skips them): the KL reward needs them now
-                batch.old_logps = self.policy_logps(self.model, batch)
-            kl = zero_masked(kl_penalty(batch.old_logps, ref_logps, self.args.kl_estimator), mask)
-        with torch.no_grad():
-            values = zero_masked(self._critic_values(batch).float(), mask)
-
-        fmask = mask.float()
-        if self.args.advantage_mode == "token":
-            rewards = build_token_rewards(scores, fmask, kl, self.kl_coef)
-            if self.args.whiten_rewards:
-                rewards = masked_whiten(rewards, fmask, shift_mean=False, reduce=self._reduce)
-            advantages, returns = token_gae(rewards, values, fmask, self.args.gamma, self.args.lam)
-        else:
-            advantages, returns = self._turn_advantages(round_, scores, values, fmask, kl)
-        batch.advantages = masked_whiten(advantages, fmask, reduce=self._reduce)
-        batch["values"], batch["returns"] = values, returns
-        self._log_ppo_stats(scores, values, returns, fmask, kl)
-        # TRL's reward metrics and completions table (advantage column: each row's mean over its trained tokens)
-        self._log_rewards(round_, self.accelerator.gather(row_advantages(batch)), zero_std=None)
-        self._record(round_)
-        return batch
+    def reference_kl(self, batch: TRLBatch) -> torch.Tensor | None:
+        """6. ``KL_t`` of every agent token, from the log-probs at sampling time (``old``) and the reference's, with
+        ``kl_estimator``; ``None`` when ``beta == 0``. The reference log-probs leave the batch: the KL is in the
+        reward, TRL's loss must not see them."""
+        ref_logps = batch.pop_ref_logps()
+        if ref_logps is None:
+            return None
+        if batch.old_logps is None:  # an on-policy round (TRL skips them): the KL reward needs them now
+            batch.old_logps = self.policy_logps(self.model, batch)
+        return zero_masked(kl_penalty(batch.old_logps, ref_logps, self.args.kl_estimator), batch.loss_mask.bool())
 
     def _turn_advantages(self, round_: Round, scores, values, mask, kl):
         spans = [t.turn_spans for t in round_.trajectories]
@@ -304,19 +337,20 @@ class AgenticPPOTrainer(AgenticGRPOTrainer):
     def _reduce(self, x: torch.Tensor) -> torch.Tensor:
         return self.accelerator.reduce(x, reduction="sum") if self.accelerator.num_processes > 1 else x
 
-    def _log_ppo_stats(self, scores, values, returns, mask, kl) -> None:
-        self.log_metric("ppo/score_mean", self.accelerator.gather(scores).mean().item())
-        self.log_metric("ppo/value_mean", masked_mean(values, mask, reduce=self._reduce).item())
-        self.log_metric("ppo/explained_variance", explained_variance(values, returns, mask, self._reduce).item())
+    def ppo_metrics(self, scores, values, returns, mask, kl) -> dict[str, float]:
+        """``ppo/score_mean``, ``ppo/value_mean``, ``ppo/explained_variance`` and, with a KL, ``ppo/kl_per_sequence``
+        (over the rows the loss trains on: a row left out has no KL to speak of, not KL 0) and ``ppo/kl_coef``."""
+        metrics = {
+            "ppo/score_mean": self.accelerator.gather(scores).mean().item(),
+            "ppo/value_mean": masked_mean(values, mask, reduce=self._reduce).item(),
+            "ppo/explained_variance": explained_variance(values, returns, mask, self._reduce).item(),
+        }
         if kl is not None:
-            # Per-sequence KL over the rows the loss trains on (a row left out has no KL to speak of, not KL 0).
             trained = mask.any(-1)
             total = self._reduce(torch.stack([(kl.sum(-1) * trained).sum(), trained.sum().float()]))
-            seq_kl = (total[0] / total[1].clamp(min=1.0)).item()
-            self.log_metric("ppo/kl_per_sequence", seq_kl)
-            self.log_metric("ppo/kl_coef", self.kl_coef)
-            if self.kl_controller is not None and self.model.training:
-                self.kl_coef = self.kl_controller.update(seq_kl, self.args.generation_batch_size)
+            metrics["ppo/kl_per_sequence"] = (total[0] / total[1].clamp(min=1.0)).item()
+            metrics["ppo/kl_coef"] = self.kl_coef
+        return metrics
 
     # -- loss (hook of the boundary) -------------------------------------------------------------------------
     def loss(self, model: Any, batch: TRLBatch) -> torch.Tensor:

@@ -1,13 +1,12 @@
-"""One generation round with an environment, as values (:class:`Round`, its batch a :class:`TRLBatch`), and the
-pieces of TRL 1.16's ``_generate_and_score_completions`` that :class:`~trl_agentic.AgenticGRPOTrainer` owns, each a
-pure function with TRL's formula beside it.
+"""One generation round as values (:class:`Round`), and the pieces of TRL 1.16's ``_generate_and_score_completions``
+that our trainers own, each a pure function with TRL's layout beside it.
 
-A round is ``rows -> trajectories -> rewards -> advantages -> batch``; :class:`Round` carries it from one stage to the
-next. The functions here build the tensors of TRL's batch from the trajectories exactly as TRL builds them from a
-``rollout_func``'s lists (``grpo_trainer.py``, l. 2440-2480: padding; l. 2641-2695: vLLM importance sampling);
-``tests/test_round.py`` pins them against TRL's own ``GRPOTrainer`` fed the same trajectories.
+A round is ``rows -> runs -> rewards -> training rows -> batch -> advantages``; :class:`Round` carries it from one
+stage to the next. :func:`pad` and :func:`trl_completion_rows` build the tensors of TRL's batch
+(:class:`~trl_agentic.compat.TRLBatch`) from the trajectories exactly as TRL builds them from a ``rollout_func``'s
+lists (``grpo_trainer.py``, l. 2440-2480); ``tests/test_round.py`` pins them against TRL's own ``GRPOTrainer`` fed
+the same trajectories. :func:`training_rows` lays out runs whose agents rewrote their history as several rows.
 """
-
 from __future__ import annotations
 
 import math
@@ -17,145 +16,77 @@ from typing import Any
 
 import torch
 
+from ..algorithms.masked import masked_sum
 from ..trajectory import Trajectory
-
-
-# -- the batch -------------------------------------------------------------------------------------------------
-class TRLBatch:
-    """Typed view of the batch dict TRL's ``_generate_and_score_completions`` returns (and ``_compute_loss``
-    takes). Shapes: ``B`` rows (this process), ``P`` prompt width, ``C`` completion width.
-
-    =============================  =======================================================================
-    property (TRL key)             meaning
-    =============================  =======================================================================
-    ``prompt_ids``, ``prompt_mask``  (B, P), **left**-padded
-    ``completion_ids``              (B, C), right-padded with the pad id
-    ``completion_mask``             (B, C), 1 on real completion positions (0 on padding)
-    ``env_mask`` (``tool_mask``)    (B, C), 1 where the model sampled the token, 0 on observations
-    ``loss_mask``                   ``completion_mask * env_mask``: the positions the loss trains
-    ``advantages``                  (B,) group advantages, or (B, C) per-token advantages
-    ``old_logps`` / ``ref_logps``   (B, C) or None (``old_per_token_logps`` / ``ref_per_token_logps``)
-    ``sampling_logps``              (B, C) or None: the log-probs vLLM sampled with (``sampling_per_token_logps``)
-    ``num_items_in_batch``          scalar: trained positions over all processes (for ``loss_type="dapo"``)
-    =============================  =======================================================================
-    """
-
-    LEFT_PADDED = ("prompt_ids", "prompt_mask")
-
-    def __init__(self, data: dict[str, Any]) -> None:
-        self.data = data
-
-    # -- ids and masks
-    @property
-    def prompt_ids(self) -> torch.Tensor:
-        return self.data["prompt_ids"]
-
-    @property
-    def prompt_mask(self) -> torch.Tensor:
-        return self.data["prompt_mask"]
-
-    @property
-    def completion_ids(self) -> torch.Tensor:
-        return self.data["completion_ids"]
-
-    @property
-    def completion_mask(self) -> torch.Tensor:
-        return self.data["completion_mask"]
-
-    @property
-    def env_mask(self) -> torch.Tensor:
-        mask = self.data.get("tool_mask")
-        return torch.ones_like(self.completion_mask) if mask is None else mask
-
-    @env_mask.setter
-    def env_mask(self, value: torch.Tensor) -> None:
-        self.data["tool_mask"] = value
-
-    @property
-    def loss_mask(self) -> torch.Tensor:
-        return self.completion_mask * self.env_mask
-
-    def input_ids(self) -> torch.Tensor:
-        return torch.cat([self.prompt_ids, self.completion_ids], dim=1)
-
-    def attention_mask(self) -> torch.Tensor:
-        return torch.cat([self.prompt_mask, self.completion_mask], dim=1)
-
-    # -- learning signal
-    @property
-    def advantages(self) -> torch.Tensor:
-        return self.data["advantages"]
-
-    @advantages.setter
-    def advantages(self, value: torch.Tensor) -> None:
-        self.data["advantages"] = value
-
-    @property
-    def old_logps(self) -> torch.Tensor | None:
-        return self.data.get("old_per_token_logps")
-
-    @old_logps.setter
-    def old_logps(self, value: torch.Tensor) -> None:
-        self.data["old_per_token_logps"] = value
-
-    @property
-    def ref_logps(self) -> torch.Tensor | None:
-        return self.data.get("ref_per_token_logps")
-
-    @property
-    def sampling_logps(self) -> torch.Tensor | None:
-        return self.data.get("sampling_per_token_logps")
-
-    def pop_ref_logps(self) -> torch.Tensor | None:
-        """Remove the reference log-probs (PPO puts the KL in the reward, so TRL's loss must not see them)."""
-        return self.data.pop("ref_per_token_logps", None)
-
-    @property
-    def num_items_in_batch(self) -> torch.Tensor:
-        return self.data["num_items_in_batch"]
-
-    def recount_items(self, gather: Callable[[torch.Tensor], torch.Tensor]) -> None:
-        """Recompute ``num_items_in_batch`` after the loss mask changed (``gather`` concatenates over processes)."""
-        self.data["num_items_in_batch"] = gather(self.loss_mask.sum().reshape(1)).sum()
-
-    def __getitem__(self, key: str) -> Any:  # extra keys our trainers add (PPO's values, returns)
-        return self.data[key]
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        self.data[key] = value
-
-    # -- layout, for merging rounds
-    def row_keys(self) -> list[str]:
-        """Keys of per-row tensors (dim 0 = this process's rows), in TRL's order."""
-        rows = self.prompt_ids.size(0)
-        return [k for k, v in self.data.items() if isinstance(v, torch.Tensor) and v.dim() >= 1 and v.size(0) == rows]
-
-    def pad_value(self, key: str, pad_token_id: int) -> float:
-        return pad_token_id if key in ("prompt_ids", "completion_ids") else 0
-
-    def is_left_padded(self, key: str) -> bool:
-        return key in self.LEFT_PADDED
 
 
 @dataclass
 class Round:
-    """One generation round.
+    """One generation round, laid out on two levels.
+
+    *Runs* are the episodes, one per dataset row of this process (as TRL's sampler gave them): reward functions
+    score each run once, and GRPO's groups are ``num_generations`` consecutive runs. *Training rows* are the
+    sequences the loss trains on: one per run for the engine's rollouts; one per segment for an agent run that
+    rewrote its history (:mod:`trl_agentic.agents`), plus padding rows (one masked token) so that every process has
+    the same number, divisible by ``steps_per_generation``.
 
     Attributes:
-        rows: This process's dataset rows.
-        trajectories: This process's trajectories, one per row.
-        rewards_per_func: (B_global, num_reward_funcs) rewards of every process (NaN: unscorable).
+        rows: This process's dataset rows, one per run.
+        runs: This process's runs.
+        run_rewards: (R_global, num_reward_funcs) rewards of every process's runs (NaN: unscorable).
+        trajectories: This process's training rows (the runs themselves for the engine's rollouts).
+        owners: For each training row, the index of its run in ``runs`` (-1: a padding row).
+        rewards_per_func: (B_global, num_reward_funcs) each training row's run's rewards (NaN for padding rows).
         batch: This process's batch, in TRL's layout (its ``advantages`` set by the trainer's step).
-        prompts: This process's prompts, as the reward functions received them.
-        completions: This process's completions, as the reward functions received them.
+        prompts: This process's prompts per training row, as the reward functions received them (a segment's: its
+            run's; a padding row's: empty).
+        completions: This process's completions per training row, as the reward functions received them (a
+            segment's: its own messages).
     """
 
     rows: list[dict[str, Any]]
+    runs: list[Trajectory]
+    run_rewards: torch.Tensor
     trajectories: list[Trajectory]
+    owners: list[int]
     rewards_per_func: torch.Tensor
-    batch: TRLBatch
+    batch: Any
     prompts: list[Any]
     completions: list[Any]
+
+
+def values_of_rows(per_run: torch.Tensor, owners: Sequence[int], fill: float = 0.0) -> torch.Tensor:
+    """This process's per-run values (one per run, along dim 0) given to its training rows: row ``i`` gets its run
+    ``owners[i]``'s, a padding row (-1) ``fill``."""
+    filler = torch.full_like(per_run[0], fill)
+    return torch.stack([per_run[o] if o >= 0 else filler for o in owners])
+
+
+PADDING_ERROR = "padding row"
+
+
+def padding_row(token_id: int) -> Trajectory:
+    """A training row that trains nothing: one masked token, unscorable."""
+    return Trajectory(prompt_ids=[token_id], stop_reason="env_error", error=PADDING_ERROR)
+
+
+def training_rows(runs: Sequence[Trajectory], count: int, token_id: int) -> tuple[list[Trajectory], list[int]]:
+    """Every segment of every run as a training row (a run without segments is its own row), in order, then padding
+    rows up to ``count``; and each row's run index (-1 for padding)."""
+    out, owners = [], []
+    for i, run in enumerate(runs):
+        for segment in getattr(run, "segments", None) or [run]:
+            out.append(segment)
+            owners.append(i)
+    if len(out) > count:
+        raise ValueError(f"{len(out)} segments do not fit in {count} rows")
+    pad_rows = count - len(out)
+    return out + [padding_row(token_id) for _ in range(pad_rows)], owners + [-1] * pad_rows
+
+
+def row_count(local_rows: int, gather_max: Callable[[int], int], multiple: int) -> int:
+    """Training rows per process: the most rows of any process (``gather_max``), rounded up to ``multiple``."""
+    return math.ceil(max(1, gather_max(local_rows)) / multiple) * multiple
 
 
 def pad(rows: Sequence[Sequence[float]], value: float, side: str, multiple: int | None,
@@ -178,7 +109,7 @@ def pad(rows: Sequence[Sequence[float]], value: float, side: str, multiple: int 
 
 def trl_completion_rows(trajectories: Sequence[Trajectory], pad_token_id: int, mask_observations: bool,
                         mask_truncated: bool) -> tuple[list[list[int]], list[list[int]], list[list[float]]]:
-    """Each trajectory's completion ids, mask of trained tokens (``env_mask``, TRL's ``tool_mask``) and sampling
+    """Each trajectory's completion ids, mask of trained tokens (``env_mask``, the batch's key in TRL's name) and sampling
     log-probs. A row TRL needs but the rollout left empty gets one masked pad token; a trajectory whose environment
     failed (or, with ``mask_truncated``, that did not end on its own) trains no token."""
     ids_rows, mask_rows, logprob_rows = [], [], []
@@ -196,25 +127,11 @@ def trl_completion_rows(trajectories: Sequence[Trajectory], pad_token_id: int, m
     return ids_rows, mask_rows, logprob_rows
 
 
-def vllm_importance_sampling_ratio(old_logps: torch.Tensor, sampling_logps: torch.Tensor, mask: torch.Tensor,
-                                   mode: str, clip_min: float | None, clip_max: float | None) -> torch.Tensor:
-    """TRL's correction for the gap between the trainer's and vLLM's sampling distributions (TRL 1.16,
-    ``_generate_and_score_completions``; Yao et al. 2025, "Your efficient RL framework secretly brings you
-    off-policy RL training"). With ``d_t = m_t (log pi_old(y_t) - log pi_vllm(y_t))`` (NaN -> 0):
-
-    - ``token_*``: ``w_t = exp(d_t)``, (B, T); ``sequence_*``: ``w = exp(sum_t d_t)``, (B, 1);
-    - ``*_truncate``: ``w <- clamp(w, clip_min, clip_max)``; ``*_mask``: ``w <- 0`` outside ``[clip_min, clip_max]``
-      (a missing bound is no bound).
-    """
-    diff = torch.nan_to_num((old_logps - sampling_logps) * mask, nan=0.0)
-    if mode in ("sequence_mask", "sequence_truncate"):
-        diff = diff.sum(dim=-1, keepdim=True)
-    ratio = torch.exp(diff)
-    if mode in ("sequence_truncate", "token_truncate"):
-        return torch.clamp(ratio, min=clip_min, max=clip_max)
-    if mode in ("sequence_mask", "token_mask"):
-        low = clip_min if clip_min is not None else -math.inf
-        high = clip_max if clip_max is not None else math.inf
-        return ratio.masked_fill((ratio < low) | (ratio > high), 0.0)
-    raise ValueError(f"vllm_importance_sampling_mode must be 'token_truncate', 'token_mask', 'sequence_truncate' or "
-                     f"'sequence_mask', got {mode!r}")
+def row_advantages(batch: Any) -> torch.Tensor:
+    """One advantage per training row: GRPO's, or for per-token advantages (PPO) their mean over the row's trained
+    tokens."""
+    advantages = batch.advantages.detach().float()
+    if advantages.dim() == 1:
+        return advantages
+    mask = batch.loss_mask
+    return masked_sum(advantages, mask, dim=1) / mask.sum(1).clamp(min=1)

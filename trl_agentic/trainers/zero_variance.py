@@ -20,7 +20,7 @@ from typing import Callable
 
 import torch
 
-from .round import TRLBatch
+from ..compat import TRLBatch
 
 
 def pick_groups(keep_per_round: list[torch.Tensor], needed: int) -> list[tuple[int, int]]:

@@ -16,7 +16,6 @@ from trl_agentic.tools import (
     PythonSandbox,
     SandboxError,
     ToolOutput,
-    acall_tool,
     call_tool,
     extract_code,
 )
@@ -120,7 +119,7 @@ def test_tool_output_flags(sandbox):
     assert isinstance(ok, ToolOutput) and ok.ok and ok.as_info()["tool_error"] is False
     bad = sandbox.invoke("raise RuntimeError('x')")
     assert bad.error and bad.as_info()["tool_error"] is True and bad.as_info()["tool_timeout"] is False
-    assert call_tool(sandbox, "print(2)").observation == "2\n"
+    assert asyncio.run(call_tool(sandbox, ("print(2)",), timeout=30)).value.observation == "2\n"
 
 
 def test_extract_code_from_fences():
@@ -199,7 +198,7 @@ def test_acall_runs_sessions_concurrently(sandbox):
         try:
             await asyncio.gather(*(s.acall(f"v = {i}") for i, s in enumerate(sessions)))
             outs = await asyncio.gather(*(s.acall("v * 10") for s in sessions))
-            out = await acall_tool(sessions[0], "v + 1")
+            out = (await call_tool(sessions[0], ("v + 1",), timeout=30)).value
             return outs, out
         finally:
             for s in sessions:

@@ -259,6 +259,18 @@ def test_bytes_that_are_not_utf8(strict):
     assert "\ufffd" in out.observation
 
 
+def test_closing_the_saved_stdio_copies_is_reported_on_that_block(strict):
+    """The worker keeps private copies of descriptors 1 and 2 (from 16 up) to restore them; a block that closes those
+    copies (and the standard streams) but not the protocol pipes is told its state is lost, and the next block runs
+    in a fresh interpreter."""
+    with strict.session() as session:
+        session("x = 1")
+        out = session.invoke("import os\nfor fd in (1, 2, 16, 17):\n    os.close(fd)")
+        assert out.error and "state (variables, imports) was lost" in out.observation
+        assert session("print('ok')").endswith("ok\n")
+        assert "NameError" in session("print(x)")
+
+
 def test_closing_protocol_pipes_or_tampering(strict):
     with strict.session() as session:
         out = session.invoke(

@@ -102,14 +102,14 @@ class PythonSandbox(CodeSandbox):
             warn_fallback(self.isolation)
         self._pool = Pool(spec, pool_size)
 
-    def _acquire_worker(self) -> Worker:
+    def _acquire_worker(self) -> Worker:  # handed to each session: the pool stays the sandbox's
         if self._closed:
             raise SandboxError("this PythonSandbox is closed")
         return self._pool.acquire()
 
     def session(self) -> PythonSession:
         """A new interpreter whose state persists across calls; ``close()`` it when the trajectory ends."""
-        return PythonSession(self)
+        return PythonSession(self, lambda: self._acquire_worker())
 
     def close(self) -> None:
         """Stop the pool (idle workers are killed). Open sessions keep their worker until closed."""

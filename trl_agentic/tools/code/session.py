@@ -4,15 +4,12 @@ restarted when it dies, and every way a block can end turned into an :class:`Exe
 from __future__ import annotations
 
 import signal
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable
 
 from .base import CodeSession
 from .exchange import Outcome, RpcHandler
 from .result import STATE_LOST, ExecutionResult
 from .worker import Worker
-
-if TYPE_CHECKING:
-    from .sandbox import PythonSandbox
 
 
 class PythonSession(CodeSession):
@@ -27,8 +24,11 @@ class PythonSession(CodeSession):
         num_calls, num_errors, num_timeouts, num_restarts: Counters for this session.
     """
 
-    def __init__(self, sandbox: "PythonSandbox"):
+    def __init__(self, sandbox: Any, acquire: Callable[[], Worker]):
+        """``sandbox``: the settings (``timeout``, ``max_read_bytes``, ``cpu_time``, output limits) of its
+        :class:`PythonSandbox`; ``acquire``: takes a worker from the sandbox's pool (raises once it is closed)."""
         super().__init__(sandbox)
+        self._acquire = acquire
         self._worker: Worker | None = None
         self._had_worker = False
 
@@ -49,7 +49,7 @@ class PythonSession(CodeSession):
             )
         if self._worker is None:
             try:
-                self._worker = self._owner._acquire_worker()
+                self._worker = self._acquire()
             except Exception as exc:  # noqa: BLE001
                 error = f"SandboxError: could not start the Python interpreter: {exc}"
                 return None, notice, ExecutionResult(error=error)

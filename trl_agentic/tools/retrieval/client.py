@@ -239,6 +239,21 @@ class RetrievalClient:
         url = urllib.parse.urlunsplit((parts.scheme, parts.netloc, "/health", "", ""))
         return self._send(urllib.request.Request(url, method="GET"))
 
+    def check(self, timeout: float = 5.0) -> None:
+        """Fail fast, before training, when the server does not answer: ``GET /health`` with one retry (at most
+        ``timeout`` seconds per attempt). A server that answers without that route (Search-R1's own, 404) is up.
+
+        Raises:
+            RetrievalServerError: nothing answered, or the server failed; the message says how to start it.
+        """
+        probe = RetrievalClient(self.url, timeout=timeout, retries=1, backoff=0.2, deadline=2 * timeout + 1)
+        probe._opener = self._opener  # the same proxy settings
+        try:
+            probe.health()
+        except RetrievalServerError as exc:
+            if exc.status not in (404, 405):
+                raise
+
 
 def _as_hit(item: Any) -> dict[str, Any]:
     if isinstance(item, dict) and "document" in item:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import threading
 from typing import Any, Sequence
 
-from ...workers import run_in_thread
 from ..base import Tool, ToolOutput, truncate_middle
 from .corpus import split_title
 
@@ -117,7 +116,3 @@ class SearchTool(Tool):
 
     def invoke(self, text: str) -> ToolOutput:
         return self.search_batch([text])[0]
-
-    async def asearch_batch(self, queries: Sequence[str]) -> list[ToolOutput]:
-        """:meth:`search_batch` in a worker thread."""
-        return await run_in_thread(self.search_batch, list(queries), timeout=None)

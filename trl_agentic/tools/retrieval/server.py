@@ -19,7 +19,8 @@ __all__ = ["RetrievalServer", "serve", "main"]
 
 def main(argv: list[str] | None = None) -> None:
     """Serve a saved index (``--index``) or a JSONL corpus indexed with BM25 at start (``--corpus``)."""
-    parser = argparse.ArgumentParser(description="Serve a retrieval index with Search-R1's HTTP API.")
+    parser = argparse.ArgumentParser(prog="python -m trl_agentic.tools.retrieval.server",
+                                     description="Serve a retrieval index with Search-R1's HTTP API.")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--index", help="directory written by BM25Retriever.save or DenseRetriever.save")
     source.add_argument("--corpus", help="JSONL corpus ({'id','contents'} rows) to index with BM25 at start-up")

