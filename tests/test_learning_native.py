@@ -8,6 +8,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+from helpers import native_call, scripted
 
 pytest.importorskip("bm25s")
 
@@ -184,7 +185,7 @@ def test_demonstrations_replay_as_the_template_renders_the_conversation(data, to
     demos = task.demonstrations(4)
     assert len(demos) == 4 and all(row["queries"] for row in task.sft_train[:4])
     names = [[c["function"]["name"] for m in d["completion"] for c in m.get("tool_calls", [])] for d in demos]
-    assert names == [["search", "search", "answer"] if interface == "environment" else ["search", "search"]] * 4
+    assert names == [["search", "search"] if interface == "tools" else ["search", "search", "answer"]] * 4
     assert all(d["completion"][-1] == {"role": "assistant", "content": d["golden_answers"][0]} for d in demos)
     dataset = sft_dataset(demos, tool_tokenizer, show_progress=False, **task.budgets)
     for demo, row in zip(demos, dataset):
@@ -255,6 +256,43 @@ def test_every_stage_runs_end_to_end_on_a_local_model(onehop, tmp_path, tool_mod
     table = capsys.readouterr().out
     assert "| after SFT + TRL GRPOTrainer (1 steps x 4 trajectories) |" in table
     assert "| malformed calls | final-message EM |" in table
+
+
+def test_the_agent_interface_is_the_environment_written_as_an_agent(onehop, tmp_path, tool_model_dir):
+    """``--interface agent`` trains the environment's task written as an OpenAI SDK agent through our endpoint
+    (issue 34); greedy, the SFT model holds the same conversations, token for token, through TRL's
+    ``environment_factory`` and through the agent, and both score them alike."""
+    out = tmp_path / "agent"
+    _run(onehop, out, tool_model_dir, "--interface", "agent", "--stages", "sft,grpo")
+    reports = {stage: json.loads((out / stage / "report.json").read_text()) for stage in ("sft", "grpo")}
+    assert reports["grpo"]["trainer"] == "AgenticGRPOTrainer" and reports["grpo"]["interface"] == "agent"
+    assert all(value is not None for value in reports["grpo"]["curves"]["reward"])
+    argv = ["--data", str(onehop), "--model", tool_model_dir, "--test-size", "4", "--topk", "1", "--max-turns", "3",
+            "--max-completion-length", "200", "--max-tokens-per-turn", "48"]
+    tasks = {i: _task(onehop, *argv[2:], "--interface", i) for i in ("environment", "agent")}
+    args = run.make_parser().parse_args(argv)
+    tokenizer, _ = run.learning.load_base(tool_model_dir, "cpu")
+    gold = run.learning.load_jsonl(onehop / "test.jsonl")[0]["golden_answers"][0]
+    # the SFT model, made to search, answer (held-out row 0's gold: EM 1 of 4) and reply, whatever the row
+    model = scripted(run.learning.with_adapters(args, out / "sft" / "adapter"), tokenizer,
+                     [native_call("search", query="who"), native_call("answer", answer=gold), "done"])
+    figures = {i: run.evaluate_stage(model, tokenizer, task, args) for i, task in tasks.items()}
+
+    def said(conversation):  # what each message says: role, text, calls (the formats' incidental fields aside)
+        return [(m["role"], m.get("content") or "", [(c["function"]["name"], c["function"]["arguments"])
+                                                      for c in m.get("tool_calls") or []]) for m in conversation]
+
+    assert [said(c) for c in figures["agent"]["messages"]] == [said(c) for c in figures["environment"]["messages"]]
+    assert figures["agent"]["mean_searches"] == figures["agent"]["mean_answers"] == 1 and figures["agent"]["em"] == 0.25
+    keys = ("em", "final_em", "mean_searches", "mean_turns", "malformed_per_trajectory")
+    assert [figures["agent"][k] for k in keys] == [figures["environment"][k] for k in keys]
+
+
+@pytest.mark.parametrize("argv", [["--interface", "agent", "--stages", "trl_grpo"],
+                                  ["--interface", "agent", "--stages", "sft,rft"]])
+def test_the_agent_interface_refuses_stages_that_sample_environments(data, tmp_path, argv):
+    with pytest.raises(SystemExit, match="--interface agent runs the stages"):
+        run.main(["--data", str(data), "--out", str(tmp_path / "out"), *argv])
 
 
 def test_summary_over_seeds(tmp_path, capsys):

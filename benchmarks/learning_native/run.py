@@ -27,7 +27,8 @@ Stages (``--stages``, in this order; each writes ``<out>/<stage>/report.json`` a
   two-hop rows, else the question) answered by the real search tool, then (``environment``) an ``answer`` call and
   its confirmation, then a last message with the gold answer; replayed through the rollout engine
   (:func:`trl_agentic.sft.sft_dataset`, observations masked). Demonstrations whose last search does not return the
-  gold answer are skipped. The adapter is saved to ``<out>/sft/adapter``.
+  gold answer are skipped. The adapter is saved to ``<out>/sft/adapter`` (``--reuse-sft``: an adapter an earlier run
+  saved there is evaluated, not trained again).
 - from the SFT model (adapter merged), a fresh LoRA for ``--rl-steps`` steps on the training questions, all with the
   same ``GRPOConfig`` and sampled questions: ``trl_grpo``, TRL's own ``GRPOTrainer`` (its tool loop); ``grpo``,
   ``AgenticGRPOTrainer`` (the same arguments, our engine); ``ppo``, ``AgenticPPOTrainer`` (one sample per question,
@@ -68,7 +69,8 @@ from benchmarks.learning_native import task as native_task  # noqa: E402
 MODEL = "runs/smollm2"
 STAGES = ("zero_shot", "sft", "trl_grpo", "grpo", "ppo", "rft", "grpo_unmasked")
 RL_STAGES = ("trl_grpo", "grpo", "ppo", "grpo_unmasked")
-INTERFACES = ("environment", "tools")
+INTERFACES = ("environment", "tools", "agent")
+AGENT_STAGES = ("zero_shot", "sft", "grpo", "ppo", "grpo_unmasked")  # TRL's loop and RFT sample environments
 ROW_NAMES = {
     "zero_shot": "zero-shot, tools in the prompt",
     "sft": "after SFT ({demonstrations} demonstrations)",
@@ -89,7 +91,10 @@ def make_parser() -> argparse.ArgumentParser:
     p.set_defaults(out=Path("runs/native/full"), max_turns=4, max_completion_length=320, max_tokens_per_turn=96,
                    temperature=1.0, critic_warmup_steps=0)
     p.add_argument("--interface", choices=INTERFACES, default="environment",
-                   help="environment: environment_factory= with get_reward; tools: tools=[search] + a reward function")
+                   help="environment: environment_factory= with get_reward; tools: tools=[search] + a reward "
+                        "function; agent: the environment's tools in an OpenAI SDK agent, through the endpoint")
+    p.add_argument("--reuse-sft", action="store_true",
+                   help="sft: evaluate <out>/sft/adapter when an earlier run saved it, instead of training it again")
     return p
 
 
@@ -103,10 +108,13 @@ class NativeTask(learning.Task):
 
         super().__init__(args)
         self.interface = args.interface
+        factory = {"environment_factory": native_task.environment_factory(self.search)}
+        self.agent = native_task.search_agent(self.search, args.max_turns) if self.interface == "agent" else None
         self.trainer_kwargs: dict[str, Any] = (
-            {"environment_factory": native_task.environment_factory(self.search)} if self.interface == "environment"
-            else {"tools": [native_task.search_function(self.search)]})
-        self.environment = TRLEnvironments(**self.trainer_kwargs)
+            {"tools": [native_task.search_function(self.search)]} if self.interface == "tools"
+            else {"agent": self.agent} if self.agent else factory)
+        # what SFT replays its demonstrations in (the agent's are the environment's) and RFT samples
+        self.environment = TRLEnvironments(**(factory if self.agent else self.trainer_kwargs))
         self.tools = native_task.tool_schemas(self.interface, self.search)
         self.budgets = dict(rollout_mode="chat", max_turns=args.max_turns,
                             max_tokens_per_turn=min(args.max_tokens_per_turn, args.max_completion_length),
@@ -128,7 +136,7 @@ class NativeTask(learning.Task):
             if normalize_answer(gold) not in normalize_answer(results[-1]):
                 continue
             calls = [("search", {"query": q}, r) for q, r in zip(queries, results)]
-            if self.interface == "environment":
+            if self.interface != "tools":  # the agent interface is the environment's, as an agent
                 calls.append(("answer", {"answer": gold}, native_task.ANSWER_RECEIVED))
             messages: list[dict[str, Any]] = []
             for name, arguments, result in calls:
@@ -146,9 +154,10 @@ def evaluate_stage(model: Any, tokenizer: Any, task: NativeTask, args: argparse.
     from trl_agentic.evaluate import evaluate
 
     model.eval()
-    report, trajectories = evaluate(model, tokenizer, task.environment, task.rows(task.test),
-                                    native_task.outcome_reward(task.interface), greedy=True,
-                                    batch_size=args.eval_batch_size, show_progress=False, **task.budgets)
+    report, trajectories = evaluate(model, tokenizer, None if task.agent else task.environment,
+                                    task.rows(task.test), native_task.outcome_reward(task.interface), greedy=True,
+                                    batch_size=args.eval_batch_size, show_progress=False, agent=task.agent,
+                                    **task.budgets)
     messages = [t.messages for t in trajectories]
     stats = [native_task.conversation_stats(m) for m in messages]
     golds = [learning._golds(r) for r in task.test]
@@ -171,7 +180,11 @@ def run_sft(task: NativeTask, args: argparse.Namespace) -> dict[str, Any]:
 
     tokenizer, base = learning.load_base(args.model, args.device)
     dataset = sft_dataset(task.demonstrations(args.sft_demos), tokenizer, show_progress=False, **task.budgets)
-    adapter, loss = learning.train_lora(copy.deepcopy(base), dataset, tokenizer, args, "sft")
+    saved = args.out / "sft" / "adapter"
+    if args.reuse_sft and (saved / "adapter_config.json").exists():  # an earlier run's: evaluated, not retrained
+        adapter, loss = saved, None
+    else:
+        adapter, loss = learning.train_lora(copy.deepcopy(base), dataset, tokenizer, args, "sft")
     metrics = evaluate_stage(learning.with_adapters(args, adapter), tokenizer, task, args)
     return {**metrics, "demonstrations": len(dataset), "epochs": args.sft_epochs, "train_loss": loss,
             "trained_tokens": sum(sum(label != -100 for label in labels) for labels in dataset["labels"])}
@@ -181,7 +194,7 @@ def rl_config_values(args: argparse.Namespace, name: str) -> dict[str, Any]:
     """The ``GRPOConfig`` fields every RL stage shares (TRL's names: its tool loop's budgets, the sampling, the
     batch), with weight 1 on the interface's outcome reward and 0 on the logged metrics."""
     per_step = learning.trajectories_per_step(args)
-    outcome = [1.0] if args.interface == "tools" else []  # get_reward comes after these, with weight 1
+    outcome = [1.0] if args.interface != "environment" else []  # get_reward comes after these, with weight 1
     return dict(
         output_dir=str(args.out / name / "trainer"), max_steps=args.rl_steps, learning_rate=args.rl_lr,
         lr_scheduler_type="constant", logging_steps=1, save_strategy="no", report_to="none", seed=args.seed,
@@ -194,7 +207,7 @@ def rl_config_values(args: argparse.Namespace, name: str) -> dict[str, Any]:
 
 
 def reward_funcs(args: argparse.Namespace) -> list[Any]:
-    outcome = [native_task.final_answer_em] if args.interface == "tools" else []
+    outcome = {"tools": [native_task.final_answer_em], "agent": [native_task.agent_answer_em]}.get(args.interface, [])
     return [*outcome, *native_task.metric_functions()]
 
 
@@ -235,6 +248,8 @@ def run_rl(task: NativeTask, args: argparse.Namespace, name: str) -> dict[str, A
     chat = dict(rollout_mode="chat", max_turns=args.max_turns, max_tokens_per_turn=args.max_completion_length)
     if name == "trl_grpo":
         trainer_cls, config = GRPOTrainer, GRPOConfig(**values)
+    elif name == "grpo" and args.interface == "agent":  # TRL's tool-loop budgets, given explicitly
+        trainer_cls, config = AgenticGRPOTrainer, AgenticGRPOConfig(**values, **chat)
     elif name == "grpo":
         trainer_cls, config = AgenticGRPOTrainer, GRPOConfig(**values)  # TRL's config, as a TRL script passes it
     elif name == "grpo_unmasked":
@@ -292,6 +307,9 @@ def main(argv: list[str] | None = None) -> int:
             learning.plot_curves(outs, args.plot, RL_STAGES, PANELS)
         return 0
     stages = learning.checked_stages(args, STAGES)
+    if args.interface == "agent" and set(stages) - set(AGENT_STAGES):
+        raise SystemExit(f"--interface agent runs the stages {', '.join(AGENT_STAGES)}, not "
+                         f"{', '.join(sorted(set(stages) - set(AGENT_STAGES)))}")
     if args.max_turns < 2:
         raise SystemExit(f"--max-turns {args.max_turns} leaves no turn after a tool call; pass at least 2")
     if args.model == MODEL:

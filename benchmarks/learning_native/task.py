@@ -8,6 +8,10 @@ reward function, over Search-R1-format files (``benchmarks/learning/make_task.py
   tool calls only, never the model's last message, so the answer is a tool call here.
 - ``tools=[search_function(tool)]`` with :func:`final_answer_em`: the same search; the answer is the content of the
   last assistant message (the turn without a tool call that ends the rollout).
+- ``agent=search_agent(tool, max_turns)`` with :func:`agent_answer_em` (issue 34): the environment interface written
+  as an OpenAI SDK agent, run against the policy through our OpenAI-compatible endpoint: the same prompt, the same
+  ``search`` and ``answer`` tools (their JSON schemas, as transformers derives them from the methods), TRL's loop
+  (a reply without a tool call ends it, at most ``max_turns`` model calls); the agent returns the submitted answer.
 
 Whatever the trainer passes, the figures of a rollout are read from its messages (TRL's message lists, or
 ``Trajectory.messages``) by :func:`conversation_stats`: search and answer calls, malformed calls (a ``<tool_call>``
@@ -26,6 +30,7 @@ from trl_agentic.rewards.verifiers.qa import exact_match
 
 INSTRUCTIONS = {
     "environment": "Use the search tool to find the facts, then call the answer tool with the answer alone.",
+    "agent": "Use the search tool to find the facts, then call the answer tool with the answer alone.",
     "tools": "Use the search tool to find the facts, then reply with the answer alone.",
 }
 """The user message's first line, per interface."""
@@ -45,11 +50,11 @@ class SearchEnvironment:
     def __init__(self, tool: Any) -> None:
         self._tool = tool
         self._golds: list[str] = []
-        self._answer: str | None = None
+        self.submitted: str | None = None
 
     def reset(self, golden_answers: Sequence[str] | str = (), **row: Any) -> None:
         self._golds = [golden_answers] if isinstance(golden_answers, str) else list(golden_answers)
-        self._answer = None
+        self.submitted = None
 
     def search(self, query: str) -> str:
         """
@@ -73,11 +78,11 @@ class SearchEnvironment:
         Returns:
             A confirmation.
         """
-        self._answer = answer
+        self.submitted = answer
         return ANSWER_RECEIVED
 
     def get_reward(self) -> float:
-        return exact_match(self._answer, self._golds)
+        return exact_match(self.submitted, self._golds)
 
 
 def environment_factory(tool: Any) -> Callable[[], SearchEnvironment]:
@@ -96,13 +101,48 @@ def search_function(tool: Any) -> Callable[[str], str]:
 
 
 def tool_schemas(interface: str, tool: Any) -> list[Callable[..., Any]]:
-    """The tools the model is shown for ``interface`` (``"environment"``: the methods of an instance, in TRL's order,
-    by name; ``"tools"``: the standalone search)."""
+    """The tools the model is shown for ``interface`` (``"environment"`` and ``"agent"``: the methods of an
+    instance, in TRL's order, by name; ``"tools"``: the standalone search)."""
     from trl_agentic.native_tools import tool_methods
 
-    if interface == "environment":
+    if interface in ("environment", "agent"):
         return tool_methods(SearchEnvironment(tool))
     return [search_function(tool)]
+
+
+def search_agent(tool: Any, max_turns: int) -> Callable[..., Any]:
+    """The environment interface as an agent of the OpenAI SDK (module docstring): ``async def agent(client,
+    prompt, **row)`` calls the model with the tools' JSON schemas, runs each tool call on a
+    :class:`SearchEnvironment` and returns the answer it received (``None`` without one)."""
+    import asyncio
+    import json
+
+    from transformers.utils import get_json_schema
+
+    schemas = [get_json_schema(method) for method in tool_schemas("agent", tool)]
+
+    async def agent(client: Any, prompt: list[dict[str, Any]], **row: Any) -> str | None:
+        environment = SearchEnvironment(tool)
+        messages = [dict(message) for message in prompt]
+        for _ in range(max_turns):
+            reply = await client.chat.completions.create(model="policy", messages=messages, tools=schemas)
+            message = reply.choices[0].message
+            messages.append(message.model_dump(exclude_none=True))
+            if not message.tool_calls:
+                break
+            for call in message.tool_calls:
+                method = getattr(environment, call.function.name, None) if call.function.name in (
+                    "search", "answer") else None
+                try:
+                    result = await asyncio.to_thread(method, **json.loads(call.function.arguments))
+                except Exception as exc:  # noqa: BLE001 - the model reads the error, as in TRL's loop
+                    result = json.dumps({"error": str(exc)}) if method else json.dumps(
+                        {"error": f"unknown tool {call.function.name!r}"})
+                messages.append({"role": "tool", "tool_call_id": call.id, "name": call.function.name,
+                                 "content": result})
+        return environment.submitted
+
+    return agent
 
 
 # -- reading a rollout's messages ------------------------------------------------------------------------------
@@ -193,9 +233,17 @@ def submitted_answer_em(completions: Sequence[Any], golden_answers: Sequence[Any
             for m, g in zip(rollout_messages(completions, trajectory), golden_answers)]
 
 
+def agent_answer_em(completions: Sequence[Any], golden_answers: Sequence[Any], agent_output: Sequence[Any],
+                    **kwargs: Any) -> list[float]:
+    """The ``agent`` interface's training reward: exact match of the answer the agent returned (what
+    ``get_reward`` returns for the environment interface)."""
+    return [exact_match(answer if isinstance(answer, str) else None, g) for answer, g in zip(agent_output, golden_answers)]
+
+
 def outcome_reward(interface: str) -> Callable[..., list[float]]:
-    """The reward the evaluation scores for ``interface``."""
-    return submitted_answer_em if interface == "environment" else final_answer_em
+    """The reward the evaluation scores for ``interface`` (the agent's: read from its messages, as the
+    environment's)."""
+    return final_answer_em if interface == "tools" else submitted_answer_em
 
 
 def _metric(key: str) -> Callable[..., list[float]]:
