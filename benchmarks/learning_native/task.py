@@ -123,6 +123,7 @@ def search_agent(tool: Any, max_turns: int) -> Callable[..., Any]:
 
     async def agent(client: Any, prompt: list[dict[str, Any]], **row: Any) -> str | None:
         environment = SearchEnvironment(tool)
+        methods = {"search": environment.search, "answer": environment.answer}
         messages = [dict(message) for message in prompt]
         for _ in range(max_turns):
             reply = await client.chat.completions.create(model="policy", messages=messages, tools=schemas)
@@ -131,13 +132,13 @@ def search_agent(tool: Any, max_turns: int) -> Callable[..., Any]:
             if not message.tool_calls:
                 break
             for call in message.tool_calls:
-                method = getattr(environment, call.function.name, None) if call.function.name in (
-                    "search", "answer") else None
+                method = methods.get(call.function.name)
                 try:
+                    if method is None:
+                        raise ValueError(f"unknown tool {call.function.name!r}")
                     result = await asyncio.to_thread(method, **json.loads(call.function.arguments))
                 except Exception as exc:  # noqa: BLE001 - the model reads the error, as in TRL's loop
-                    result = json.dumps({"error": str(exc)}) if method else json.dumps(
-                        {"error": f"unknown tool {call.function.name!r}"})
+                    result = json.dumps({"error": str(exc)})
                 messages.append({"role": "tool", "tool_call_id": call.id, "name": call.function.name,
                                  "content": result})
         return environment.submitted
