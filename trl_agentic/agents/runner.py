@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from ..rollout.config import RolloutConfig
-from ..rollout.generation import Generator
+from ..rollout.generation import Generator, generation_session
 from ..rollout.observations import ObservationEncoder
 from ..workers import run_in_thread
 from .bridge import GenerationBridge
@@ -171,7 +171,8 @@ class AgentRollout:
         self.bridge.start([s.key for s in sessions])
         running = asyncio.run_coroutine_threadsafe(self._run_all([dict(r) for r in rows], sessions), self._loop)
         try:
-            self.bridge.serve()
+            with generation_session(generator):  # a request extending its conversation prefills only what is new
+                self.bridge.serve()
             outputs = running.result()
         except BaseException:
             self._loop.call_soon_threadsafe(running.cancel)

@@ -161,7 +161,8 @@ def evaluate(
     if generator is None:
         generation_config = copy.deepcopy(generation_config if generation_config is not None else model.generation_config)
         generation_config.do_sample = not greedy
-        generator = HFGenerator(model, processing_class, generation_config, return_logprobs=greedy)
+        generator = HFGenerator(model, processing_class, generation_config, return_logprobs=greedy,
+                                keep_cache=config.prefix_caching)
     if agent is not None:  # trl_agentic.agents: the agent talks to the endpoint, as in training (issue 34)
         if environment is not None:
             raise ValueError("pass either environment= or agent=, not both")

@@ -58,6 +58,12 @@ class RolloutFields:
         default=1024, metadata={"help": "Most tokens of one observation's content (the head is kept)."}
     )
     env_timeout: float = field(default=60.0, metadata={"help": "Seconds per environment reset/step/close call."})
+    prefix_caching: bool = field(
+        default=True,
+        metadata={"help": "Keep each trajectory's KV cache across its turns with transformers generation, so that a "
+                  "turn prefills only the tokens appended since the last (vLLM: its own enable_prefix_caching). "
+                  "False: every turn prefills the whole conversation again, as TRL's tool loop does."},
+    )
     overlap_chunks: str = field(
         default="auto",
         metadata={"help": "Generate each turn in this many chunks so that one chunk's tool calls run while the next "

@@ -47,7 +47,7 @@ from ..native_tools import native_tools, parse_turn
 from ..trajectory import StopReason, Trajectory
 from .config import RolloutConfig
 from .env_calls import EnvFailure, PendingCalls, call_all, start_all
-from .generation import Generator, HFGenerator, cut_at_stop, get_eos_token_ids
+from .generation import Generator, HFGenerator, cut_at_stop, generation_session, get_eos_token_ids
 from .observations import ObservationEncoder, is_conversational
 
 logger = logging.getLogger(__name__)
@@ -125,6 +125,10 @@ class RolloutEngine:
         if environments is not None and len(environments) != len(prompts):
             raise ValueError(f"got {len(prompts)} prompts but {len(environments)} environments")
         envs = list(environments) if environments is not None else [self._make_environment() for _ in prompts]
+        with generation_session(self.generator):  # one KV cache across the turns, dropped at the end
+            return self._run(prompts, rows, envs)
+
+    def _run(self, prompts: Sequence[Any], rows: list[dict[str, Any]], envs: list[Any]) -> list[Trajectory]:
         stop_strings = self._stop_strings(envs)
         trajectories, active = self._start(prompts, rows, envs)
         wanted = self.config.overlap_chunks
@@ -372,7 +376,8 @@ def run_rollouts(
     """
     config = RolloutConfig.from_arguments(config, config_kwargs)
     if generator is None:
-        generator = HFGenerator(model, processing_class, generation_config, return_logprobs=True)
+        generator = HFGenerator(model, processing_class, generation_config, return_logprobs=True,
+                                keep_cache=config.prefix_caching)
     eos_token_ids = None if generation_config is None else get_eos_token_ids(processing_class, generation_config)
     engine = RolloutEngine(generator, processing_class, environment, config, eos_token_ids=eos_token_ids)
     rows = [dict(row) for row in rows]

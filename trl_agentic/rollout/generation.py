@@ -19,11 +19,16 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import logging
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Iterator, Protocol, Sequence
 
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteriaList, StopStringCriteria
+
+from .prefix_cache import CACHE_ARGUMENT, PrefixCache, unsupported_reason
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -161,6 +166,14 @@ class HFGenerator:
             sampling distribution, from every step's scores kept in memory. Off in the trainer, which recomputes
             them. ``None`` when ``generate`` ran no step through the recorder or returned a plain tensor of ids (no
             scores), as transformers does without ``return_dict_in_generate`` and as TRL's tests' doubles do.
+        keep_cache: Inside :meth:`session`, keep each row's KV cache between calls, so that a prompt extending an
+            earlier one (the next turn of a trajectory) prefills only its new ids
+            (:mod:`~trl_agentic.rollout.prefix_cache`). Where the model cannot keep it, the generator logs why once
+            and re-prefills.
+
+    Attributes:
+        prefilled_tokens: Prompt ids computed by ``generate`` so far (padding excluded).
+        reused_tokens: Prompt ids taken from the kept cache instead.
     """
 
     def __init__(
@@ -170,6 +183,7 @@ class HFGenerator:
         generation_config: Any = None,
         unwrap: Callable[[], ContextManager[Any]] | None = None,
         return_logprobs: bool = False,
+        keep_cache: bool = True,
     ) -> None:
         self.model = model
         self.tokenizer = getattr(processing_class, "tokenizer", processing_class)
@@ -179,7 +193,34 @@ class HFGenerator:
         self.generation_config = generation_config
         self.unwrap = unwrap or (lambda: generation_mode(self.model))
         self.return_logprobs = return_logprobs
+        self.keep_cache = keep_cache
+        self.prefilled_tokens = 0
+        self.reused_tokens = 0
         self._stop_criteria: dict[tuple[str, ...], StopStringCriteria] = {}
+        self._prefix_cache: PrefixCache | None = None
+        self._in_session = False
+        self._cache_refused: str | None = None
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[None]:
+        """Calls made inside share a KV cache (``keep_cache``): one rollout, whose weights do not change. The cache
+        is dropped on exit, so no call outside a session, or in a later one, reads keys and values of other weights."""
+        if self._in_session:  # nested: the outer session owns the cache
+            yield
+            return
+        self._in_session = True
+        self._prefix_cache = PrefixCache() if self.keep_cache and self._cache_refused is None else None
+        try:
+            yield
+        finally:
+            self._in_session = False
+            self._prefix_cache = None
+
+    def _refuse_cache(self, reason: str) -> None:
+        """Stop keeping the cache for this generator's life, saying why once."""
+        self._cache_refused = reason
+        self._prefix_cache = None
+        logger.warning("the KV cache is not kept across turns (each turn prefills the whole conversation): %s", reason)
 
     def _stopping_criteria(self, stop_strings: Sequence[str]) -> StoppingCriteriaList | None:
         """transformers' ``StopStringCriteria`` for these strings, built once per generator. transformers builds one
@@ -197,12 +238,6 @@ class HFGenerator:
         self, prompts: list[list[int]], max_new_tokens: int, stop_strings: Sequence[str], eos_token_ids: Sequence[int]
     ) -> list[Generation]:
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos_token_ids[0]
-        width = max(len(p) for p in prompts)
-        input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for row, ids in enumerate(prompts):  # left padding
-            input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-            attention_mask[row, width - len(ids) :] = 1
         config = copy.deepcopy(self.generation_config)
         config.max_new_tokens = max_new_tokens
         config.pad_token_id = pad_id
@@ -212,17 +247,39 @@ class HFGenerator:
         config.output_scores = self.return_logprobs and chosen is None
         with self.unwrap() as model, torch.no_grad():
             device = next(model.parameters()).device
+            prefix_cache = self._prefix_cache
+            if prefix_cache is not None and (reason := unsupported_reason(model, config)) is not None:
+                self._refuse_cache(reason)
+                prefix_cache = None
+            if prefix_cache is not None:
+                batch = prefix_cache.batch(prompts, pad_id, device, max_new_tokens)
+                input_ids, attention_mask = batch.input_ids, batch.attention_mask
+                cache = {CACHE_ARGUMENT: batch.cache}
+                config.use_cache = True
+                self.prefilled_tokens += sum(batch.prefilled)
+                self.reused_tokens += sum(batch.reused)
+            else:
+                input_ids, attention_mask = left_pad(prompts, pad_id)
+                cache = {}
+                self.prefilled_tokens += sum(len(p) for p in prompts)
+            width = input_ids.shape[1]
             out = model.generate(
                 input_ids=input_ids.to(device),
                 attention_mask=attention_mask.to(device),
                 generation_config=config,
                 stopping_criteria=self._stopping_criteria(stop_strings),
                 logits_processor=LogitsProcessorList([chosen]) if chosen is not None else None,
+                **cache,
             )
         # transformers returns a GenerateOutput when asked (return_dict_in_generate), else a tensor of ids; a model
         # or a test double (TRL's tests mock generate so) may return the tensor anyway: then there are no scores
         sequences = out if isinstance(out, torch.Tensor) else out.sequences
         scores = None if isinstance(out, torch.Tensor) else out.scores
+        if prefix_cache is not None and self._prefix_cache is prefix_cache:
+            returned = None if isinstance(out, torch.Tensor) else getattr(out, CACHE_ARGUMENT, None)
+            refused = prefix_cache.store(prompts, sequences, returned, width, eos_token_ids)
+            if refused is not None:
+                self._refuse_cache(refused)
         new_ids = sequences[:, width:].cpu()
         logprobs = None
         if chosen is not None:
@@ -235,3 +292,21 @@ class HFGenerator:
             ids = new_ids[row].tolist()
             results.append(Generation(ids=ids, logprobs=logprobs[row].tolist() if logprobs is not None else None))
         return results
+
+
+def left_pad(prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(input_ids, attention_mask)`` of ``prompts`` left-padded to the longest, as ``generate`` takes them."""
+    width = max(len(p) for p in prompts)
+    input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, ids in enumerate(prompts):
+        input_ids[row, width - len(ids) :] = torch.tensor(list(ids), dtype=torch.long)
+        attention_mask[row, width - len(ids) :] = 1
+    return input_ids, attention_mask
+
+
+def generation_session(generator: Generator) -> ContextManager[None]:
+    """The generator's :meth:`HFGenerator.session` (a KV cache shared by the calls inside), or a no-op for a
+    generator without one (vLLM keeps its own prefix cache; test doubles)."""
+    session = getattr(generator, "session", None)
+    return session() if callable(session) else contextlib.nullcontext()

@@ -401,15 +401,20 @@ class ObservationEncoder:
     def render_text(self, messages: list[dict[str, Any]], add_generation_prompt: bool, tools: Sequence[Any] = ()) -> str:
         """``messages`` (with the schemas of ``tools``) rendered by the chat template, as text."""
         return self.tokenizer.apply_chat_template(
-            messages, tools=list(tools) or None, tokenize=False, add_generation_prompt=add_generation_prompt,
-            **self.chat_template_kwargs,
-        )  # tools=None, not []: Llama's template writes its tool boilerplate for an empty list
+            messages, tokenize=False, add_generation_prompt=add_generation_prompt, **self._template_kwargs(tools)
+        )
+
+    def _template_kwargs(self, tools: Sequence[Any]) -> dict[str, Any]:
+        """``chat_template_kwargs`` with the tool schemas: the environment's native tools, else a ``tools`` entry of
+        ``chat_template_kwargs`` (TRL's config field, where a user may put them), else ``None`` (not ``[]``: Llama's
+        template writes its tool boilerplate for an empty list)."""
+        return {**self.chat_template_kwargs, "tools": list(tools) or self.chat_template_kwargs.get("tools") or None}
 
     def _render_ids(self, messages: list[dict[str, Any]], add_generation_prompt: bool,
                     tools: Sequence[Any] = ()) -> list[int]:
         ids = self.tokenizer.apply_chat_template(
-            messages, tools=list(tools) or None, tokenize=True, add_generation_prompt=add_generation_prompt,
-            return_dict=True, **self.chat_template_kwargs,
+            messages, tokenize=True, add_generation_prompt=add_generation_prompt, return_dict=True,
+            **self._template_kwargs(tools),
         )["input_ids"]
         if ids and isinstance(ids[0], list):
             ids = ids[0]

@@ -242,7 +242,7 @@ class AgenticTrainer(GRPOTrainerBoundary):
                 template = trl_tool_chat_template(self.processing_class)  # TRL swaps Qwen3's for its training variant
                 if template is not None:
                     settings.chat_template_kwargs["chat_template"] = template
-            self.generator = self._generator()
+            self.generator = self._generator(settings)
             if agent is not None:
                 self.agent_rollout = AgentRollout(agent, self.processing_class, settings, self.eos_token_ids)
             else:
@@ -539,11 +539,11 @@ class AgenticTrainer(GRPOTrainerBoundary):
         pad_id = self.processing_class.pad_token_id
         return pad_id if pad_id is not None else self.eos_token_ids[0]
 
-    def _generator(self) -> Generator:
+    def _generator(self, settings: RolloutConfig) -> Generator:
         if self.use_vllm:
             return TRLVLLMGenerator(self)
         return HFGenerator(self.model, self.processing_class, self.generation_config,
-                           unwrap=lambda: unwrap_for_generation(self))
+                           unwrap=lambda: unwrap_for_generation(self), keep_cache=settings.prefix_caching)
 
     def _sync_any(self, local_active: bool) -> bool:
         if self.accelerator.num_processes == 1:

@@ -1,0 +1,268 @@
+"""The KV cache kept across turns (rollout/prefix_cache.py): each turn prefills only its new ids, and the rollout is
+the one the re-prefilling path gives: the same ids, log-probs within float32 summation noise, for every model family
+of tests/conventions.py (Qwen2.5 instruct and base, Qwen3, Llama 3.2 with and without pad = eos, Gemma 3 with its
+sliding-window layers), text and chat, greedy and sampled, on a LoRA model, with rows of different lengths and
+trajectories that leave the batch early."""
+
+from __future__ import annotations
+
+import copy
+import logging
+
+import pytest
+import torch
+from conventions import CONVENTIONS, build_convention
+
+from trl_agentic import Environment, RolloutConfig, StepResult, run_rollouts
+from trl_agentic.rollout.generation import HFGenerator
+from trl_agentic.rollout.prefix_cache import PrefixCache, unsupported_reason
+
+
+class VaryingEnvironment(Environment):
+    """Observations whose length depends on the row and the turn; the row's ``turns`` ends it (rows end at
+    different turns, so trajectories leave the batch early)."""
+
+    def reset(self, **row):
+        self.n, self.turns, self.k = 0, row["turns"], row["k"]
+
+    def step(self, action: str) -> StepResult:
+        self.n += 1
+        observation = "<result>" + " ".join(f"v{self.k * self.n + j}" for j in range(self.k + self.n)) + "</result>"
+        return StepResult(observation=observation, reward=0.0, terminated=self.n >= self.turns)
+
+
+def _rows(mode: str, n: int = 6) -> list[dict]:
+    rows = []
+    for i in range(n):
+        text = "find key " + " ".join(f"k{j}" for j in range(1 + 3 * (i % 3)))  # prompts of different lengths
+        prompt = [{"role": "user", "content": text}] if mode == "chat" else text + "\n"
+        rows.append({"prompt": prompt, "turns": 2 + i % 3, "k": 1 + i % 4})
+    return rows
+
+
+def _generators(model, tokenizer, do_sample: bool):
+    config = copy.deepcopy(model.generation_config)
+    config.do_sample = do_sample
+    if do_sample:
+        config.temperature, config.top_p, config.top_k = 1.0, 1.0, 0
+    cached = HFGenerator(model, tokenizer, config, return_logprobs=True)
+    plain = HFGenerator(model, tokenizer, config, return_logprobs=True, keep_cache=False)
+    return cached, plain
+
+
+def _rollouts(model, tokenizer, generator, rows, config, seed=0):
+    torch.manual_seed(seed)
+    return run_rollouts(model, tokenizer, VaryingEnvironment, rows, config=config, generator=generator,
+                        generation_config=generator.generation_config)
+
+
+def _assert_same(cached, plain):
+    for a, b in zip(cached, plain, strict=True):
+        assert a.prompt_ids == b.prompt_ids
+        assert a.completion_ids == b.completion_ids
+        assert a.env_mask == b.env_mask
+        assert a.stop_reason == b.stop_reason
+        torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=0)
+
+
+def _config(conv, mode):
+    return RolloutConfig(rollout_mode=mode, observation_role=conv.observation_role, max_turns=4,
+                         max_tokens_per_turn=6, max_completion_length=300)
+
+
+@pytest.mark.parametrize("mode", ("text", "chat"))
+@pytest.mark.parametrize("name", CONVENTIONS)
+def test_cached_rollout_equals_reprefilled(name, mode):
+    conv = build_convention(name)
+    model = conv.load_model().float()
+    cached, plain = _generators(model, conv.tokenizer, do_sample=False)
+    rows = _rows(mode)
+    config = _config(conv, mode)
+    with_cache = _rollouts(model, conv.tokenizer, cached, rows, config)
+    without = _rollouts(model, conv.tokenizer, plain, rows, config)
+    _assert_same(with_cache, without)
+    assert max(t.num_turns for t in with_cache) >= 3
+    # the same prompts went in; the cached generator computed only what the cache did not hold
+    assert cached.prefilled_tokens + cached.reused_tokens == plain.prefilled_tokens
+    assert plain.reused_tokens == 0
+    assert cached.reused_tokens > cached.prefilled_tokens
+
+
+def test_sampled_rollout_equals_reprefilled():
+    conv = build_convention("qwen2.5-instruct")
+    model = conv.load_model().float()
+    cached, plain = _generators(model, conv.tokenizer, do_sample=True)
+    rows = _rows("chat") * 2  # GRPO-like: several samples of each prompt share its cache prefix
+    config = _config(conv, "chat")
+    _assert_same(_rollouts(model, conv.tokenizer, cached, rows, config, seed=3),
+                 _rollouts(model, conv.tokenizer, plain, rows, config, seed=3))
+
+
+def test_each_turn_prefills_only_its_new_ids():
+    """One trajectory: turn 1 prefills the prompt; every later turn the previous turn's last sampled id (never fed
+    to the model) and the observation."""
+    conv = build_convention("llama-3.2-instruct")
+    model = conv.load_model().float()
+    cached, _ = _generators(model, conv.tokenizer, do_sample=False)
+    [t] = _rollouts(model, conv.tokenizer, cached, [_rows("text")[2]], _config(conv, "text"))
+    observation_ids = [t.turn_spans[k + 1][0] - t.turn_spans[k][1] for k in range(t.num_turns - 1)]
+    assert t.num_turns == 4 and all(n > 0 for n in observation_ids)
+    assert cached.prefilled_tokens == len(t.prompt_ids) + sum(1 + n for n in observation_ids)
+
+
+def test_lora_model_equals_reprefilled():
+    from peft import LoraConfig, get_peft_model
+
+    conv = build_convention("qwen2.5-instruct")
+    torch.manual_seed(0)
+    model = get_peft_model(conv.load_model().float(), LoraConfig(r=4, target_modules=["q_proj", "v_proj"],
+                                                                 init_lora_weights=False))
+    cached, plain = _generators(model, conv.tokenizer, do_sample=False)
+    rows, config = _rows("chat"), _config(conv, "chat")
+    _assert_same(_rollouts(model, conv.tokenizer, cached, rows, config),
+                 _rollouts(model, conv.tokenizer, plain, rows, config))
+    assert cached.reused_tokens > 0
+
+
+def test_cache_lives_only_inside_a_session():
+    """Outside a session nothing is kept; a session's cache is gone when it ends (the weights may change between
+    rollouts), so the next rollout's first turn prefills everything again."""
+    conv = build_convention("qwen2.5-instruct")
+    model = conv.load_model().float()
+    cached, _ = _generators(model, conv.tokenizer, do_sample=False)
+    prompt = conv.tokenizer("find key k1", add_special_tokens=False)["input_ids"]
+    first = cached.generate([prompt], 4, [], conv.eos_token_ids)[0].ids
+    cached.generate([prompt + first + prompt], 4, [], conv.eos_token_ids)
+    assert cached.reused_tokens == 0
+    with cached.session():
+        first = cached.generate([prompt], 4, [], conv.eos_token_ids)[0].ids
+        cached.generate([prompt + first + prompt], 4, [], conv.eos_token_ids)
+        assert cached.reused_tokens == len(prompt) + len(first) - 1
+    reused = cached.reused_tokens
+    with cached.session():
+        cached.generate([prompt + first + prompt], 4, [], conv.eos_token_ids)
+    assert cached.reused_tokens == reused
+
+
+def test_a_model_that_cannot_keep_the_cache_re_prefills_and_says_why_once(caplog):
+    """A static cache (generation_config.cache_implementation) cannot be extended: one warning, then the rollout is
+    exactly the re-prefilling one."""
+    conv = build_convention("qwen2.5-instruct")
+    model = conv.load_model().float()
+    cached, plain = _generators(model, conv.tokenizer, do_sample=False)
+    cached.generation_config.cache_implementation = "static"
+    plain.generation_config.cache_implementation = "static"
+    rows, config = _rows("text"), _config(conv, "text")
+    with caplog.at_level(logging.WARNING, logger="trl_agentic.rollout.generation"):
+        with_cache = _rollouts(model, conv.tokenizer, cached, rows, config)
+        _rollouts(model, conv.tokenizer, cached, rows, config)
+    _assert_same(with_cache, _rollouts(model, conv.tokenizer, plain, rows, config))
+    warnings = [r.getMessage() for r in caplog.records if "not kept across turns" in r.getMessage()]
+    assert len(warnings) == 1 and "cache_implementation='static'" in warnings[0]
+    assert cached.reused_tokens == 0
+
+
+def test_unsupported_layer_types_are_named():
+    class Config:
+        is_encoder_decoder = False
+        layer_types = ["full_attention", "linear_attention"]
+
+    class Model:
+        config = Config()
+
+    assert "linear_attention" in unsupported_reason(Model(), None)
+    Config.layer_types = ["sliding_attention", "full_attention"]
+    assert unsupported_reason(Model(), None) is None
+
+
+def test_longest_common_prefix_wins_and_rewritten_history_reuses_what_it_shares():
+    """Entries are matched by longest common prefix: the trajectory's own last turn, not a sibling that shares only
+    the prompt; a rewritten history (an agent that edits its conversation) reuses only the unchanged head."""
+    conv = build_convention("qwen2.5-instruct")
+    model = conv.load_model().float()
+    cached, _ = _generators(model, conv.tokenizer, do_sample=False)
+    eos = conv.eos_token_ids
+    with cached.session():
+        cache: PrefixCache = cached._prefix_cache
+        a, b = [5, 6, 7, 8, 9, 10], [5, 6, 7, 20, 21, 22]
+        outputs = cached.generate([a, b], 3, [], eos)
+        assert len(cache.entries) == 2
+        before = cached.reused_tokens
+        cached.generate([b + outputs[1].ids + [30]], 3, [], eos)
+        assert cached.reused_tokens - before == len(b) + len(outputs[1].ids) - 1
+        before = cached.reused_tokens
+        cached.generate([[5, 6, 7, 40, 41]], 3, [], eos)
+        assert cached.reused_tokens - before == 3
+
+
+@pytest.mark.parametrize("kind", ["grpo", "ppo"])
+def test_trainers_keep_the_cache_and_train_as_without(tiny_model_dir, tokenizer, tmp_path, kind):
+    """Both trainers roll out through the cache by default (``prefix_caching``), with LoRA and gradient
+    checkpointing on, and train exactly as with every turn re-prefilled (``prefix_caching=False``)."""
+    from helpers import agentic_args, lookup_dataset, ppo_args
+    from peft import LoraConfig
+
+    from trl_agentic import AgenticGRPOTrainer, AgenticPPOTrainer
+    from trl_agentic.toy import LookupEnvironment, lookup_reward
+
+    trainer_class, make_args = (AgenticGRPOTrainer, agentic_args) if kind == "grpo" else (AgenticPPOTrainer, ppo_args)
+    runs = {}
+    for caching in (True, False):
+        args = make_args(tmp_path / str(caching), prefix_caching=caching, gradient_checkpointing=True, seed=0)
+        trainer = trainer_class(model=tiny_model_dir, reward_funcs=lookup_reward, args=args,
+                                train_dataset=lookup_dataset(8), processing_class=tokenizer,
+                                environment=LookupEnvironment,
+                                peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+        trainer.train()
+        logs = [r for r in trainer.state.log_history if "loss" in r]
+        assert len(logs) == 2 and all(r["agentic/mask_audit"] == 0 for r in logs)
+        runs[caching] = (logs, trainer.generator)
+    (cached_logs, cached), (plain_logs, plain) = runs[True], runs[False]
+    assert cached.reused_tokens > 0 and plain.reused_tokens == 0
+    assert cached.prefilled_tokens + cached.reused_tokens == plain.prefilled_tokens
+    for a, b in zip(cached_logs, plain_logs):
+        assert a["agentic/turns_mean"] == b["agentic/turns_mean"]
+        assert a["loss"] == pytest.approx(b["loss"], abs=1e-5)
+
+
+def test_preallocated_layer_grows_and_survives_replaced_tensors():
+    """A layer written past its capacity grows; one whose tensors a DynamicLayer method replaced (crop, batch
+    selection) adopts them; what attention reads is always every position written, in order."""
+    from trl_agentic.rollout.prefix_cache import PreallocatedLayer
+
+    layer = PreallocatedLayer(capacity=3)
+    chunks = [torch.randn(2, 1, n, 4) for n in (2, 1, 3)]
+    for chunk in chunks:
+        keys, values = layer.update(chunk, -chunk)
+    torch.testing.assert_close(keys, torch.cat(chunks, dim=-2))
+    torch.testing.assert_close(values, -torch.cat(chunks, dim=-2))
+    layer.crop(-2)
+    layer.batch_select_indices(torch.tensor([1]))
+    extra = torch.randn(1, 1, 1, 4)
+    keys, _ = layer.update(extra, extra)
+    torch.testing.assert_close(keys, torch.cat([torch.cat(chunks, dim=-2)[1:, :, :4, :], extra], dim=-2))
+    assert layer.get_seq_length() == 5
+
+
+def test_tools_in_chat_template_kwargs_render_like_native_tools():
+    """TRL's config field ``chat_template_kwargs`` may hold ``tools`` (the rollout benchmark puts the schema there):
+    the prompt renders with them, as with an environment's native tools."""
+    from transformers.utils import get_json_schema
+
+    from trl_agentic.rollout.observations import ObservationEncoder
+
+    def lookup(key: str) -> str:
+        """Look up a key.
+
+        Args:
+            key: The key.
+        """
+        return key
+
+    conv = build_convention("qwen2.5-instruct")
+    schema = get_json_schema(lookup)
+    prompt = [{"role": "user", "content": "find k1"}]
+    from_kwargs = ObservationEncoder(conv.tokenizer, "chat", "tool", {"tools": [schema]}).encode_prompt(prompt)
+    native = ObservationEncoder(conv.tokenizer, "chat", "tool").encode_prompt(prompt, tools=[schema])
+    plain = ObservationEncoder(conv.tokenizer, "chat", "tool").encode_prompt(prompt)
+    assert from_kwargs == native != plain
