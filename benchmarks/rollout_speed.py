@@ -1,6 +1,7 @@
 """Rollout speed: side by side with TRL's own tool loop, against pure generation, and as turns grow.
 
     python benchmarks/rollout_speed.py trl         [--batch 8] [--group 4] [--turns 4] [--tokens-per-turn 48]
+                                                   [--sides trl ours ours_reprefill] [--observation-tokens 0]
     python benchmarks/rollout_speed.py generation  [--batch 8] [--turns 1 2 4 8] [--latency 0 0.05 0.5]
     python benchmarks/rollout_speed.py growth      [--batch 8] [--turns 1 2 4 8] [--tokens-per-turn 48]
     python benchmarks/rollout_speed.py hotpath     [--gemma]
@@ -23,12 +24,16 @@ runs for real; only the choice of token is scripted. The tool ``lookup`` sleeps 
 
 - ``trl``: TRL 1.16 ``GRPOTrainer(tools=[lookup])`` (JSON tool calls, chat mode) against
   ``AgenticGRPOTrainer(environment=LookupEnv)`` (chat mode, the same tool behind an environment, the tool schema in
-  the prompt through ``chat_template_kwargs``). The script checks that both sides produced identical prompt ids,
-  completion ids and tool masks, and the same number of tool calls. Both trainers live in one process and their
-  ``training_step`` (rollout, scoring, loss, backward) is called alternately ``--steps`` times after a warm-up, so
-  that both see the same machine load. Per step: time in ``training_step``, in ``_generate`` (the rollout), in
-  ``model.generate``, and the loop's own time (rollout minus generate); medians, their ratio ours / TRL, and the
-  median of the ratios of back-to-back pairs.
+  the prompt through ``chat_template_kwargs``): ``ours`` keeps each trajectory's KV cache across turns (the default,
+  ``prefix_caching``), ``ours_reprefill`` re-prefills the conversation every turn as TRL does. For each ``--turns``
+  value (several give one row each) the script checks that all sides produced identical prompt ids, completion ids
+  and tool masks, and the same number of tool calls. The trainers live in one process and their ``training_step``
+  (rollout, scoring, loss, backward) is called in turn ``--steps`` times after a warm-up (the order rotating), so
+  that all see the same machine load. Per step: time in ``training_step``, in ``_generate`` (the rollout), in
+  ``model.generate``, the loop's own time (rollout minus generate) and the prompt tokens prefilled per trajectory
+  (the first forward pass of each ``generate`` call, padding excluded); medians, their ratio to TRL's, and the
+  median of the ratios of steps run back to back. ``--observation-tokens N`` pads the tool's output to about ``N``
+  tokens (search results are hundreds).
 - ``generation``: :class:`~trl_agentic.rollout.engine.RolloutEngine` alone. Per rollout: wall time, time inside
   ``model.generate`` (the physical limit), time inside the generator seam (``HFGenerator.generate``: padding, copying), their ratio,
   and ``ratio_to_limit``: wall time over the ``generate`` time of the plain engine (one call per turn for the whole
@@ -77,11 +82,13 @@ class Lookup:
         self.latency = latency
         self.calls = 0
 
+    observation_tokens = 0  # the output is padded with this many filler words (one token each)
+
     def __call__(self, key: str) -> str:
         self.calls += 1
         if self.latency:
             time.sleep(self.latency)
-        return f"value of {key} is {len(key) * 7}"
+        return f"value of {key} is {len(key) * 7}" + " the" * self.observation_tokens
 
     def as_function(self) -> Callable[[str], str]:
         """A plain function with a Google-style docstring, as TRL's ``tools=`` and ``get_json_schema`` need."""
@@ -183,10 +190,11 @@ class GenerateLog:
     context: list[int] = field(default_factory=list)  # padded input width (tokens re-read by the prefill)
     rows: list[int] = field(default_factory=list)
     new_tokens: list[int] = field(default_factory=list)
+    prefilled: list[int] = field(default_factory=list)  # prompt tokens the first forward pass computed (no padding)
 
     def clear(self) -> None:
         for values in (self.seconds, self.cpu_seconds, self.prefill_cpu_seconds, self.context, self.rows,
-                       self.new_tokens):
+                       self.new_tokens, self.prefilled):
             values.clear()
 
 
@@ -211,6 +219,9 @@ def script_model(model: Any, script: Script) -> GenerateLog:
             cpu = time.process_time()
             result = forward(*a, **k)
             prefill.append(time.process_time() - cpu)
+            fed, mask = k.get("input_ids", a[0] if a else None), k.get("attention_mask")
+            width = fed.shape[1]
+            log.prefilled.append(int(mask[:, -width:].sum()) if mask is not None else fed.numel())
             return result
 
         model.forward = timed_forward
@@ -266,7 +277,8 @@ def median(values: list[float]) -> float:
 # -- trl: side by side with GRPOTrainer(tools=...) ----------------------------------------------------------------
 TIMING_KEYS = ("rollout_s", "rollout_cpu_s", "generate_s", "generate_cpu_s", "loop_s", "loop_cpu_s", "step_s",
                "step_cpu_s", "generate_calls", "per_call_s", "per_call_cpu_s", "per_call_prefill_cpu_s",
-               "per_call_context")
+               "per_call_context", "prefilled_per_trajectory")
+SIDES = ("trl", "ours", "ours_reprefill")
 
 
 @dataclass
@@ -285,8 +297,8 @@ class Side:
 
 
 def build_side(name: str, args: argparse.Namespace, workdir: str, steps: int) -> Side:
-    """``GRPOTrainer(tools=[lookup])`` (``name="trl"``) or ``AgenticGRPOTrainer(environment=LookupEnv)``, with
-    ``_generate`` and ``training_step`` timed."""
+    """``GRPOTrainer(tools=[lookup])`` (``name="trl"``) or ``AgenticGRPOTrainer(environment=LookupEnv)`` (``"ours"``;
+    ``"ours_reprefill"`` with ``prefix_caching=False``), with ``_generate`` and ``training_step`` timed."""
     if not isinstance(args.rollout_kwargs, dict):
         raise SystemExit("--rollout-kwargs takes a list of variants in `generation` only; pass one JSON object")
     from datasets import Dataset
@@ -299,6 +311,7 @@ def build_side(name: str, args: argparse.Namespace, workdir: str, steps: int) ->
     model = build_model(tokenizer, args.hidden, args.layers)
     log = script_model(model, Script(tokenizer, args.turns, args.tokens_per_turn))
     tool = Lookup(args.latency)
+    tool.observation_tokens = args.observation_tokens
     lookup = tool.as_function()
     dataset = Dataset.from_list([{"prompt": PROMPT}] * (args.batch * steps))
 
@@ -307,7 +320,8 @@ def build_side(name: str, args: argparse.Namespace, workdir: str, steps: int) ->
 
     common = dict(
         output_dir=workdir, per_device_train_batch_size=args.batch, num_generations=args.group,
-        max_completion_length=args.turns * (args.tokens_per_turn + 64), max_steps=steps, learning_rate=1e-5,
+        max_completion_length=args.turns * (args.tokens_per_turn + 64 + args.observation_tokens), max_steps=steps,
+        learning_rate=1e-5,
         beta=0.0, bf16=False, use_cpu=True, report_to="none", save_strategy="no", logging_steps=1, disable_tqdm=True,
         seed=0,
     )
@@ -319,18 +333,20 @@ def build_side(name: str, args: argparse.Namespace, workdir: str, steps: int) ->
         LookupEnv.stop_strings = ("</tool_call>",) if args.stop_strings else ()
         config = AgenticGRPOConfig(
             **common, max_turns=args.turns, max_tokens_per_turn=args.tokens_per_turn, rollout_mode="chat",
-            chat_template_kwargs={"tools": [get_json_schema(lookup)]}, **args.rollout_kwargs,
+            chat_template_kwargs={"tools": [get_json_schema(lookup)]},
+            **{"prefix_caching": name == "ours", **args.rollout_kwargs},
         )
         trainer = AgenticGRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=dataset,
                                      processing_class=tokenizer, environment=lambda: LookupEnv(tool))
     side = Side(name, trainer, tool, {key: [] for key in TIMING_KEYS})
     timings = side.timings
-    generate, step = trainer._generate, trainer.training_step
+    # the rollout: TRL's _generate (prompts in), our trainers' rollout stage (rows in)
+    rollout, step = (trainer._generate if name == "trl" else trainer.rollout), trainer.training_step
 
-    def timed_generate(prompts: list[Any]) -> Any:
+    def timed_rollout(batch: list[Any]) -> Any:
         log.clear()
         start, cpu = time.perf_counter(), time.process_time()
-        out = generate(prompts)
+        out = rollout(batch)
         timings["rollout_s"].append(time.perf_counter() - start)
         timings["rollout_cpu_s"].append(time.process_time() - cpu)
         timings["generate_s"].append(sum(log.seconds))
@@ -342,7 +358,13 @@ def build_side(name: str, args: argparse.Namespace, workdir: str, steps: int) ->
         timings["per_call_cpu_s"].append(list(log.cpu_seconds))
         timings["per_call_prefill_cpu_s"].append(list(log.prefill_cpu_seconds))
         timings["per_call_context"].append(list(log.context))
-        side.generated.append(tuple(out[:3]))  # prompt_ids, completion_ids, tool_mask
+        timings["prefilled_per_trajectory"].append(sum(log.prefilled) / len(batch))
+        if name == "trl":  # TRL's _generate returns prompt_ids, completion_ids, tool_mask, ...
+            side.generated.append(tuple(out[:3]))
+        else:  # our rollout stage returns the runs (and TRL's environments)
+            runs = out[0]
+            side.generated.append(([t.prompt_ids for t in runs], [t.completion_ids for t in runs],
+                                   [t.env_mask for t in runs]))
         return out
 
     def timed_step(*a: Any, **k: Any) -> Any:
@@ -352,12 +374,16 @@ def build_side(name: str, args: argparse.Namespace, workdir: str, steps: int) ->
         timings["step_cpu_s"].append(time.process_time() - cpu)
         return out
 
-    trainer._generate, trainer.training_step = timed_generate, timed_step
+    if name == "trl":
+        trainer._generate = timed_rollout
+    else:
+        trainer.rollout = timed_rollout
+    trainer.training_step = timed_step
     return side
 
 
 def check_identical(trl: Side, ours: Side) -> dict[str, Any]:
-    """Both sides must have generated the same token streams and made the same tool calls."""
+    """Two sides must have generated the same token streams and made the same tool calls."""
     a, b = trl.generated, ours.generated
     assert len(a) == len(b), f"rollouts differ: {len(a)} vs {len(b)}"
     for i, ((pa, ca, ma), (pb, cb, mb)) in enumerate(zip(a, b)):
@@ -377,37 +403,60 @@ def compare(trl: Side, ours: Side, keys: tuple[str, ...]) -> dict[str, Any]:
     row: dict[str, Any] = {}
     for key in keys:
         a, b = trl.measured(key), ours.measured(key)
-        row[f"trl_{key}"], row[f"ours_{key}"] = median(a), median(b)
-        row[f"ratio_{key}"] = row[f"ours_{key}"] / row[f"trl_{key}"]
-        row[f"paired_ratio_{key}"] = median([y / x for x, y in zip(a, b)])
+        row[f"trl_{key}"], row[f"{ours.name}_{key}"] = median(a), median(b)
+        row[f"{ours.name}_ratio_{key}"] = row[f"{ours.name}_{key}"] / row[f"trl_{key}"]
+        row[f"{ours.name}_paired_ratio_{key}"] = median([y / x for x, y in zip(a, b)])
     return row
 
 
+COMPARED = ("rollout_s", "rollout_cpu_s", "generate_s", "generate_cpu_s", "loop_s", "loop_cpu_s", "step_s",
+            "step_cpu_s", "prefilled_per_trajectory")
+
+
 def run_trl(args: argparse.Namespace) -> dict[str, Any]:
-    """Both trainers in one process, their ``training_step`` called alternately (TRL, ours, ours, TRL, ...) on the
-    same batch, ``--steps`` times after a warm-up, so that both see the same machine load. ``training_step`` is
-    rollout, scoring, loss and backward; the optimizer step, the same on both sides, is left out."""
+    """For each turn count, every side's ``training_step`` called in turn (the order rotating) on the same batch,
+    ``--steps`` times after a warm-up, so that all see the same machine load. ``training_step`` is rollout, scoring,
+    loss and backward; the optimizer step, the same on every side, is left out."""
     if args.stop_strings:
         raise SystemExit("--stop-strings changes our token stream (the turn is cut before <|im_end|>); the "
                          "side-by-side comparison needs identical streams, so run it without")
+    if args.sides[0] != "trl" or len(set(args.sides)) != len(args.sides):
+        raise SystemExit(f"--sides must start with trl (the reference) and name each side once, from {SIDES}")
     rows = [{"prompt": PROMPT} for _ in range(args.batch)]
-    with tempfile.TemporaryDirectory() as workdir:
-        sides = {name: build_side(name, args, os.path.join(workdir, name), args.steps + 1) for name in ("trl", "ours")}
-        for i in range(args.steps + 1):
-            for name in ("trl", "ours") if i % 2 == 0 else ("ours", "trl"):
-                trainer = sides[name].trainer
-                trainer.model.train()
-                trainer.current_gradient_accumulation_steps = 1  # set by train(), read by TRL's loss
-                trainer.training_step(trainer.model, rows, None)
-        trl, ours = sides["trl"], sides["ours"]
-        result = {**check_identical(trl, ours), **compare(trl, ours, (
-            "rollout_s", "rollout_cpu_s", "generate_s", "generate_cpu_s", "loop_s", "loop_cpu_s", "step_s",
-            "step_cpu_s"))}
-        for name, side in sides.items():
-            result[f"{name}_rollout_over_generate"] = result[f"{name}_rollout_s"] / result[f"{name}_generate_s"]
-            result[f"{name}_step_s_all"] = [round(x, 3) for x in side.measured("step_s")]
-    print(json.dumps(result), flush=True)
-    return result
+    results = []
+    for turns in args.turns:
+        one = argparse.Namespace(**{**vars(args), "turns": turns})
+        with tempfile.TemporaryDirectory() as workdir:
+            sides = {name: build_side(name, one, os.path.join(workdir, name), args.steps + 1) for name in args.sides}
+            for i in range(args.steps + 1):
+                order = args.sides[i % len(args.sides):] + args.sides[: i % len(args.sides)]
+                for name in order:
+                    trainer = sides[name].trainer
+                    trainer.model.train()
+                    trainer.current_gradient_accumulation_steps = 1  # set by train(), read by TRL's loss
+                    trainer.training_step(trainer.model, rows, None)
+            trl = sides["trl"]
+            result: dict[str, Any] = {"turns": turns, "observation_tokens": args.observation_tokens}
+            for name in args.sides[1:]:
+                result.update(check_identical(trl, sides[name]))
+                result.update(compare(trl, sides[name], COMPARED))
+            for name, side in sides.items():
+                result[f"{name}_rollout_over_generate"] = result[f"{name}_rollout_s"] / result[f"{name}_generate_s"]
+                result[f"{name}_step_s_all"] = [round(x, 3) for x in side.measured("step_s")]
+        results.append(result)
+        print(summary_line(result, args.sides), flush=True)
+    return {"results": results}
+
+
+def summary_line(result: dict[str, Any], sides: list[str]) -> str:
+    """``turns 4: rollout s trl 1.23 | ours 0.61 (0.50) | ...; prefilled/trajectory trl 2100 | ours 700 | ...``"""
+    rollout = " | ".join(f"{name} {result[f'{name}_rollout_s']:.2f}"
+                         + (f" ({result[f'{name}_paired_ratio_rollout_s']:.2f})" if name != "trl" else "")
+                         for name in sides)
+    step = " | ".join(f"{name} {result[f'{name}_step_s']:.2f}" for name in sides)
+    prefilled = " | ".join(f"{name} {result[f'{name}_prefilled_per_trajectory']:.0f}" for name in sides)
+    return (f"turns {result['turns']}: rollout s {rollout}; step s {step}; prefilled tokens/trajectory {prefilled} "
+            f"({result['completion_tokens_per_row']} completion tokens/trajectory)")
 
 
 # -- generation: the engine against pure generation ---------------------------------------------------------------
@@ -580,6 +629,7 @@ def passthrough(args: argparse.Namespace) -> list[str]:
     out = ["--batch", str(args.batch), "--group", str(args.group), "--tokens-per-turn", str(args.tokens_per_turn),
            "--hidden", str(args.hidden), "--layers", str(args.layers), "--steps", str(args.steps),
            "--latency", str(args.latency), "--threads", str(args.threads),
+           "--observation-tokens", str(args.observation_tokens),
            "--rollout-kwargs", json.dumps(args.rollout_kwargs)]
     return out + (["--stop-strings"] if args.stop_strings else [])
 
@@ -606,11 +656,13 @@ def main() -> None:
             p.add_argument("--steps", type=int, default=6 if name == "trl" else 2,
                            help="measured training steps per side (after a warm-up)")
         if name.startswith("growth"):
-            p.add_argument("--side", choices=("ours", "trl"), default="ours", help="whose trainer to grow")
+            p.add_argument("--side", choices=SIDES, default="ours", help="whose trainer to grow")
+        p.add_argument("--turns", type=int, nargs="+", default=turns)
         if name == "trl":
-            p.add_argument("--turns", type=int, default=turns[0])
-        else:
-            p.add_argument("--turns", type=int, nargs="+", default=turns)
+            p.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES),
+                           help="trl first (the reference); ours keeps the KV cache across turns, ours_reprefill not")
+        if trains:
+            p.add_argument("--observation-tokens", type=int, default=0, help="filler tokens added to each tool output")
         if name == "generation":
             p.add_argument("--latency", type=float, nargs="+", default=latency, help="tool latencies (s)")
         else:
