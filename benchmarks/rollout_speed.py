@@ -270,6 +270,44 @@ def load_tokenizer() -> Any:
     return build_convention("qwen2.5-instruct").load_tokenizer()  # a private copy: TRL sets a response template
 
 
+def load(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The model and tokenizer of a run: ``--model`` (a local folder of a ChatML model with Qwen2.5's tool-call
+    convention, e.g. SmolLM2-135M-Instruct as ``benchmarks/learning_native/model.py`` prepares it; float32) or the
+    random Qwen2 of ``--hidden``/``--layers``."""
+    if not args.model:
+        tokenizer = load_tokenizer()
+        return build_model(tokenizer, args.hidden, args.layers), tokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
+    return model, AutoTokenizer.from_pretrained(args.model)
+
+
+def ideal_seconds(model: Any, prefilled_tokens: float, decode_steps: float) -> dict[str, float]:
+    """This machine's limit for a workload, measured now (the cores are shared: beside the run, not from a table):
+    prefill at the measured fp32 GEMM rate of the model's own shapes (``2 * parameters * tokens`` FLOPs), a decode
+    step at the measured memory bandwidth (the weights read once per step)."""
+    config = model.config
+    hidden, inner = config.hidden_size, config.intermediate_size
+    x, w = torch.randn(512, hidden), torch.randn(inner, hidden)
+    torch.nn.functional.linear(x, w)
+    start = time.perf_counter()
+    for _ in range(5):
+        torch.nn.functional.linear(x, w)
+    flops = 5 * 2 * 512 * hidden * inner / (time.perf_counter() - start)
+    source, target = torch.ones(64 * 2**20 // 4), torch.zeros(64 * 2**20 // 4)
+    target.copy_(source)  # pages touched before timing
+    start = time.perf_counter()
+    for _ in range(5):
+        target.copy_(source)
+    bandwidth = 5 * 2 * source.numel() * 4 / (time.perf_counter() - start)  # bytes read + written
+    parameters = sum(p.numel() for p in model.parameters())
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    return {"gemm_gflops": flops / 1e9, "bandwidth_gbs": bandwidth / 1e9,
+            "ideal_prefill_s": 2 * parameters * prefilled_tokens / flops,
+            "ideal_decode_s": decode_steps * weight_bytes / bandwidth}
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
@@ -307,8 +345,7 @@ def build_side(name: str, args: argparse.Namespace, workdir: str, steps: int) ->
 
     from trl_agentic import AgenticGRPOConfig, AgenticGRPOTrainer
 
-    tokenizer = load_tokenizer()
-    model = build_model(tokenizer, args.hidden, args.layers)
+    model, tokenizer = load(args)
     log = script_model(model, Script(tokenizer, args.turns, args.tokens_per_turn))
     tool = Lookup(args.latency)
     tool.observation_tokens = args.observation_tokens
@@ -474,8 +511,8 @@ def run_generation(args: argparse.Namespace) -> dict[str, Any]:
 
     from trl_agentic import RolloutConfig
 
-    tokenizer = load_tokenizer()
-    model = build_model(tokenizer, args.hidden, args.layers).eval()
+    model, tokenizer = load(args)
+    model.eval()
     one_call = {"overlap_chunks": 1} if "overlap_chunks" in {f.name for f in fields(RolloutConfig)} else {}
     variants = args.rollout_kwargs if isinstance(args.rollout_kwargs, list) else [args.rollout_kwargs]
     settings = [argparse.Namespace(**{**vars(args), "rollout_kwargs": v}) for v in variants]
@@ -509,6 +546,7 @@ def run_generation(args: argparse.Namespace) -> dict[str, Any]:
             cpu_ratio_to_limit=summary["total_cpu_s"] / limit_cpu[turns],  # steadier; meaningless with sleeping tools
             seam_overhead_s=summary["generator_s"] - summary["model_generate_s"],
             loop_overhead_s=summary["total_s"] - summary["generator_s"] - latency * (turns - 1),
+            **ideal_seconds(model, summary["prefilled_tokens"], summary["decode_steps"]),
         )
         results.append(summary)
         print(json.dumps(summary), flush=True)
@@ -522,11 +560,12 @@ def rollout_once(model: Any, tokenizer: Any, turns: int, latency: float, args: a
 
     log = script_model(model, Script(tokenizer, turns, args.tokens_per_turn))
     tool = Lookup(latency)
+    tool.observation_tokens = args.observation_tokens
     LookupEnv.stop_strings = ("</tool_call>",) if args.stop_strings else ()
     config = RolloutConfig(max_turns=turns, max_tokens_per_turn=args.tokens_per_turn, rollout_mode="chat",
-                           max_completion_length=turns * (args.tokens_per_turn + 64),
+                           max_completion_length=turns * (args.tokens_per_turn + 64 + args.observation_tokens),
                            chat_template_kwargs={"tools": [tool_schema(tool)]}, **args.rollout_kwargs)
-    generator = TimedGenerator(model, tokenizer)
+    generator = TimedGenerator(model, tokenizer, config.prefix_caching)
     engine = RolloutEngine(generator, tokenizer, lambda: LookupEnv(tool), config)
     start, cpu = time.perf_counter(), time.process_time()
     trajectories = engine.run([PROMPT] * args.batch)
@@ -536,18 +575,22 @@ def rollout_once(model: Any, tokenizer: Any, turns: int, latency: float, args: a
     assert tool.calls == args.batch * (turns - 1), tool.calls
     return {"total_s": total, "total_cpu_s": total_cpu, "model_generate_s": sum(log.seconds),
             "model_generate_cpu_s": sum(log.cpu_seconds), "generator_s": generator.seconds,
-            "generate_calls": len(log.seconds), "tokens_per_row": len(trajectories[0].completion_ids)}
+            "generate_calls": len(log.seconds), "tokens_per_row": len(trajectories[0].completion_ids),
+            "prefilled_tokens": sum(log.prefilled), "decode_steps": sum(log.new_tokens)}
 
 
 class TimedGenerator:
     """``HFGenerator`` with the time inside its ``generate`` counted (the seam: padding, copying, ``generate``)."""
 
-    def __init__(self, model: Any, tokenizer: Any) -> None:
+    def __init__(self, model: Any, tokenizer: Any, keep_cache: bool = True) -> None:
         from trl_agentic.rollout.generation import HFGenerator
 
-        self.inner = HFGenerator(model, tokenizer)
+        self.inner = HFGenerator(model, tokenizer, keep_cache=keep_cache)
         self.generation_config = self.inner.generation_config
         self.seconds = 0.0
+
+    def session(self) -> Any:
+        return self.inner.session()
 
     def generate(self, *args: Any, **kwargs: Any) -> Any:
         start = time.perf_counter()
@@ -628,6 +671,7 @@ def run_growth(args: argparse.Namespace) -> dict[str, Any]:
 def passthrough(args: argparse.Namespace) -> list[str]:
     out = ["--batch", str(args.batch), "--group", str(args.group), "--tokens-per-turn", str(args.tokens_per_turn),
            "--hidden", str(args.hidden), "--layers", str(args.layers), "--steps", str(args.steps),
+           *(["--model", args.model] if args.model else []),
            "--latency", str(args.latency), "--threads", str(args.threads),
            "--observation-tokens", str(args.observation_tokens),
            "--rollout-kwargs", json.dumps(args.rollout_kwargs)]
@@ -661,8 +705,7 @@ def main() -> None:
         if name == "trl":
             p.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES),
                            help="trl first (the reference); ours keeps the KV cache across turns, ours_reprefill not")
-        if trains:
-            p.add_argument("--observation-tokens", type=int, default=0, help="filler tokens added to each tool output")
+        p.add_argument("--observation-tokens", type=int, default=0, help="filler tokens added to each tool output")
         if name == "generation":
             p.add_argument("--latency", type=float, nargs="+", default=latency, help="tool latencies (s)")
         else:
@@ -670,6 +713,8 @@ def main() -> None:
         p.add_argument("--tokens-per-turn", type=int, default=48)
         if name != "trl":
             p.add_argument("--repeats", type=int, default=repeats)
+        p.add_argument("--model", help="a local ChatML tool-calling model folder instead of the random Qwen2 "
+                       "(SmolLM2-135M-Instruct: python benchmarks/learning_native/model.py --out runs/smollm2)")
         p.add_argument("--hidden", type=int, default=256)
         p.add_argument("--layers", type=int, default=4)
         p.add_argument("--stop-strings", action="store_true", help="the environment declares </tool_call>")

@@ -82,7 +82,12 @@ def make_parser(description: str | None = __doc__, stages: tuple[str, ...] = STA
                         "the mean and standard deviation of each stage over them (with --plot: all their curves)")
     p.add_argument("--model", default=model, help=f"model directory or hub id (default: {model})")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
-    p.add_argument("--threads", type=int, default=2, help="torch threads on CPU")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads on CPU (1: on this project's 2 shared cores two threads decoded 3-10x slower "
+                        "than one, docs/benchmarks.md)")
+    p.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=True,
+                   help="recompute activations in the backward pass (SFT and RL): a fraction of the memory per "
+                        "sample for about a third more compute")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--test-size", type=int, default=100, help="held-out questions evaluated")
     p.add_argument("--eval-batch-size", type=int, default=100,
@@ -271,7 +276,7 @@ def train_lora(model: Any, dataset: Any, tokenizer: Any, args: argparse.Namespac
         output_dir=str(args.out / name / "trainer"), num_train_epochs=args.sft_epochs, learning_rate=args.sft_lr,
         per_device_train_batch_size=args.sft_batch_size, lr_scheduler_type="cosine", warmup_steps=0.1,
         logging_steps=4, save_strategy="no", report_to="none", seed=args.seed, use_cpu=args.device == "cpu",
-        max_length=None, bf16=False, gradient_checkpointing=False,
+        max_length=None, bf16=False, gradient_checkpointing=args.gradient_checkpointing,
     )
     trainer = SFTTrainer(model=model, args=config, train_dataset=dataset, processing_class=tokenizer,
                          peft_config=lora_config(args))
@@ -360,7 +365,7 @@ def run_rl(task: Task, args: argparse.Namespace, name: str) -> dict[str, Any]:
         use_cpu=args.device == "cpu", bf16=False, temperature=args.temperature, beta=0.0,
         mask_observations=name != "grpo_unmasked", rollout_mode="text", max_turns=args.max_turns,
         max_tokens_per_turn=args.max_tokens_per_turn, max_completion_length=args.max_completion_length,
-        max_observation_tokens=args.max_completion_length, gradient_checkpointing=False,
+        max_observation_tokens=args.max_completion_length, gradient_checkpointing=args.gradient_checkpointing,
         num_iterations=args.num_iterations,
     )
     per_step = trajectories_per_step(args)

@@ -202,7 +202,7 @@ def rl_config_values(args: argparse.Namespace, name: str) -> dict[str, Any]:
         num_generations=args.num_generations, per_device_train_batch_size=per_step // args.grad_accum,
         gradient_accumulation_steps=args.grad_accum, max_completion_length=args.max_completion_length,
         max_tool_calling_iterations=args.max_turns - 1, num_iterations=args.num_iterations,
-        gradient_checkpointing=False, reward_weights=[*outcome, *[0.0] * len(native_task.METRICS)],
+        gradient_checkpointing=args.gradient_checkpointing, reward_weights=[*outcome, *[0.0] * len(native_task.METRICS)],
     )
 
 
