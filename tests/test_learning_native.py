@@ -12,7 +12,7 @@ from helpers import native_call, scripted
 
 pytest.importorskip("bm25s")
 
-from benchmarks.learning import make_task  # noqa: E402
+from benchmarks.learning import make_task, make_transfer_task  # noqa: E402
 from benchmarks.learning_native import model as native_model  # noqa: E402
 from benchmarks.learning_native import run  # noqa: E402
 from benchmarks.learning_native import task as native_task  # noqa: E402
@@ -335,3 +335,16 @@ def test_documented_commands_parse():
     for argv in commands:
         args = run.make_parser().parse_args(argv)
         assert {s.strip() for s in args.stages.split(",")} <= set(run.STAGES), argv
+
+
+def test_the_transfer_task_scores_every_stage(onehop, tmp_path, tool_model_dir):
+    """``--transfer``: the final model of every stage is also scored on the other generator's task, never trained
+    on (its own corpus and questions); the figures go to the stage's report as ``transfer_*``."""
+    transfer = tmp_path / "transfer"
+    make_transfer_task.make_transfer_task(transfer, people=12, test_questions=4, seed=1)
+    out = tmp_path / "run"
+    _run(onehop, out, tool_model_dir, "--stages", "zero_shot,sft", "--transfer", str(transfer))
+    for stage in ("zero_shot", "sft"):
+        report = json.loads((out / stage / "report.json").read_text())
+        assert {"transfer_em", "transfer_mean_searches", "transfer_malformed_per_trajectory"} <= set(report)
+        assert "transfer_messages" not in report

@@ -133,3 +133,50 @@ def test_one_search_recall_matches_whole_words(tmp_path):
     rows = [{"question": "Where was Ann Lo born?", "golden_answers": ["Rathmere"]},
             {"question": "Where was Bo Ri born?", "golden_answers": ["Rathmere", "Nowhere"]}]
     assert _make_task().one_search_recall(corpus, rows, 1) == 0.5
+
+
+def _transfer_module():
+    spec = importlib.util.spec_from_file_location("learning_make_transfer_task", BENCHMARK / "make_transfer_task.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_transfer_task_is_another_generator_and_needs_both_searches(tmp_path, two_hop):
+    """make_transfer_task.py: every answer is the mentor's fact as the corpus states it, in sentences and question
+    templates make_task.py never writes, with names that appear in no passage of make_task's corpus; one search with
+    the question never finds the answer, the solution's two searches always do."""
+    module = _transfer_module()
+    out = tmp_path / "transfer"
+    module.make_transfer_task(out, people=40, test_questions=60, seed=3)
+    corpus, test = _rows(out / "corpus.jsonl"), _rows(out / "test.jsonl")
+    facts = {}
+    for row in corpus:
+        title, text = row["contents"].split("\n", 1)
+        facts[title.strip('"')] = {
+            "mentor": re.search(r"learned the trade from (.+?)\.", text).group(1),
+            "village": re.search(r"grew up in (.+?)\.", text).group(1),
+            "year": re.search(r"was born in (\d+)\.", text).group(1),
+        }
+    for row in test:
+        name = next(n for n in facts if n in row["question"])
+        mentor = facts[name]["mentor"]
+        assert mentor in row["queries"][1]
+        for relation in ("village", "year", "mentor"):
+            if row["golden_answers"][0] == facts[mentor][relation]:
+                break
+        else:  # instrument and street: stated in the mentor's passage
+            passage = next(r["contents"] for r in corpus if r["contents"].startswith(f'"{mentor}"'))
+            assert row["golden_answers"][0] in passage
+    original = [json.loads(line)["question"] for line in (two_hop / "test.jsonl").read_text().splitlines()]
+    templates = {re.sub(r"[A-Z][a-z]+ [A-Z][a-z]+", "X", q) for q in original}
+    assert not templates & {re.sub(r"[A-Z][a-z]+ [A-Z][a-z]+", "X", r["question"]) for r in test}
+    other_corpus = (two_hop / "corpus.jsonl").read_text()
+    assert not any(name in other_corpus for name in facts)
+    make_task = _make_task()
+    assert make_task.one_search_recall(out / "corpus.jsonl", test, 2) < 0.1
+    solved = [row | {"question": row["queries"][1]} for row in test]
+    assert make_task.one_search_recall(out / "corpus.jsonl", solved, 2) == 1.0
+    again = tmp_path / "again"
+    module.make_transfer_task(again, people=40, test_questions=60, seed=3)
+    assert (again / "test.jsonl").read_bytes() == (out / "test.jsonl").read_bytes()

@@ -167,7 +167,10 @@ def load_base(model_name: str, device: str) -> tuple[Any, Any]:
 
 
 class Task:
-    """The data, the search tool, the environment and the prompts of one run."""
+    """The data, the search tool, the environment and the prompts of one run. ``transfer``: a second held-out task
+    that every stage's final model is also scored on (``learning_native/run.py --transfer``), or ``None``."""
+
+    transfer: "Task | None" = None
 
     def __init__(self, args: argparse.Namespace) -> None:
         from trl_agentic import TagEnvironment
@@ -315,6 +318,7 @@ def curve_callback(task: Task, args: argparse.Namespace, tokenizer: Any, curves:
     evaluate_fn = evaluate_fn or evaluate_stage
     curve_task = copy.copy(task)
     curve_task.test = task.test[: args.curve_size]
+    curve_task.transfer = None  # the curve is the task's own; the transfer task is scored at the end
 
     class Curve(TrainerCallback):
         def _evaluate(self, step: int, model: Any) -> None:
@@ -522,7 +526,7 @@ def summary(out: Path, stages: tuple[str, ...] = STAGES, row_names: dict[str, st
         if path.exists():
             r = json.loads(path.read_text())
             cells = [row_names[stage].format(**_label_fields(r)), f"{r['em']:.2f}",
-                     *(f"{r[key]:.2f}" for _, key in columns), f"{r['seconds'] / 60:.1f}"]
+                     *(f"{r[key]:.2f}" if key in r else "" for _, key in columns), f"{r['seconds'] / 60:.1f}"]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -553,7 +557,8 @@ def seed_summary(outs: list[Path], stages: tuple[str, ...] = STAGES, row_names: 
             continue
         per_run = ", ".join(f"{r['em']:.2f}" for r in reports)
         cells = [_row_name(stage, reports, row_names), str(len(reports)), _mean_sd([r["em"] for r in reports]),
-                 per_run, *(_mean_sd([r[key] for r in reports]) for _, key in columns)]
+                 per_run, *(_mean_sd([r[key] for r in reports]) if all(key in r for r in reports) else ""
+                            for _, key in columns)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -81,7 +81,7 @@ ROW_NAMES = {
     "grpo_unmasked": "after SFT + AgenticGRPOTrainer, observations unmasked ({budget})",
 }
 COLUMNS = (("searches", "mean_searches"), ("turns", "mean_turns"), ("malformed calls", "malformed_per_trajectory"),
-           ("final-message EM", "final_em"))
+           ("final-message EM", "final_em"), ("transfer EM", "transfer_em"))
 PANELS = (("reward", "sampled reward"), ("searches", "searches per trajectory"),
           ("malformed", "malformed calls per trajectory"), ("turns", "turns per trajectory"))
 
@@ -93,6 +93,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--interface", choices=INTERFACES, default="environment",
                    help="environment: environment_factory= with get_reward; tools: tools=[search] + a reward "
                         "function; agent: the environment's tools in an OpenAI SDK agent, through the endpoint")
+    p.add_argument("--transfer", type=Path,
+                   help="a second held-out task (make_transfer_task.py's folder: its corpus and test questions), "
+                        "never trained on: every stage's final model is also scored on it (transfer_em, ...)")
     p.add_argument("--reuse-sft", action="store_true",
                    help="sft: evaluate <out>/sft/adapter when an earlier run saved it, instead of training it again")
     return p
@@ -107,6 +110,10 @@ class NativeTask(learning.Task):
         from trl_agentic.trl_environments import TRLEnvironments
 
         super().__init__(args)
+        if args.transfer is not None:  # the same interface and budgets over the other task's corpus and questions
+            self.transfer = NativeTask(argparse.Namespace(**{
+                **vars(args), "data": args.transfer, "corpus": None, "train": None, "test": None, "sft_train": None,
+                "transfer": None}))
         self.interface = args.interface
         factory = {"environment_factory": native_task.environment_factory(self.search)}
         self.agent = native_task.search_agent(self.search, args.max_turns) if self.interface == "agent" else None
@@ -164,7 +171,11 @@ def evaluate_stage(model: Any, tokenizer: Any, task: NativeTask, args: argparse.
     count = max(len(stats), 1)
     malformed = sum(s["malformed"] for s in stats)
     attempts = malformed + sum(s["calls"] for s in stats)
-    return {"em": report.accuracy,
+    transfer = {}
+    if task.transfer is not None:
+        other = evaluate_stage(model, tokenizer, task.transfer, args)
+        transfer = {f"transfer_{key}": value for key, value in other.items() if key not in ("examples", "messages")}
+    return {**transfer, "em": report.accuracy,
             "final_em": sum(native_task.final_answer_em(messages, golds)) / count,
             "mean_searches": sum(s["searches"] for s in stats) / count,
             "mean_answers": sum(s["answers"] for s in stats) / count,
