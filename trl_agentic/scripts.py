@@ -19,6 +19,7 @@ from typing import Any
 
 from trl import ScriptArguments
 
+from .device import has_accelerator
 from .errors import TaskConfigError
 
 ALGORITHMS = ("grpo", "ppo")
@@ -84,14 +85,6 @@ def make_parser(script_arguments: type, algo: str = "grpo", prog: str | None = N
     return TrlParser((script_arguments, config_class(algo), ModelConfig), prog=prog, description=usage_note)
 
 
-def _has_accelerator() -> bool:
-    import torch
-
-    xpu = getattr(torch, "xpu", None)
-    return (torch.cuda.is_available() or (xpu is not None and xpu.is_available())
-            or torch.backends.mps.is_available())
-
-
 def cpu_defaults(argv: Sequence[str]) -> list[str]:
     """The flags a CPU-only machine needs when the command line does not say ``--use_cpu``: ``--use_cpu true --bf16
     false`` (the configs ask for ``bf16: true``, which transformers refuses without a GPU or ``--use_cpu``) and
@@ -99,7 +92,7 @@ def cpu_defaults(argv: Sequence[str]) -> list[str]:
     before the user's flags, they override the YAML and are overridden by the command line; a note on stderr says
     what was added. With ``--use_cpu`` given (the user chose), or on a machine with a GPU: nothing."""
     given = {arg.split("=", 1)[0] for arg in argv if arg.startswith("--")}
-    if given & {"--use_cpu", "--help"} or "-h" in argv or _has_accelerator():
+    if given & {"--use_cpu", "--help"} or "-h" in argv or has_accelerator():
         return []
     added = [flag for flag in (["--use_cpu", "true"], ["--bf16", "false"], ["--dtype", "float32"])
              if flag[0] not in given]

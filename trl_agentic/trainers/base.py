@@ -44,6 +44,7 @@ from ..algorithms.kl import kl_penalty
 from ..algorithms.losses import aggregate_loss, clipped_policy_loss
 from ..algorithms.masked import masked_sum, zero_masked
 from ..compat import GRPOTrainerBoundary, TRLBatch, check_trl_version, trl_tool_chat_template, unwrap_for_generation
+from ..device import cpu_bf16_default
 from ..environment import EnvironmentFactory
 from ..native_tools import ensure_response_parser
 from ..rewards.guard import guard_reward
@@ -122,6 +123,7 @@ class AgenticConfig(GRPOConfig, RolloutFields):
             setattr(self, name, ROLLOUT_DEFAULTS[name])
         if self.activation_checkpointing is None:  # TRL's default sets the name transformers deprecates: pass the new
             self.activation_checkpointing = self.gradient_checkpointing  # one, so no FutureWarning nobody can act on
+        self.bf16 = cpu_bf16_default(self.bf16, self.fp16, self.use_cpu)  # TRL's bf16=True, but not on a CPU
         super().__post_init__()
         self.rollout_config()  # validates the rollout fields
         if isinstance(self.max_degenerate_steps, bool) or not isinstance(self.max_degenerate_steps, int) \
