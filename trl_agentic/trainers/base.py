@@ -287,6 +287,8 @@ class AgenticTrainer(GRPOTrainerBoundary):
         batch's advantages are left at 0 for the sibling's step to set. A round in which nothing could be scored
         counts towards ``max_degenerate_steps`` (:class:`~trl_agentic.trainers.checks.DegenerateStepMonitor`)."""
         runs, environments = self.rollout(rows)
+        if self.agent_rollout is not None and self.model.training:
+            self.stop_if_refused(runs)
         prompts, completions, run_rewards = self.score(rows, runs, environments)
         round_ = self.build_round(rows, runs, run_rewards, prompts, completions)
         self.add_logps(round_.batch)
@@ -296,6 +298,18 @@ class AgenticTrainer(GRPOTrainerBoundary):
                 self.record(round_)
                 raise DegenerateTrainingError(stop)
         return round_
+
+    def stop_if_refused(self, runs: list[Any]) -> None:
+        """Raise :class:`~trl_agentic.trainers.checks.DegenerateTrainingError` when no agent run of the round (on any
+        process) reached the model and the endpoint refused some of their requests
+        (:meth:`~trl_agentic.trainers.checks.DegenerateStepMonitor.observe_refusals`)."""
+        local = [sum(any(s.turn_spans for s in t.segments) for t in runs),
+                 sum(t.events.get("bad_request", 0) for t in runs)]
+        total = self.accelerator.gather(torch.tensor([local], device=self.accelerator.device)).sum(0).tolist()
+        first = next((t.refusal for t in runs if t.refusal), None)
+        stop = self.degenerate_monitor.observe_refusals(int(total[0]), int(total[1]), first)
+        if stop is not None:
+            raise DegenerateTrainingError(stop)
 
     def rollout(self, rows: list[dict[str, Any]]) -> tuple[list[Trajectory], list[Any] | None]:
         """1. One run per row: the engine's episode (each row's columns reach the environment's ``reset``), or an
