@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import os
 import sys
 from collections.abc import Iterator, Sequence
@@ -40,7 +39,7 @@ import trl
 
 from .compat import trl_grpo_script
 from .errors import TaskConfigError
-from .scripts import ALGORITHMS, check_requirements, config_class, cpu_defaults, trainer_class
+from .scripts import ALGORITHMS, check_requirements, config_class, cpu_defaults, load_object, trainer_class
 
 
 @dataclass
@@ -72,24 +71,6 @@ def make_parser(algo: str) -> Any:
     return TrlParser((AgenticScriptArguments, config_class(algo), ModelConfig, DatasetMixtureConfig),
                      prog=f"trl-agentic {algo}", description="TRL's GRPO script (trl grpo) with trl-agentic's trainer. "
                      "--config FILE.yaml sets any of the flags below (a flag on the command line overrides it).")
-
-
-def load_object(path: str, flag: str) -> Any:
-    """The object a dotted import path names (``package.module.name``), the current directory importable; a path
-    that does not resolve raises :class:`TaskConfigError` naming the flag."""
-    module_name, _, name = path.rpartition(".")
-    if not module_name or not name:
-        raise TaskConfigError(f"{flag} {path!r} is not a dotted import path: pass module.name, e.g. my_envs.MyEnv")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise TaskConfigError(f"{flag} {path}: cannot import {module_name} ({exc}); pass module.name of a module "
-                              "importable from the current directory or the environment") from None
-    if not hasattr(module, name):
-        raise TaskConfigError(f"{flag} {path}: module {module_name} has no {name!r}; pass one of its names")
-    return getattr(module, name)
 
 
 def trainer_kwargs(script_args: Any) -> dict[str, Any]:

@@ -118,6 +118,24 @@ def parse_args(script_arguments: type, argv: Sequence[str] | None = None, prog: 
     return script_args, training_args, model_args
 
 
+def load_object(path: str, flag: str) -> Any:
+    """The object a dotted import path names (``package.module.name``), the current directory importable; a path
+    that does not resolve raises :class:`TaskConfigError` naming the flag."""
+    module_name, _, name = path.rpartition(".")
+    if not module_name or not name:
+        raise TaskConfigError(f"{flag} {path!r} is not a dotted import path: pass module.name, e.g. my_envs.MyEnv")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise TaskConfigError(f"{flag} {path}: cannot import {module_name} ({exc}); pass module.name of a module "
+                              "importable from the current directory or the environment") from None
+    if not hasattr(module, name):
+        raise TaskConfigError(f"{flag} {path}: module {module_name} has no {name!r}; pass one of its names")
+    return getattr(module, name)
+
+
 def _has_module(name: str) -> bool:
     try:
         return importlib.util.find_spec(name) is not None
