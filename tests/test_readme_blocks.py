@@ -17,6 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 _BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 _BASH = re.compile(r"^```bash\n(.*?)^```", re.S | re.M)
+_YAML = re.compile(r"^```yaml\n(.*?)^```", re.S | re.M)
 DOCS = sorted(p for p in (ROOT / "docs").glob("*.md") if _BLOCK.search(p.read_text(encoding="utf-8")))
 # docs whose python blocks read the output of one of their shell blocks: the block that contains this text runs first
 SHELL_FIRST = {"recipes.md": "--trajectory_dir outputs/gsm8k-tools-grpo/trajectories"}
@@ -72,6 +73,17 @@ def test_readme_trl_agentic_command_runs_as_written(tmp_path):
     template renders the tool, TRL's response template parses its calls), two steps, the model saved."""
     (block,) = [b for b in _BASH.findall((ROOT / "README.md").read_text(encoding="utf-8")) if "trl-agentic grpo" in b]
     assert "--tools" in block
+    run_shell_block(block, tmp_path)
+    assert (tmp_path / "out" / "model.safetensors").is_file()
+
+
+def test_recipes_doc_trl_agentic_config_runs_as_written(tmp_path):
+    """docs/recipes.md's my_run.yaml (TRL's tools= from the YAML), saved as the reader would, and its two lines."""
+    text = (ROOT / "docs" / "recipes.md").read_text(encoding="utf-8")
+    (config,) = [b for b in _YAML.findall(text) if b.startswith("# my_run.yaml")]
+    (tmp_path / "my_run.yaml").write_text(config, encoding="utf-8")
+    (block,) = [b for b in _BASH.findall(text) if "save_addition_dataset" in b]
+    assert "trl-agentic grpo --config my_run.yaml" in block
     run_shell_block(block, tmp_path)
     assert (tmp_path / "out" / "model.safetensors").is_file()
 
