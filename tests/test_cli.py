@@ -103,8 +103,9 @@ def test_a_bad_setting_is_one_line_and_status_2(tmp_path, monkeypatch, capsys, a
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))  # load_object puts the current directory on it
     assert cli.main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error: ") and message in err and err.count("\n") == 1, err
+    err = capsys.readouterr().err.splitlines()
+    cpu_note = [line for line in err if line.startswith("no GPU: running on the CPU")]  # without --use_cpu
+    assert len(err) == 1 + len(cpu_note) and err[-1].startswith("error: ") and message in err[-1], err
 
 
 def test_an_unknown_command_is_refused(capsys):
@@ -158,3 +159,49 @@ def test_ppo_with_tools(tmp_path):
     assert len(rows) == 2
     prompt = qwen.tokenizer.decode(rows[0]["prompt_ids"])
     assert "Look up the value stored under a key." in prompt and '"name": "lookup"' in prompt
+
+
+def test_on_a_cpu_the_cpu_flags_are_added_and_said_in_one_line(monkeypatch, capsys):
+    """Without --use_cpu on a machine with no GPU: --use_cpu true --bf16 false --dtype float32, as the recipes add
+    them (TRL's bf16 default would stop on transformers' "doesn't support bf16/gpu"); each flag given is kept."""
+    from trl_agentic import cli, device
+
+    monkeypatch.setattr(device, "has_accelerator", lambda: False)
+    _, training, model, _ = cli.parse_arguments("grpo", ["--model_name_or_path", "m", "--output_dir", "out"])
+    assert training.use_cpu and training.bf16 is False and model.dtype == "float32"
+    assert capsys.readouterr().err == ("no GPU: running on the CPU (--use_cpu true --bf16 false --dtype float32 added;"
+                                       " pass --use_cpu yourself to choose)\n")
+    _, training, model, _ = cli.parse_arguments("ppo", ["--model_name_or_path", "m", "--dtype", "bfloat16"])
+    assert training.use_cpu and model.dtype == "bfloat16" and "(--use_cpu true --bf16 false added" in \
+        capsys.readouterr().err
+
+
+def test_on_a_cpu_a_typo_in_a_dotted_path_is_the_error(tmp_path, monkeypatch, capsys):
+    """The CPU flags no longer hide it: a --tools typo is reported, in one line, before anything is loaded."""
+    from trl_agentic import cli, device
+
+    monkeypatch.setattr(device, "has_accelerator", lambda: False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    assert cli.main(["grpo", "--tools", "trl_agentic.toy.no_such_tool"]) == 2
+    note, error = capsys.readouterr().err.splitlines()
+    assert note.startswith("no GPU: running on the CPU")
+    assert error == "error: --tools trl_agentic.toy.no_such_tool: module trl_agentic.toy has no 'no_such_tool'; " \
+                    "pass one of its names"
+
+
+def test_a_trainer_construction_check_is_one_line(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """Native tool calls on a model whose chat template has no tool calls TRL can parse (the ChatML of the tests'
+    tokenizer): the trainer's check, as one line and status 2, not a traceback out of TRL's script."""
+    from trl_agentic import cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    argv = ["grpo", "--model_name_or_path", tiny_model_dir, "--dataset_name", _dataset_dir(tmp_path, True),
+            "--reward_funcs", "trl_agentic.toy.lookup_reward", "--tools", "trl_agentic.tasks.gsm8k.calculate",
+            "--max_steps", "1", *_small_run_flags(tmp_path / "out")]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and errors[0].startswith("error: native tool calls need a response template"), err
+    assert "Traceback" not in err

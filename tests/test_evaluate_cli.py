@@ -66,8 +66,59 @@ def test_accuracy_and_pass_at_k_on_a_local_dataset(scripted, tiny_model_dir, tmp
     rows = load_dataset("json", data_files=str(out / "trajectories.jsonl"), split="train")
     assert len(rows) == 12 and sum(rows["success"]) == 4 + c
     assert [sum(r["success"] for r in rows if r["row"] == i) for i in range(3)] == report["successes"]
-    assert "Trajectory 0" in (out / "trajectories.html").read_text()
-    assert capsys.readouterr().out.startswith(f"accuracy {(4 + c) / 12:.3f}  pass@2")
+    page = (out / "trajectories.html").read_text()
+    assert "Trajectory 0" in page and "<th>reward (reward functions)</th>" in page  # the list's reward column
+    assert page.count("<td>1</td><td>2</td>") == 4 + c  # the successes: reward 1, two turns
+    summary = capsys.readouterr().out.splitlines()[0]
+    assert summary.startswith(f"accuracy {(4 + c) / 12:.3f}  pass@1 {(4 + c) / 12:.3f}  pass@2 "), summary
+    print(summary)  # docs/recipes.md quotes it
+
+
+def test_an_agent_from_a_dotted_path(monkeypatch, tiny_model_dir, tmp_path, capsys):
+    """--agent module.name: the agent asks the model through the endpoint, on the task's rows, scored by the task's
+    success check (here the scripted model answers Janet's question right and the other wrong), pass@1 and pass@2
+    printed, the HTML list with each trajectory's reward."""
+    (tmp_path / "eval_agents.py").write_text(
+        "async def agent(client, question, **row):\n"
+        "    reply = await client.chat.completions.create(model='policy', messages=[{'role': 'user', 'content': question}])\n"
+        "    return reply.choices[0].message.content\n\n\n"
+        "async def swapped(question, client):\n    return ''\n")
+    prompts = []
+
+    def script(ids):
+        text = tokenizer.decode(ids)
+        prompts.append(text)
+        return ("<answer>18</answer>" if "Janet" in text else "<answer>0</answer>") + "<|im_end|>"
+
+    class Generator(ScriptedGenerator):
+        def __init__(self, model, tok, *args, **kwargs):
+            super().__init__(tok, script)
+
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    monkeypatch.setattr(evaluate_module, "HFGenerator", Generator)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # --agent puts the current directory on it
+    out = tmp_path / "eval"
+    common = ["--model", tiny_model_dir, "--task", "gsm8k_tools", "--tool", "calculator", "--dataset",
+              str(FIXTURES / "gsm8k_small.jsonl"), "--max_rows", "2", "--output_dir", str(out)]
+    assert main([*common, "--agent", "eval_agents.agent", "--samples", "2", "--k", "1", "2"]) == 0
+    assert capsys.readouterr().out.startswith("accuracy 0.500  pass@1 0.500  pass@2 0.500  reward 0.500")
+    # the agent's own messages, not the task's prompt (whose system prompt explains <calc>)
+    assert len(prompts) == 4 and all("<calc>" not in p and ("Janet" in p or "robe" in p) for p in prompts)
+    report = json.loads((out / "report.json").read_text())
+    assert report["successes"] == [2, 0] and report["arguments"]["agent"] == "eval_agents.agent"
+    rows = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
+    assert [r["requests"] for r in rows] == [1] * 4 and [r["reward"] for r in rows] == [1.0, 1.0, 0.0, 0.0]
+    page = (out / "trajectories.html").read_text()
+    assert "<th>reward (reward functions)</th>" in page  # each trajectory's reward and turns in the list:
+    assert page.count("<td>1</td><td>1</td>") == 2 and page.count("<td>0</td><td>1</td>") == 2
+
+    assert main([*common, "--agent", "eval_agents.swapped"]) == 2
+    assert capsys.readouterr().err.startswith("error: --agent eval_agents.swapped: the agent's client comes first")
+    assert main([*common, "--agent", "eval_agents.nothing"]) == 2
+    assert "module eval_agents has no 'nothing'" in capsys.readouterr().err
 
 
 def test_lora_adapter(tiny_model_dir, tmp_path, capsys):

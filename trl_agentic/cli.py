@@ -19,16 +19,16 @@ Example (``python -m trl_agentic.cli`` is the same command without the installed
     trl-agentic grpo --model_name_or_path MODEL --dataset_name DATA --reward_funcs my_rewards.correct \\
         --tools my_tools.search --rollout_mode chat --max_turns 4
 
-It runs in this process; for several processes, ``accelerate launch -m trl_agentic.cli grpo ...``. A setting the
-user must change is printed as one line (``error: ...``) with exit status 2.
+It runs in this process; for several processes, ``accelerate launch -m trl_agentic.cli grpo ...``. On a machine
+without a GPU, ``--use_cpu true --bf16 false --dtype float32`` are added unless ``--use_cpu`` is given, and a line
+says so, as the recipes do. A setting the user must change (a bad flag, a dotted path that does not import, a
+trainer check that refuses the run) is printed as one line (``error: ...``) with exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
-import importlib
 import os
 import sys
 from collections.abc import Iterator, Sequence
@@ -39,7 +39,7 @@ import trl
 
 from .compat import trl_grpo_script
 from .errors import TaskConfigError
-from .scripts import ALGORITHMS, check_requirements, config_class, trainer_class
+from .scripts import ALGORITHMS, check_requirements, config_class, cpu_defaults, load_object, trainer_class
 
 
 @dataclass
@@ -73,24 +73,6 @@ def make_parser(algo: str) -> Any:
                      "--config FILE.yaml sets any of the flags below (a flag on the command line overrides it).")
 
 
-def load_object(path: str, flag: str) -> Any:
-    """The object a dotted import path names (``package.module.name``), the current directory importable; a path
-    that does not resolve raises :class:`TaskConfigError` naming the flag."""
-    module_name, _, name = path.rpartition(".")
-    if not module_name or not name:
-        raise TaskConfigError(f"{flag} {path!r} is not a dotted import path: pass module.name, e.g. my_envs.MyEnv")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise TaskConfigError(f"{flag} {path}: cannot import {module_name} ({exc}); pass module.name of a module "
-                              "importable from the current directory or the environment") from None
-    if not hasattr(module, name):
-        raise TaskConfigError(f"{flag} {path}: module {module_name} has no {name!r}; pass one of its names")
-    return getattr(module, name)
-
-
 def trainer_kwargs(script_args: Any) -> dict[str, Any]:
     """The trainer arguments TRL's script does not pass: ``environment``, ``tools``, ``environment_factory``."""
     kwargs: dict[str, Any] = {}
@@ -115,15 +97,38 @@ def trl_trainer(trainer: Any) -> Iterator[None]:
         trl.GRPOTrainer = saved
 
 
-def run(algo: str, argv: Sequence[str]) -> None:
-    """Parse ``argv`` (the flags after the command) and run TRL's GRPO script with ``algo``'s trainer."""
+def parse_arguments(algo: str, argv: Sequence[str]) -> tuple[Any, Any, Any, Any]:
+    """``(script_args, training_args, model_args, dataset_args)`` from ``argv`` (the flags after the command). On a
+    machine without a GPU and without ``--use_cpu``, the recipes' CPU flags come first and a line on stderr says so
+    (:func:`~trl_agentic.scripts.cpu_defaults`); a bad setting raises :class:`TaskConfigError`."""
+    argv = list(argv)
+    argv = cpu_defaults(argv) + argv
     try:
-        script_args, training_args, model_args, dataset_args = make_parser(algo).parse_args_and_config(args=list(argv))
+        return make_parser(algo).parse_args_and_config(args=argv)
     except (ValueError, TypeError, OSError) as exc:  # a config's check, an unknown flag or key, no such --config
         raise TaskConfigError(str(exc).strip().splitlines()[0]) from None
+
+
+def checked_trainer(trainer: type, **kwargs: Any) -> Any:
+    """``trainer`` as TRL's script builds it, with ``kwargs`` added, such that a construction check that refuses the
+    run (a ``ValueError`` or ``TypeError`` naming the fix) is a :class:`TaskConfigError`: one line, not a traceback."""
+
+    def build(*args: Any, **given: Any) -> Any:
+        try:
+            return trainer(*args, **given, **kwargs)
+        except (ValueError, TypeError) as exc:
+            raise TaskConfigError(str(exc).strip().splitlines()[0]) from exc
+
+    return build
+
+
+def run(algo: str, argv: Sequence[str]) -> None:
+    """Parse ``argv`` (the flags after the command) and run TRL's GRPO script with ``algo``'s trainer. The dotted
+    paths are resolved first, so that a typo is the error reported."""
+    script_args, training_args, model_args, dataset_args = parse_arguments(algo, argv)
+    kwargs = trainer_kwargs(script_args)
     check_requirements(training_args, model_args)
-    trainer = functools.partial(trainer_class(algo), **trainer_kwargs(script_args))
-    with trl_trainer(trainer):
+    with trl_trainer(checked_trainer(trainer_class(algo), **kwargs)):
         trl_grpo_script().main(script_args, training_args, model_args, dataset_args)
 
 

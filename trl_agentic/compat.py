@@ -45,7 +45,8 @@ instance or writes a TRL attribute that TRL also writes, except ``_buffered_inpu
 (``count_tokens``, ``log_round_table``), which only a round of our own writes (TRL's does not run then).
 TRL's vLLM backend (``VLLMGeneration.max_completion_length`` / ``.generation_kwargs`` / ``.generate(...)`` /
 ``.mode`` / ``.tensor_parallel_size`` / ``.tp_group``) is reached only through :func:`vllm_generate`.
-``trl.chat_template_utils.parse_response`` is reached only through :func:`parse_response`.
+``trl.chat_template_utils.parse_response`` is reached only through :func:`parse_response`, its copy of Qwen2.5's chat
+template only through :func:`qwen2_5_chat_template`.
 TRL's GRPO script (``trl.scripts.grpo``, what ``trl grpo`` runs) is reached only through :func:`trl_grpo_script`.
 """
 
@@ -215,6 +216,15 @@ def parse_response(processing_class: Any, ids: Sequence[int], prefix: Sequence[i
     from trl.chat_template_utils import parse_response as trl_parse_response
 
     return trl_parse_response(processing_class, list(ids), prefix=list(prefix), tools=list(tools) or None)
+
+
+def qwen2_5_chat_template() -> str:
+    """Qwen2.5-Instruct's chat template as TRL 1.16 keeps it (``trl/chat_templates/qwen2_5.jinja``, the hub's bytes):
+    a tool-calling template that TRL's ``supports_tool_calling`` accepts and whose calls its ``add_response_schema``
+    knows how to parse. Kept in the boundary: ``trl.chat_template_utils`` is not part of TRL's top-level exports."""
+    from trl.chat_template_utils import qwen2_5_chat_template as template
+
+    return template
 
 
 def trl_tool_chat_template(processing_class: Any) -> str | None:

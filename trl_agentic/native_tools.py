@@ -49,6 +49,21 @@ def tool_methods(instance: Any) -> list[Callable[..., Any]]:
             if name not in RESERVED_METHODS and not name.startswith("_")]
 
 
+def check_tool_schema(tool: Callable[..., Any]) -> None:
+    """Raise a one-line ``ValueError`` naming ``tool`` when transformers' ``get_json_schema`` cannot describe it (no
+    docstring, a parameter without a type hint or an ``Args:`` line): the chat template renders every tool's schema
+    at every rollout, where such a tool would fail."""
+    from transformers.utils import get_json_schema
+    from transformers.utils.chat_template_utils import DocstringParsingException, TypeHintParsingException
+
+    try:
+        get_json_schema(tool)
+    except (DocstringParsingException, TypeHintParsingException) as exc:
+        name = getattr(tool, "__qualname__", getattr(tool, "__name__", repr(tool)))
+        raise ValueError(f"tool {name!r} cannot be described to the model ({str(exc).splitlines()[0]}): give it type "
+                         "hints and a Google-style docstring, a summary line and an Args: line per parameter") from None
+
+
 def ensure_response_parser(processing_class: Any) -> Any:
     """Give ``processing_class`` the response template of its chat template's family (TRL's ``add_response_schema``) unless
     it has one; raises a one-line ``ValueError`` when the family is unknown. Returns the tokenizer."""

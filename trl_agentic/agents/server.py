@@ -128,7 +128,7 @@ def build_app(registry: Registry, bridge: GenerationBridge, limits: Limits, mode
             reply = placed if isinstance(placed, Reply) else await generate(session, placed)
         except RequestError as exc:
             if session is not None and exc.status in (400, 413):
-                session.count("bad_request")
+                session.refuse(exc.message)
             return error(exc)
         if chat.stream:
             return StreamingResponse(stream_events(reply, chat, model_name), media_type="text/event-stream")

@@ -50,11 +50,13 @@ class AgentTrajectory(Trajectory):
         segments: Every segment (training sequence) of the run, in the order they started; the main one included.
         agent_output: What the agent returned (reward functions receive it as ``agent_output``).
         requests: Chat-completion requests the agent sent.
+        refusal: The endpoint's message for the first request it refused (400 or 413), else ``None``.
     """
 
     segments: list[Trajectory] = field(default_factory=list)
     agent_output: Any = None
     requests: int = 0
+    refusal: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = super().to_dict()
@@ -109,6 +111,7 @@ class Session:
         self.closed = False
         self.truncation: str | None = None
         self.failure: tuple[str, str] | None = None  # (stop reason, error)
+        self.refusal: str | None = None  # the message of the first request refused
         self.events: Counter = Counter()
         self.idle_since = time.monotonic()
         self._clock = 0
@@ -188,9 +191,11 @@ class Session:
             self.in_flight -= 1
             turn.segment.busy = False
 
-    def count(self, event: str) -> None:
+    def refuse(self, message: str) -> None:
+        """A request was refused (400 or 413) with ``message``: counted as ``bad_request``, the first message kept."""
         with self._lock:
-            self.events[event] += 1
+            self.events["bad_request"] += 1
+            self.refusal = self.refusal or message
 
     def idle_seconds(self) -> float:
         """Seconds since the agent last got an answer (0 while one of its requests is being served); read without the
@@ -230,7 +235,8 @@ class Session:
             for t in segments:
                 events.update(t.events)
             values["events"] = dict(events)
-            return AgentTrajectory(**values, segments=segments, agent_output=agent_output, requests=self.requests)
+            return AgentTrajectory(**values, segments=segments, agent_output=agent_output, requests=self.requests,
+                                   refusal=self.refusal)
 
     # -- helpers ---------------------------------------------------------------------------------------------
     def _check_open(self) -> None:

@@ -75,8 +75,10 @@ class EvaluationReport:
         return data
 
     def summary(self) -> str:
-        """One line, for logs and progress output."""
-        passes = "  ".join(f"pass@{k} {v:.3f}" for k, v in self.pass_at_k.items() if k > 1)
+        """One line, for logs and progress output: pass@k of every requested ``k`` once some ``k`` is above 1 (with
+        ``k = 1`` alone, accuracy is pass@1)."""
+        shown = any(k > 1 for k in self.pass_at_k)
+        passes = "  ".join(f"pass@{k} {v:.3f}" for k, v in self.pass_at_k.items()) if shown else ""
         return (f"accuracy {self.accuracy:.3f}{'  ' + passes if passes else ''}  reward {self.mean_reward:.3f}  "
                 f"turns {self.mean_turns:.2f}  tool calls {self.mean_tool_calls:.2f}  "
                 f"truncated {self.truncation_rate:.2f}  ({self.num_rows} rows x {self.samples_per_row})")

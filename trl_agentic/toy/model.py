@@ -32,11 +32,14 @@ def build_tiny_model(tokenizer: Any, hidden_size: int = 64, num_layers: int = 2,
 
 
 def save_tiny_model(path: str, seed: int = 0) -> str:
-    """Write a tiny random Qwen2 and its tokenizer (:func:`~trl_agentic.toy.build_tokenizer`) to ``path`` and return
-    ``path``: a model id for any ``from_pretrained``, made offline in a second (the README's examples use it)."""
+    """Write a tiny random Qwen2 and its tokenizer to ``path`` and return ``path``: a model id for any
+    ``from_pretrained``, made offline in a second (the README's and the docs' examples use it). The tokenizer is
+    :func:`~trl_agentic.toy.build_tokenizer`'s with Qwen2.5-Instruct's chat template (``tool_calling=True``), so the
+    model can be given tools, natively (TRL's ``tools=``, ``environment_factory=``, an agent's ``tools``) as with
+    text tags."""
     from .tokenizer import build_tokenizer
 
-    tokenizer = build_tokenizer()
+    tokenizer = build_tokenizer(tool_calling=True)
     build_tiny_model(tokenizer, seed=seed).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path

@@ -44,6 +44,7 @@ from ..algorithms.kl import kl_penalty
 from ..algorithms.losses import aggregate_loss, clipped_policy_loss
 from ..algorithms.masked import masked_sum, zero_masked
 from ..compat import GRPOTrainerBoundary, TRLBatch, check_trl_version, trl_tool_chat_template, unwrap_for_generation
+from ..device import cpu_bf16_default
 from ..environment import EnvironmentFactory
 from ..native_tools import ensure_response_parser
 from ..rewards.guard import guard_reward
@@ -122,6 +123,7 @@ class AgenticConfig(GRPOConfig, RolloutFields):
             setattr(self, name, ROLLOUT_DEFAULTS[name])
         if self.activation_checkpointing is None:  # TRL's default sets the name transformers deprecates: pass the new
             self.activation_checkpointing = self.gradient_checkpointing  # one, so no FutureWarning nobody can act on
+        self.bf16 = cpu_bf16_default(self.bf16, self.fp16, self.use_cpu)  # TRL's bf16=True, but not on a CPU
         super().__post_init__()
         self.rollout_config()  # validates the rollout fields
         if isinstance(self.max_degenerate_steps, bool) or not isinstance(self.max_degenerate_steps, int) \
@@ -285,6 +287,8 @@ class AgenticTrainer(GRPOTrainerBoundary):
         batch's advantages are left at 0 for the sibling's step to set. A round in which nothing could be scored
         counts towards ``max_degenerate_steps`` (:class:`~trl_agentic.trainers.checks.DegenerateStepMonitor`)."""
         runs, environments = self.rollout(rows)
+        if self.agent_rollout is not None and self.model.training:
+            self.stop_if_refused(runs)
         prompts, completions, run_rewards = self.score(rows, runs, environments)
         round_ = self.build_round(rows, runs, run_rewards, prompts, completions)
         self.add_logps(round_.batch)
@@ -294,6 +298,18 @@ class AgenticTrainer(GRPOTrainerBoundary):
                 self.record(round_)
                 raise DegenerateTrainingError(stop)
         return round_
+
+    def stop_if_refused(self, runs: list[Any]) -> None:
+        """Raise :class:`~trl_agentic.trainers.checks.DegenerateTrainingError` when no agent run of the round (on any
+        process) reached the model and the endpoint refused some of their requests
+        (:meth:`~trl_agentic.trainers.checks.DegenerateStepMonitor.observe_refusals`)."""
+        local = [sum(any(s.turn_spans for s in t.segments) for t in runs),
+                 sum(t.events.get("bad_request", 0) for t in runs)]
+        total = self.accelerator.gather(torch.tensor([local], device=self.accelerator.device)).sum(0).tolist()
+        first = next((t.refusal for t in runs if t.refusal), None)
+        stop = self.degenerate_monitor.observe_refusals(int(total[0]), int(total[1]), first)
+        if stop is not None:
+            raise DegenerateTrainingError(stop)
 
     def rollout(self, rows: list[dict[str, Any]]) -> tuple[list[Trajectory], list[Any] | None]:
         """1. One run per row: the engine's episode (each row's columns reach the environment's ``reset``), or an

@@ -15,7 +15,8 @@ are pure functions of what the trainer is given; each raises one line that names
 
 What only training can show (the environment fails on every row, a reward returns ``None`` for everything) is
 watched by :class:`DegenerateStepMonitor`: ``max_degenerate_steps`` generation rounds in a row in which no
-completion can be scored stop the run with :class:`DegenerateTrainingError`.
+completion can be scored stop the run with :class:`DegenerateTrainingError`; so does, at once, a round of agents
+whose every request the endpoint refused (:meth:`DegenerateStepMonitor.observe_refusals`).
 """
 
 from __future__ import annotations
@@ -181,6 +182,24 @@ class DegenerateStepMonitor:
                  else "set trajectory_dir= to keep the trajectories")
         return (f"stopped after {self.in_a_row} generation rounds in a row in which no completion could be scored "
                 f"({cause}); {where}; max_degenerate_steps=0 turns this check off")
+
+
+    def observe_refusals(self, model_calls: int, refused: int, first_refusal: str | None) -> str | None:
+        """A round of agents (counts over all processes) in which no request reached the model and the endpoint
+        refused some (400: e.g. tools with a chat template that has no response template, or a request it does not
+        serve) trains nothing, and every later round would be refused alike: return the error message that stops
+        the run now, else ``None`` (``max_degenerate_steps=0`` never stops it).
+
+        Args:
+            model_calls: Model calls the round's agents made.
+            refused: Requests the endpoint refused.
+            first_refusal: The endpoint's message for one of them, when this process has one.
+        """
+        if self.max_steps <= 0 or model_calls or not refused:
+            return None
+        return (f"stopped at the first generation round: the endpoint refused every request of every agent ({refused}"
+                f" answered 400, none reached the model), e.g. {first_refusal or '(on another process)'}; fix that and "
+                "run again (max_degenerate_steps=0 turns this check off)")
 
 
 def keyword_arguments(args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:

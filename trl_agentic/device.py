@@ -1,0 +1,33 @@
+"""Where a run trains when the user did not say, and in which precision.
+
+TRL's configs default to ``bf16=True``. On a GPU that is the fast choice; on a CPU, bfloat16 autocast makes every step
+several times slower than float32 (docs/trl-differences.md), and without ``use_cpu`` transformers refuses it outright.
+:func:`cpu_bf16_default` is what our configs use instead while ``bf16`` is unset.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+
+def has_accelerator() -> bool:
+    """Whether torch sees a GPU (CUDA or ROCm), an Intel XPU or Apple's MPS."""
+    import torch
+
+    xpu = getattr(torch, "xpu", None)
+    return (torch.cuda.is_available() or (xpu is not None and xpu.is_available())
+            or torch.backends.mps.is_available())
+
+
+def cpu_bf16_default(bf16: bool | None, fp16: bool, use_cpu: bool) -> bool | None:
+    """``bf16`` as our configs resolve it before TRL does: left unset it becomes ``False`` when the run is on a CPU
+    (``use_cpu``, or no accelerator); else it is returned as given (``None``: TRL's default, ``not fp16``). An
+    explicit ``bf16=True`` on a CPU is kept, with a warning that says what it costs."""
+    on_cpu = use_cpu or not has_accelerator()
+    if bf16 is None and not fp16 and on_cpu:
+        return False
+    if bf16 and on_cpu:
+        warnings.warn("bf16=True on a CPU: bfloat16 autocast makes each training step several times slower than "
+                      "float32 on most CPUs (docs/trl-differences.md); pass bf16=False unless you mean it",
+                      stacklevel=4)
+    return bf16
