@@ -355,3 +355,39 @@ def test_the_transfer_task_scores_every_stage(onehop, tmp_path, tool_model_dir):
         report = json.loads((out / stage / "report.json").read_text())
         assert {"transfer_em", "transfer_mean_searches", "transfer_malformed_per_trajectory"} <= set(report)
         assert "transfer_messages" not in report
+
+
+def test_report_collects_runs_and_builds_the_table_and_plot(tmp_path):
+    """report.py: the stage reports of run folders are copied without conversations; the table has one row per
+    stage over the runs that have it (mean ± sd, each run's EM, the transfer task's EM); the plot is a PNG."""
+    from benchmarks.learning_native import report
+
+    for seed, em in ((0, 0.5), (1, 0.7)):
+        for stage, bonus in (("sft", 0.0), ("grpo", 0.2)):
+            folder = tmp_path / "runs" / f"s{seed}" / stage
+            folder.mkdir(parents=True)
+            (folder / "report.json").write_text(json.dumps({
+                "em": em + bonus, "transfer_em": 0.1, "mean_searches": 2.0, "malformed_per_trajectory": 0.0,
+                "mean_turns": 4.0, "seconds": 600.0, "examples": [["x"]], "demonstrations": 48, "epochs": 2,
+                "steps": 16, "trajectories_per_step": 16, "samples": 256, "commit": "abc"}))
+    results = tmp_path / "results"
+    written = report.collect([tmp_path / "runs" / "s0", tmp_path / "runs" / "s1"], results)
+    assert len(written) == 4 and "examples" not in json.loads(written[0].read_text())
+    table = report.table(results).splitlines()
+    assert table[0].startswith("| stage | runs | held-out EM | EM per run | transfer EM |")
+    sft, grpo = table[2], table[3]
+    assert "| s0, s1 | 0.60 ± 0.14 | 0.50, 0.70 | 0.10 ± 0.00 |" in sft
+    assert "AgenticGRPOTrainer (16 steps x 16 trajectories)" in grpo and "| 0.80 ± 0.14 |" in grpo
+    assert report.plot(results, tmp_path / "em.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_docs_table_is_the_committed_results_table():
+    """docs/benchmarks.md carries report.py's table of the committed results verbatim between its markers."""
+    from benchmarks.learning_native import report
+
+    docs = (ROOT / "docs" / "benchmarks.md").read_text()
+    start, end = "<!-- native-table -->\n", "\n<!-- /native-table -->"
+    if not report.RESULTS.exists():
+        assert start not in docs
+        return
+    assert docs.split(start, 1)[1].split(end, 1)[0] == report.table()

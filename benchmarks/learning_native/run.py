@@ -309,6 +309,27 @@ def summary(outs: list[Path]) -> str:
     return learning.summary(outs[0], STAGES, ROW_NAMES, COLUMNS)
 
 
+def provenance(argv: list[str] | None) -> dict[str, Any]:
+    """What a committed report states about its run: the command, the commit and the machine."""
+    import platform
+    import subprocess
+
+    import torch
+    import transformers
+    import trl
+
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
+                           text=True).stdout.strip()
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
+    return {"command": "python benchmarks/learning_native/run.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "commit": commit + ("+changes" if dirty else ""),
+            "machine": {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+                        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+                        "torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__}}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
     if args.summary is not None:
@@ -332,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         learning.set_determinism(args.seed, args.threads, args.device)
         report = run_stage(stage, task, args)
-        report.update(seconds=time.perf_counter() - start, interface=args.interface)
+        report.update(seconds=time.perf_counter() - start, interface=args.interface, **provenance(argv))
         (args.out / stage).mkdir(parents=True, exist_ok=True)
         heldout = report.pop("messages")
         (args.out / stage / "heldout.jsonl").write_text(

@@ -1,0 +1,144 @@
+"""The native-tool learning comparison's committed results: collect run folders, build the table and the plot.
+
+    python benchmarks/learning_native/report.py collect runs/native/s0 runs/native/s1 ... [--results DIR]
+    python benchmarks/learning_native/report.py table [--results DIR]
+    python benchmarks/learning_native/report.py plot [--results DIR] [--out docs/learning_native_em.png]
+
+``collect`` copies each run folder's ``<stage>/report.json`` (``run.py`` writes the command, the commit and the
+machine into it) to ``<results>/<run folder name>/<stage>.json``, without the held-out conversations; the results
+are committed, the run folders are not. ``table`` prints one row per stage over every collected run that has it:
+the runs (seeds), held-out EM mean and standard deviation and each run's, EM on the transfer task (the other
+generator's questions, ``--transfer``), searches, malformed calls and turns per trajectory, and minutes.
+``docs/benchmarks.md`` carries that output verbatim between ``<!-- native-table -->`` markers
+(``tests/test_learning_native.py`` checks that they agree), so the docs cannot drift from the runs. ``plot`` draws
+held-out EM per stage with each run's point, beside the transfer task's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.learning_native.run import ROW_NAMES, STAGES  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+DROPPED = ("examples", "messages", "transfer_examples")
+"""Report fields not committed (conversations: the run folder's ``heldout.jsonl`` has them all)."""
+
+
+def collect(outs: list[Path], results: Path = RESULTS) -> list[Path]:
+    """Copy every stage report of the run folders ``outs`` into ``results/<folder name>/<stage>.json``."""
+    written = []
+    for out in outs:
+        for stage in STAGES:
+            path = out / stage / "report.json"
+            if not path.exists():
+                continue
+            report = {k: v for k, v in json.loads(path.read_text()).items() if k not in DROPPED}
+            target = results / out.name / f"{stage}.json"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
+            written.append(target)
+    return written
+
+
+def load(results: Path = RESULTS) -> dict[str, list[dict[str, Any]]]:
+    """The collected reports per stage, runs in name order."""
+    by_stage: dict[str, list[dict[str, Any]]] = {stage: [] for stage in STAGES}
+    for run in sorted(p for p in results.iterdir() if p.is_dir()) if results.exists() else []:
+        for stage in STAGES:
+            if (path := run / f"{stage}.json").exists():
+                by_stage[stage].append({**json.loads(path.read_text()), "run": run.name})
+    return by_stage
+
+
+def _mean_sd(values: list[float]) -> str:
+    if not values:
+        return ""
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.fmean(values):.2f} ± {sd:.2f}"
+
+
+def _stage_name(stage: str, reports: list[dict[str, Any]]) -> str:
+    from benchmarks.learning.run import _row_name
+
+    return _row_name(stage, reports, ROW_NAMES)
+
+
+COLUMNS = (("transfer EM", "transfer_em"), ("searches", "mean_searches"),
+           ("malformed calls", "malformed_per_trajectory"), ("turns", "mean_turns"), ("minutes", "seconds"))
+
+
+def table(results: Path = RESULTS) -> str:
+    """The markdown table of the collected runs (module docstring)."""
+    headers = ["stage", "runs", "held-out EM", "EM per run", *(header for header, _ in COLUMNS)]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    for stage, reports in load(results).items():
+        if not reports:
+            continue
+        cells = [_stage_name(stage, reports), ", ".join(r["run"] for r in reports),
+                 _mean_sd([r["em"] for r in reports]), ", ".join(f"{r['em']:.2f}" for r in reports)]
+        for _, key in COLUMNS:
+            values = [r[key] / (60 if key == "seconds" else 1) for r in reports if r.get(key) is not None]
+            cells.append(_mean_sd(values) if len(values) == len(reports) else "")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot(results: Path = RESULTS, path: Path = ROOT / "docs" / "learning_native_em.png") -> Path:
+    """Held-out EM per stage, each run a point and the mean a bar; the transfer task beside it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_stage = {stage: reports for stage, reports in load(results).items() if reports}
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
+    for ax, key, title in ((axes[0], "em", "held-out two-hop questions"),
+                           (axes[1], "transfer_em", "transfer task (other generator)")):
+        for x, (stage, reports) in enumerate(by_stage.items()):
+            values = [r[key] for r in reports if r.get(key) is not None]
+            if values:
+                ax.bar(x, statistics.fmean(values), color="#cfd8e3", width=0.6)
+                ax.scatter([x] * len(values), values, color="#1f4e79", zorder=3, s=18)
+        ax.set_xticks(range(len(by_stage)), list(by_stage), rotation=30, ha="right")
+        ax.set_title(title)
+        ax.set_ylim(0, 1)
+    axes[0].set_ylabel("exact match (greedy)")
+    fig.suptitle("SmolLM2-135M-Instruct, native tool calls: EM per stage (bars: mean; points: runs)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=("collect", "table", "plot"))
+    parser.add_argument("runs", nargs="*", type=Path, help="collect: run folders (run.py's --out)")
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "learning_native_em.png", help="plot: the PNG")
+    args = parser.parse_args(argv)
+    if args.command == "collect":
+        if not args.runs:
+            parser.error("collect needs run folders")
+        for path in collect(args.runs, args.results):
+            print(path)
+    elif args.command == "table":
+        print(table(args.results))
+    else:
+        print(plot(args.results, args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
