@@ -103,6 +103,7 @@ def make_parser(description: str | None = __doc__, stages: tuple[str, ...] = STA
     p.add_argument("--sft-batch-size", type=int, default=4)
     p.add_argument("--rl-steps", type=int, default=10)
     p.add_argument("--rl-lr", type=float, default=5e-5)
+    p.add_argument("--beta", type=float, default=0.0, help="RL stages: KL coefficient against the SFT model")
     p.add_argument("--rl-prompts-per-step", type=int, default=4, help="GRPO: questions per step")
     p.add_argument("--num-generations", type=int, default=4, help="GRPO group size (PPO: 1 sample per question, "
                    "prompts-per-step x num-generations questions per step)")
@@ -366,7 +367,7 @@ def run_rl(task: Task, args: argparse.Namespace, name: str) -> dict[str, Any]:
     common = dict(
         output_dir=str(args.out / name / "trainer"), max_steps=args.rl_steps, learning_rate=args.rl_lr,
         lr_scheduler_type="constant", logging_steps=1, save_strategy="no", report_to="none", seed=args.seed,
-        use_cpu=args.device == "cpu", bf16=False, temperature=args.temperature, beta=0.0,
+        use_cpu=args.device == "cpu", bf16=False, temperature=args.temperature, beta=args.beta,
         mask_observations=name != "grpo_unmasked", rollout_mode="text", max_turns=args.max_turns,
         max_tokens_per_turn=args.max_tokens_per_turn, max_completion_length=args.max_completion_length,
         max_observation_tokens=args.max_completion_length, gradient_checkpointing=args.gradient_checkpointing,

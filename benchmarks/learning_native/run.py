@@ -96,6 +96,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--transfer", type=Path,
                    help="a second held-out task (make_transfer_task.py's folder: its corpus and test questions), "
                         "never trained on: every stage's final model is also scored on it (transfer_em, ...)")
+    p.add_argument("--answer-malformed-tool-calls", action="store_true",
+                   help="grpo: answer a tool call the response template cannot read with an error and let the model "
+                        "retry (our option; TRL ends the rollout, the default): AgenticGRPOConfig instead of TRL's")
     p.add_argument("--reuse-sft", action="store_true",
                    help="sft: evaluate <out>/sft/adapter when an earlier run saved it, instead of training it again")
     return p
@@ -209,7 +212,7 @@ def rl_config_values(args: argparse.Namespace, name: str) -> dict[str, Any]:
     return dict(
         output_dir=str(args.out / name / "trainer"), max_steps=args.rl_steps, learning_rate=args.rl_lr,
         lr_scheduler_type="constant", logging_steps=1, save_strategy="no", report_to="none", seed=args.seed,
-        use_cpu=args.device == "cpu", bf16=False, temperature=args.temperature, beta=0.0,
+        use_cpu=args.device == "cpu", bf16=False, temperature=args.temperature, beta=args.beta,
         num_generations=args.num_generations, per_device_train_batch_size=per_step // args.grad_accum,
         gradient_accumulation_steps=args.grad_accum, max_completion_length=args.max_completion_length,
         max_tool_calling_iterations=args.max_turns - 1, num_iterations=args.num_iterations,
@@ -261,6 +264,8 @@ def run_rl(task: NativeTask, args: argparse.Namespace, name: str) -> dict[str, A
         trainer_cls, config = GRPOTrainer, GRPOConfig(**values)
     elif name == "grpo" and args.interface == "agent":  # TRL's tool-loop budgets, given explicitly
         trainer_cls, config = AgenticGRPOTrainer, AgenticGRPOConfig(**values, **chat)
+    elif name == "grpo" and args.answer_malformed_tool_calls:
+        trainer_cls, config = AgenticGRPOTrainer, AgenticGRPOConfig(**values, answer_malformed_tool_calls=True)
     elif name == "grpo":
         trainer_cls, config = AgenticGRPOTrainer, GRPOConfig(**values)  # TRL's config, as a TRL script passes it
     elif name == "grpo_unmasked":
