@@ -28,7 +28,7 @@ def run_option(option: str, hidden: int, layers: int, batch: int, length: int) -
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from trl_agentic.algorithms.losses import clipped_value_loss
-    from trl_agentic.critic import SharedValueHead, ValueModel
+    from trl_agentic.trainers.critic import SharedValueHead, ValueModel
 
     torch.manual_seed(0)
     config = Qwen2Config(vocab_size=32000, hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=layers,

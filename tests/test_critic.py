@@ -6,7 +6,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from transformers.utils import logging as hf_logging
 
 from trl_agentic.algorithms.losses import clipped_value_loss
-from trl_agentic.critic import SharedValueHead, ValueModel, _apply_head
+from trl_agentic.trainers.critic import SharedValueHead, ValueModel, _apply_head
 
 hf_logging.set_verbosity_error()
 

@@ -18,7 +18,7 @@ END_ID_EXEMPT: set[str] = set()
 VLLM_KEYWORD = re.compile(r"stop_token_ids=list\(|\"stop_token_ids\": list\(")
 END_ID_SYNONYMS = re.compile(r"\b(end_token_ids|stop_token_ids|eos_ids|end_ids)\b")
 # the only modules that hold TRL's batch, where completion_mask is TRL's mask of real (non-padding) completion positions
-TRL_BATCH_MODULES = ("compat.py", "critic.py", "trainers/")
+TRL_BATCH_MODULES = ("compat.py", "trainers/")
 
 
 def _sources() -> list[tuple[str, str]]:

@@ -22,7 +22,7 @@ Which mode:
       Every token of a turn shares its turn's advantage. Fits environments with per-turn rewards and long turns.
 
 Value alignment: ``values[:, t]`` must be the value of the state *before* token ``t`` (computed from the hidden
-state at the previous position), as :class:`trl_agentic.critic.ValueModel` returns them.
+state at the previous position), as :class:`trl_agentic.trainers.critic.ValueModel` returns them.
 
 All functions detach their inputs and compute in float32: advantages and returns are constants of the loss.
 """

@@ -57,7 +57,7 @@ def gather_turn_values(values: torch.Tensor, turn_ids: torch.Tensor, num_turns: 
     """(B, K): the value of the state in which each turn starts, 0 for an absent turn.
 
     The value is read at the turn's FIRST agent token. With the usual alignment (``values[:, t]`` computed from the
-    hidden state *before* token ``t``, as :class:`trl_agentic.critic.ValueModel` returns it), that position sees the
+    hidden state *before* token ``t``, as :class:`trl_agentic.trainers.critic.ValueModel` returns it), that position sees the
     prompt, all earlier turns and observations, and none of turn ``k``'s own tokens: it is ``V(s_k)``. A value read
     later in the turn has seen part of the action; as a baseline it would depend on the action and bias the policy
     gradient.

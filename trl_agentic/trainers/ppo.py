@@ -35,7 +35,7 @@ from ..algorithms.losses import clipped_value_loss, explained_variance
 from ..algorithms.masked import masked_mean, masked_whiten, zero_masked
 from ..algorithms.turns import broadcast_turns, gather_turn_values, turn_ids_from_spans, turn_mask
 from ..compat import TRLBatch, post_init_with_one_generation
-from ..critic import CriticGradients, SharedValueHead, ValueModel
+from .critic import CriticGradients, SharedValueHead, ValueModel
 from ..renamed import renamed_arguments
 from .base import AgenticConfig, AgenticTrainer
 from .round import Round, row_advantages
@@ -150,7 +150,7 @@ class AgenticPPOTrainer(AgenticTrainer):
         trainer.train()
 
     Args:
-        value_model: Optional critic: a :class:`~trl_agentic.critic.ValueModel`, or a checkpoint path to initialise
+        value_model: Optional critic: a :class:`~trl_agentic.trainers.critic.ValueModel`, or a checkpoint path to initialise
             one from (e.g. the policy's). By default ``args.critic`` decides: a copy of the policy
             (``"separate"``) or a head over the policy's decoder (``"shared"``).
         *args, **kwargs: As :class:`AgenticGRPOTrainer` (``environment=``, ``peft_config=``, ...).
@@ -214,7 +214,7 @@ class AgenticPPOTrainer(AgenticTrainer):
 
     def extra_parameters(self) -> list[torch.nn.Parameter]:
         """The critic's parameters outside the policy model (the whole separate critic, or the shared head):
-        averaged over processes and cleared after each step (:class:`~trl_agentic.critic.CriticGradients`), clipped
+        averaged over processes and cleared after each step (:class:`~trl_agentic.trainers.critic.CriticGradients`), clipped
         with the policy's (the boundary)."""
         inside = {id(p) for p in self.model.parameters()}
         return [p for p in self._critic_parameters() if id(p) not in inside]

@@ -30,7 +30,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import AutoModel, PreTrainedModel, TrainerCallback
 
-from .rollout.generation import gradient_checkpointing_off
+from ..rollout.generation import gradient_checkpointing_off
 
 VALUE_HEAD_FILE = "value_head.safetensors"
 
