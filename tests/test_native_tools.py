@@ -157,7 +157,7 @@ def test_turns_calls_errors_and_token_exactness(qwen):
     infos = t.turn_infos
     assert [i["tool_calls"] for i in infos] == [2, 0, 3, 1, 0]
     assert [i["tool_error"] for i in infos] == [1, 0, 3, 0, 0]  # TRL's failures: the malformed call is invalid
-    assert infos[0]["unknown_tool"] == 1 and infos[1]["invalid"] is True
+    assert infos[0]["unknown_tool"] == 1 and infos[1]["invalid"] == 1
     assert infos[0]["calls"][0] == {"name": "add", "arguments": {"a": 2, "b": 3}}
     metrics = metrics_from_sums(rollout_sums([t]))
     assert metrics["agentic/tool_error_per_trajectory"] == 4 and metrics["agentic/invalid_per_trajectory"] == 1
@@ -266,7 +266,7 @@ def test_malformed_call_ends_the_rollout_as_in_trl(qwen):
                                 [add])
     [t] = engine.run([[{"role": "user", "content": "go"}]])
     assert t.stop_reason == "terminated" and t.num_turns == 1 and t.observations == [None]
-    assert t.turn_infos[0]["invalid"] is True and t.turn_infos[0]["tool_error"] == 0
+    assert t.turn_infos[0]["invalid"] == 1 and t.turn_infos[0]["tool_error"] == 0
     assert t.messages == [{"role": "assistant", "content": tok.decode(tok(malformed)["input_ids"],
                                                                       skip_special_tokens=True)}]
 

@@ -157,3 +157,28 @@ def test_lookup_answers_only_the_asked_key():
     env.reset(key="k5", value="3")
     assert run(env.step("<lookup>k5</lookup>")).observation == "<result>3</result>"
     assert run(env.step("<lookup>k6</lookup>")).observation == "<result>not found</result>"
+
+
+@pytest.mark.parametrize("action, expected", [
+    ("<search>x</search>", {"tool": ["search"], "tool_error": 0, "tool_timeout": 0}),
+    ("<boom>x</boom>", {"tool": [], "invalid": 1, "unknown_tool": 1}),
+    ("<fail>x</fail>", {"tool": ["fail"], "tool_error": 1}),
+])
+def test_step_info_holds_the_typed_keys_as_counts(action, expected):
+    """``StepResult.info``: the keys the library reads (:class:`~trl_agentic.environment.StepInfo`) are ints (counts)
+    and ``tool`` a list, whatever the tool reported."""
+    import asyncio
+
+    from trl_agentic.environment import StepInfo
+    from trl_agentic.tools import ToolOutput
+
+    def fail(query: str) -> str:
+        raise RuntimeError("down")
+
+    env = TagEnvironment(tools={"search": (lambda q: ToolOutput("found"), "information"), "fail": (fail, "result")})
+    env.reset()
+    info = asyncio.run(env.step(action)).info
+    assert {k: info[k] for k in expected} == expected
+    for key, kind in StepInfo.__annotations__.items():
+        if key in info:
+            assert type(info[key]) is (list if "list" in str(kind) else int), (key, info[key])

@@ -17,9 +17,36 @@ import functools
 import math
 import numbers
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence, TypedDict
 
 from .renamed import renamed_arguments
+
+
+class StepInfo(TypedDict, total=False):
+    """The keys of ``StepResult.info`` that the library reads (metrics, rewards, SFT replays, trackers, evaluation);
+    an environment may add any other. Every count is an ``int`` for this turn (a ``bool`` is read as 0 or 1). The
+    environments of the library write them all this way.
+
+    Attributes:
+        tool: The names of the tools called in this turn, in call order (``[]``: none).
+        tool_calls: Native tool calls the response template parsed.
+        tool_error: Calls that failed: raised, timed out, returned something that is not text (native calls: also
+            a call naming no tool).
+        tool_timeout: Calls that ran out of time (also counted in ``tool_error``).
+        unknown_tool: Calls (or tags) naming a tool the environment does not have.
+        invalid: Calls, or a turn, the protocol could not read (a malformed tag or tool-call block).
+        observation_truncated: Observations a tool shortened to fit its size limit.
+        calls: Native: ``{"name", "arguments"}`` of each call, as parsed.
+    """
+
+    tool: list[str]
+    tool_calls: int
+    tool_error: int
+    tool_timeout: int
+    unknown_tool: int
+    invalid: int
+    observation_truncated: int
+    calls: list[dict[str, Any]]
 
 
 @renamed_arguments({"done": "use terminated=True when the task ended (and truncated=True when the episode was cut "
@@ -39,9 +66,8 @@ class StepResult:
         truncated: The environment cut the episode short for its own reason (a step limit of its own, a broken
             tool): no further turn. Budgets of the engine (``max_turns``, tokens) are recorded separately, in
             ``Trajectory.stop_reason``.
-        info: Free-form details, kept on the trajectory (``Trajectory.turn_infos``). Keys the engine counts in
-            metrics: ``tool`` (the names of the tools called, a list), ``invalid``, ``unknown_tool``,
-            ``tool_error``, ``tool_timeout`` (bools, or counts).
+        info: Details kept on the trajectory (``Trajectory.turn_infos``): any key, and those the library reads, typed
+            by :class:`StepInfo`.
     """
 
     observation: str | None = None

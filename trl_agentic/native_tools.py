@@ -155,7 +155,7 @@ class ToolCallEnvironment:
         info: dict[str, Any] = {"tool": [], "tool_calls": len(calls), "tool_error": 0, "unknown_tool": 0,
                                 "tool_timeout": 0}
         if not calls and "malformed" in message:
-            info.update(invalid=True)
+            info.update(invalid=1)
             if not self.answer_malformed_calls:  # TRL: the parser fell back to text, so the rollout ends here
                 return StepResult(observation=None, terminated=True, info=info)
             content = tool_error(f"could not parse the tool call: {message['malformed']}")

@@ -103,7 +103,7 @@ class TagEnvironment(Environment):
         match = self._pattern.search(action)
         if match is None:
             tags = " or ".join(f"<{t}> and </{t}>" for t in self.tools)
-            info = {"invalid": True, "unknown_tool": self._mentions_unknown_tag(action)}
+            info = {"tool": [], "invalid": 1, "unknown_tool": int(self._mentions_unknown_tag(action))}
             return StepResult(observation=self.invalid_message.format(tool_tags=tags), info=info)
         tag, content = match.group(1), match.group(2).strip()
         if tag == self.protocol.answer:
@@ -141,10 +141,10 @@ class TagEnvironment(Environment):
         fn = self._callable_for(tag)
         call = await call_tool(fn, (content,), timeout=self.tool_timeout)
         if call.timed_out:
-            info["tool_timeout"] = info["tool_error"] = True
+            info["tool_timeout"] = info["tool_error"] = 1
             return tool_error(f"the {tag} tool {call.error}"), info
         if call.error is not None:
-            info["tool_error"] = True
+            info["tool_error"] = 1
             _warn_once(tag, fn, call.exception, f"raised {call.exception}: {call.error[:200]}",
                        "make it return the error as text if that is what the model should read")
             return tool_error(f"{call.exception}: {call.error}"), info
@@ -155,7 +155,7 @@ class TagEnvironment(Environment):
         if isinstance(output, bytes):
             output = output.decode("utf-8", errors="replace")
         if not isinstance(output, str):
-            info["tool_error"] = True
+            info["tool_error"] = 1
             _warn_once(tag, fn, type(output).__name__, f"returned {type(output).__name__}, not text",
                        "make it return a str")
             return tool_error(f"the {tag} tool returned {type(output).__name__}, not text"), info

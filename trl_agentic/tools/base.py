@@ -60,12 +60,12 @@ class ToolOutput:
         return not (self.error or self.timeout)
 
     def as_info(self) -> dict[str, Any]:
-        """The keys the rollout engine counts (``tool_error``, ``tool_timeout``, ``observation_truncated``),
-        merged with :attr:`info`; ready to go into ``StepResult.info``."""
+        """The counts the library reads (``tool_error``, ``tool_timeout``, ``observation_truncated``:
+        :class:`~trl_agentic.environment.StepInfo`), merged with :attr:`info`; ready to go into ``StepResult.info``."""
         out = dict(self.info)
-        out["tool_error"] = bool(self.error or self.timeout)
-        out["tool_timeout"] = bool(self.timeout)
-        out["observation_truncated"] = bool(self.observation_truncated)
+        out["tool_error"] = int(self.error or self.timeout)
+        out["tool_timeout"] = int(self.timeout)
+        out["observation_truncated"] = int(self.observation_truncated)
         return out
 
 
