@@ -1,13 +1,13 @@
 """Peak memory (RSS, CPU) of each PPO critic option on a small model.
 
-    python benchmarks/critic_memory.py [--hidden 512] [--layers 8]
+    python benchmarks/critic_memory.py [--hidden 512] [--layers 8] [--options shared-head shared-adapter]
 
 Each option runs in its own process: build the policy (a random Qwen2 of the given size), build the critic, then
 one forward + backward of policy log-probs and clipped value loss on a batch, and report the peak RSS from
 ``resource.getrusage``. Options: ``policy-only`` (baseline, no critic), ``separate`` (full copy of the policy as
 value model), ``separate-lora`` (copy with frozen base + LoRA), ``shared-head`` (value head over the policy's
 decoder), ``shared-adapter`` (LoRA policy + a critic LoRA adapter on the same base weights), compared with
-``policy-only-lora`` (the LoRA policy alone).
+``policy-only-lora`` (the LoRA policy alone). ``--options`` measures some of them (each with its baseline).
 """
 
 from __future__ import annotations
@@ -60,18 +60,21 @@ def run_option(option: str, hidden: int, layers: int, batch: int, length: int) -
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hidden", type=int, default=512)
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--length", type=int, default=256)
-    parser.add_argument("--option", choices=OPTIONS)
+    parser.add_argument("--option", choices=OPTIONS, help="measure this option in this process (one JSON line)")
+    parser.add_argument("--options", nargs="+", choices=OPTIONS, default=list(OPTIONS),
+                        help="the options to measure, each in its own process, with their baselines")
     args = parser.parse_args()
     if args.option:
         print(json.dumps(run_option(args.option, args.hidden, args.layers, args.batch, args.length)))
         return
+    wanted = set(args.options) | {BASELINE.get(option, "policy-only") for option in args.options}
     rows = []
-    for option in OPTIONS:
+    for option in (option for option in OPTIONS if option in wanted):
         out = subprocess.run([sys.executable, __file__, "--option", option, "--hidden", str(args.hidden), "--layers",
                               str(args.layers), "--batch", str(args.batch), "--length", str(args.length)],
                              capture_output=True, text=True, check=True)
@@ -80,8 +83,8 @@ def main() -> None:
     print(f"{'option':<18}{'peak RSS MiB':>14}{'extra for the critic':>22}  (baseline)")
     for row in rows:
         baseline = BASELINE.get(row["option"], "policy-only")
-        extra = row["peak_rss_mib"] - by_option[baseline]
-        print(f"{row['option']:<18}{row['peak_rss_mib']:>14.0f}{extra:>+22.0f}  ({baseline})")
+        extra = f"{row['peak_rss_mib'] - by_option[baseline]:+.0f}" if baseline in by_option else "not measured"
+        print(f"{row['option']:<18}{row['peak_rss_mib']:>14.0f}{extra:>22}  ({baseline})")
 
 
 if __name__ == "__main__":

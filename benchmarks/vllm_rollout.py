@@ -2,6 +2,7 @@
 
     PYTHONPATH=. .venv-vllm/bin/python benchmarks/vllm_rollout.py [--turns 1 2 4 8] [--batch 8] [--repeats 3]
         [--tokens-per-turn 16] [--observation-tokens 48] [--prompt-tokens 400] [--hidden 256] [--layers 4] [--json FILE]
+        [--engines vllm vllm-nocache vllm-bf16]
 
 One random Qwen2 (head_dim 64), saved once, and four generators over it: ``hf`` (:class:`HFGenerator`, float32),
 ``vllm`` (:class:`VLLMGenerator`, float32, prefix caching on: TRL's colocate default), ``vllm-nocache`` (the same,
@@ -9,11 +10,13 @@ One random Qwen2 (head_dim 64), saved once, and four generators over it: ``hf`` 
 when no dtype is given, as in TRL's colocate mode). All are greedy, so the token streams are the same on the float32
 sides (checked: ``same_streams``); a turn is ``--tokens-per-turn`` tokens unless the model samples its end id, and
 every observation is the same text. The engines run in process (TRL's colocate setting)
-and eager (``enforce_eager``: no compilation at start-up). Sides are interleaved within each repeat.
+and eager (``enforce_eager``: no compilation at start-up). Sides are interleaved within each repeat. ``--engines``
+names the vLLM sides to run beside ``hf`` (none: ``hf`` alone, which needs no vLLM).
 
 Reported per turn count: median rollout wall time per side and its ratio to ``hf``; prefilled tokens per trajectory
-(the tokens whose keys and values were computed again: for ``hf`` the whole context of every turn, for vLLM the
-prompt tokens minus ``num_cached_tokens``); and on the trajectories' agent tokens the log-prob gap
+(the tokens whose keys and values were computed: for ``hf`` its ``prefilled_tokens``, the prompt ids each turn's
+``generate`` computed, only what the turn appended while it keeps the KV cache across turns; for vLLM the prompt
+tokens minus ``num_cached_tokens``); and on the trajectories' agent tokens the log-prob gap
 (mean and max |delta|) of ``vllm`` and ``vllm-bf16`` against the float32 model's forward pass over the same
 trajectories (the trainer's log-probs), and of ``vllm-bf16`` against the bfloat16 model's.
 """
@@ -31,6 +34,11 @@ for _name, _value in {"HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT
                       "VLLM_CPU_KVCACHE_SPACE": "1", "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1",
                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29641"}.items():
     os.environ.setdefault(_name, _value)
+
+ENGINES = {"vllm": {"dtype": "float32", "enable_prefix_caching": True},
+           "vllm-nocache": {"dtype": "float32", "enable_prefix_caching": False},
+           "vllm-bf16": {"dtype": "bfloat16", "enable_prefix_caching": True}}
+"""The vLLM sides: the ``vllm.LLM`` arguments of each (besides the shared ones)."""
 
 
 class FixedObservation:
@@ -97,11 +105,12 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--engines", nargs="*", choices=list(ENGINES), default=list(ENGINES),
+                        help="the vLLM sides beside hf (none: hf alone, without vLLM)")
     args = parser.parse_args()
 
     import torch
     from transformers import AutoModelForCausalLM
-    from vllm import LLM
 
     from trl_agentic.rollout.engine import run_rollouts
     from trl_agentic.rollout.generation import HFGenerator
@@ -114,19 +123,21 @@ def main() -> None:
     build_tiny_model(tokenizer, hidden_size=args.hidden, num_layers=args.layers).save_pretrained(path)
     tokenizer.save_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    model_bf16 = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).eval()
     config = model.generation_config
     config.do_sample = False
 
-    def engine(**kwargs):
-        return CountingLLM(LLM(model=path, distributed_executor_backend="external_launcher", enforce_eager=True,
-                               max_model_len=2048, seed=0, max_num_batched_tokens=4096, **kwargs))
+    engines = {}
+    if args.engines:
+        from vllm import LLM
 
-    engines = {"vllm": engine(dtype="float32", enable_prefix_caching=True),
-               "vllm-nocache": engine(dtype="float32", enable_prefix_caching=False),
-               "vllm-bf16": engine(dtype="bfloat16", enable_prefix_caching=True)}
-    block = engines["vllm"].llm.llm_engine.vllm_config.cache_config.block_size
-    print(f"vLLM KV-cache block size {block} tokens (prefix caching reuses whole blocks)", flush=True)
+        engines = {name: CountingLLM(LLM(model=path, distributed_executor_backend="external_launcher",
+                                         enforce_eager=True, max_model_len=2048, seed=0, max_num_batched_tokens=4096,
+                                         **ENGINES[name]))
+                   for name in ENGINES if name in args.engines}
+        block = next(iter(engines.values())).llm.llm_engine.vllm_config.cache_config.block_size
+        print(f"vLLM KV-cache block size {block} tokens (prefix caching reuses whole blocks)", flush=True)
+    model_bf16 = (AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).eval() if "vllm-bf16" in engines
+                  else None)
     generators = {"hf": HFGenerator(model, tokenizer, config, return_logprobs=True),
                   **{name: VLLMGenerator(llm, greedy=True) for name, llm in engines.items()}}
     words = "key value of the tool result number please".split()
@@ -144,6 +155,8 @@ def main() -> None:
                 if llm is not None:
                     llm.llm.reset_prefix_cache()  # each rollout starts cold: only the turns of this rollout share it
                     llm.prompt_tokens = llm.cached_tokens = 0
+                else:
+                    generator.prefilled_tokens = 0
                 start = time.perf_counter()
                 outputs[name] = run_rollouts(None, tokenizer, lambda: FixedObservation(observation), rows,
                                              generator=generator, max_turns=turns,
@@ -151,10 +164,9 @@ def main() -> None:
                                              max_observation_tokens=args.observation_tokens, overlap_chunks=1)
                 if repeat:
                     times[name].append(time.perf_counter() - start)
-                if llm is not None:
-                    prefilled[name] = (llm.prompt_tokens - llm.cached_tokens) / args.batch
+                computed = generator.prefilled_tokens if llm is None else llm.prompt_tokens - llm.cached_tokens
+                prefilled[name] = computed / args.batch
         hf = outputs["hf"]
-        prefilled["hf"] = sum(len(t.prompt_ids) + start for t in hf for start, _ in t.turn_spans) / args.batch
         same = {name: [t.completion_ids for t in outputs[name]] == [t.completion_ids for t in hf]
                 for name in engines}
         medians = {name: statistics.median(values) for name, values in times.items()}
@@ -166,20 +178,24 @@ def main() -> None:
             "agent_tokens_per_trajectory": sum(t.num_agent_tokens for t in hf) / args.batch,
             "same_streams": same,
             "logprob_gap_vs_fp32_model": {name: gap(outputs[name], agent_logps(model, outputs[name]))
-                                          for name in ("vllm", "vllm-bf16")},
-            "logprob_gap_bf16_vs_bf16_model": gap(outputs["vllm-bf16"], agent_logps(model_bf16, outputs["vllm-bf16"])),
+                                          for name in ("vllm", "vllm-bf16") if name in engines},
         }
+        if model_bf16 is not None:
+            result["logprob_gap_bf16_vs_bf16_model"] = gap(outputs["vllm-bf16"],
+                                                           agent_logps(model_bf16, outputs["vllm-bf16"]))
         results.append(result)
         print(json.dumps(result), flush=True)
-    print("\n| turns | hf s | vllm / hf | vllm-nocache / hf | prefilled/traj hf | vllm | vllm-nocache | gap fp32 mean/max "
-          "| gap bf16 mean/max |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    gapped = [name for name in ("vllm", "vllm-bf16") if name in engines]
+    headers = ["turns", "hf s", *(f"{name} / hf" for name in engines), "prefilled/traj hf", *engines,
+               *(f"gap {name} mean/max" for name in gapped)]
+    print("\n| " + " | ".join(headers) + " |")
+    print("|" + "---|" * len(headers))
     for r in results:
-        g32, g16 = r["logprob_gap_vs_fp32_model"]["vllm"], r["logprob_gap_vs_fp32_model"]["vllm-bf16"]
-        p = r["prefilled_tokens_per_trajectory"]
-        print(f"| {r['turns']} | {r['median_s']['hf']:.3f} | {r['ratio_to_hf']['vllm']:.2f} | "
-              f"{r['ratio_to_hf']['vllm-nocache']:.2f} | {p['hf']:.0f} | {p['vllm']:.0f} | {p['vllm-nocache']:.0f} | "
-              f"{g32[0]:.1e} / {g32[1]:.1e} | {g16[0]:.1e} / {g16[1]:.1e} |")
+        g, p = r["logprob_gap_vs_fp32_model"], r["prefilled_tokens_per_trajectory"]
+        cells = [str(r["turns"]), f"{r['median_s']['hf']:.3f}", *(f"{r['ratio_to_hf'][name]:.2f}" for name in engines),
+                 *(f"{p[name]:.0f}" for name in ("hf", *engines)),
+                 *(f"{g[name][0]:.1e} / {g[name][1]:.1e}" for name in gapped)]
+        print("| " + " | ".join(cells) + " |")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump({"args": vars(args), "results": results}, fh, indent=2)

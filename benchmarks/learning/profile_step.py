@@ -2,12 +2,12 @@
 
     python benchmarks/learning/profile_step.py ppo --steps 2 --sft-adapter runs/learning/d16/sft/adapter
 
-Runs the ``grpo`` or ``ppo`` stage of ``run.py`` (same model, task and settings; other options go to ``run.py``)
-for ``--steps`` steps without the final evaluation, and after each optimizer step prints the peak resident memory
-and the seconds spent in: the rollout (``RolloutEngine.run``), scoring a round (``generation_round``, the rollout
-included), ``training_batch`` (scoring plus, for PPO, the critic's values and GAE), ``policy_logps`` (a forward
-pass for sampling-time log-probs), ``_critic_values``, ``loss`` (the policy's forward and, for PPO, the critic's), ``backward``
-and the whole ``training_step``. Nested calls are counted in each enclosing one.
+Runs the ``grpo`` or ``ppo`` stage of ``run.py`` (same model, task and settings; other options go to ``run.py``) for
+``--steps`` steps without the final evaluation or the held-out curve (``--eval-every`` is 0), and after each optimizer
+step prints the peak resident memory and the seconds spent in: the rollout (``RolloutEngine.run``), scoring a round
+(``generation_round``, the rollout included), ``training_batch`` (scoring plus, for PPO, the critic's values and GAE),
+``policy_logps`` (a forward pass for sampling-time log-probs), ``_critic_values``, ``loss`` (the policy's forward and,
+for PPO, the critic's), ``backward`` and the whole ``training_step``. Nested calls are counted in each enclosing one.
 """
 
 from __future__ import annotations
@@ -59,19 +59,17 @@ def main() -> None:
     from trl_agentic import AgenticGRPOTrainer, AgenticPPOTrainer
     from trl_agentic.rollout.engine import RolloutEngine
 
-    run_args = run.make_parser().parse_args(
-        ["--out", str(args.out), "--rl-steps", str(args.steps), "--rl-lr", "1e-4", "--eval-every", "0", *passed_on])
+    run_args = run.make_parser().parse_args(  # the last --eval-every wins: no held-out curve
+        ["--out", str(args.out), "--rl-steps", str(args.steps), "--rl-lr", "1e-4", *passed_on, "--eval-every", "0"])
     if not (run_args.out / "sft" / "adapter").exists():
         shutil.copytree(args.sft_adapter, run_args.out / "sft" / "adapter")
+    # the two trainers are siblings (over AgenticTrainer): the one that runs is timed, on its own class
     trainer_cls = AgenticPPOTrainer if args.algo == "ppo" else AgenticGRPOTrainer
     timed(RolloutEngine, "run")
-    timed(AgenticGRPOTrainer, "generation_round")
-    timed(trainer_cls, "training_batch")
-    timed(AgenticGRPOTrainer, "policy_logps")
+    for name in ("generation_round", "training_batch", "policy_logps", "loss", "training_step"):
+        timed(trainer_cls, name)
     timed(AgenticPPOTrainer, "_critic_values")
-    timed(trainer_cls, "loss")
     timed(accelerate.Accelerator, "backward")
-    timed(AgenticGRPOTrainer, "training_step")
 
     class Report(TrainerCallback):
         def on_step_end(self, _args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -80,13 +78,13 @@ def main() -> None:
                   + ", ".join(f"{k} {v:.1f}" for k, v in seconds.items()), flush=True)
             seconds.clear()
 
-    original_init = AgenticGRPOTrainer.__init__
+    original_init = trainer_cls.__init__
 
     def init_with_report(self: Any, *a: Any, **k: Any) -> None:
         original_init(self, *a, **k)
         self.add_callback(Report())
 
-    AgenticGRPOTrainer.__init__ = init_with_report
+    trainer_cls.__init__ = init_with_report
     run.evaluate_stage = lambda *a, **k: {"em": float("nan")}  # training only
     run.set_determinism(run_args.seed, run_args.threads, run_args.device)
     run.run_rl(run.Task(run_args), run_args, args.algo)
