@@ -59,8 +59,17 @@ def commands(tmp: Path, data: Path, model: Path, adapter: Path) -> dict[str, lis
         "learning_run": [["benchmarks/learning/run.py", *learning, "--out", str(tmp / "learning"),
                           "--stages", ",".join(LEARNING_STAGES)],
                          ["benchmarks/learning/run.py", "--summary", "--out", str(tmp / "learning")]],
-        "learning_native_run": [["benchmarks/learning_native/run.py", *learning, "--out", str(tmp / "native"),
-                                 "--max-turns", "3", "--stages", ",".join(NATIVE_STAGES)]],
+        "learning_native_run": [["benchmarks/learning/make_transfer_task.py", "--out", str(tmp / "transfer"),
+                                 "--people", "12", "--test-questions", "4"],
+                                ["benchmarks/learning_native/run.py", *learning, "--out", str(tmp / "native"),
+                                 "--max-turns", "3", "--stages", ",".join(NATIVE_STAGES),
+                                 "--transfer", str(tmp / "transfer")],
+                                ["benchmarks/learning_native/report.py", "collect", str(tmp / "native"), "--results",
+                                 str(tmp / "results")],
+                                ["benchmarks/learning_native/report.py", "table", "--results", str(tmp / "results")],
+                                ["benchmarks/learning_native/report.py", "plot", "--results", str(tmp / "results"),
+                                 "--out", str(tmp / "em.png")]],
+        "cpu_bf16": [["benchmarks/cpu_bf16.py", "--batch", "1", "--length", "4"]],
         "rollout_speed_trl": [["benchmarks/rollout_speed.py", "trl", "--turns", "1", "2", "--steps", "1", *TINY_QWEN,
                                "--batch", "4", "--group", "2", "--json", str(tmp / "trl.json")]],
         "critic_memory": [["benchmarks/critic_memory.py", *TINY_QWEN, "--batch", "1", "--length", "16",
@@ -339,17 +348,40 @@ def test_learning_native_model(runs):
 
 
 def test_learning_native_run(runs):
-    """Its stages through TRL's interface (``environment_factory``): a report, the held-out conversations and a line
-    each, the table."""
-    (out,) = outputs(runs, "learning_native_run")
-    folder = Path(argument(runs, "learning_native_run", "--out"))
+    """The transfer task (``make_transfer_task.py``); the stages through TRL's interface (``environment_factory``),
+    scored on both tasks: a report, the held-out conversations and a line each, the table; ``report.py``'s
+    collected results, their table and plot."""
+    made, out, collected, table, plotted = outputs(runs, "learning_native_run")
+    assert made.startswith("wrote ") and "test.jsonl" in made
+    folder = Path(runs["learning_native_run"].result()[1].args[runs["learning_native_run"].result()[1].args.index(
+        "--out") + 1])
     for stage in NATIVE_STAGES:
         report = json.loads((folder / stage / "report.json").read_text())
         assert report["interface"] == "environment" and 0 <= report["final_em"] <= 1, stage
+        assert 0 <= report["transfer_em"] <= 1 and report["commit"] and report["machine"]["cores"], stage
+        assert len(collected.splitlines()) == len(NATIVE_STAGES)
+        assert f"| {folder.name} |" in table and plotted.strip().endswith("em.png")
         assert len((folder / stage / "heldout.jsonl").read_text().splitlines()) == 2, stage
         assert re.search(rf"^== {stage}: EM {NUMBER}  searches {NUMBER}  turns {NUMBER}  malformed {NUMBER}  "
                          rf"\({NUMBER} min\)$", out, re.M), stage
     assert "| after SFT + AgenticGRPOTrainer (1 steps x 2 trajectories) |" in out
+
+
+def test_cpu_bf16(runs):
+    """One forward and backward in float32 and under bfloat16 autocast, each timed."""
+    (out,) = outputs(runs, "cpu_bf16")
+    assert re.search(rf"^ +float32: {NUMBER} s$", out, re.M) and re.search(rf"^bfloat16 autocast: {NUMBER} s$", out, re.M)
+
+
+def test_every_benchmark_script_is_run_here(tmp_path):
+    """A script added under benchmarks/ gets a smoke command here or in the vLLM suite
+    (``tests/vllm_engine/test_vllm_benchmarks.py``), or it could break unseen (``task.py`` is a module of
+    ``learning_native/run.py``, not a command)."""
+    named = {argv[0] for argvs in commands(tmp_path, tmp_path, tmp_path, tmp_path).values() for argv in argvs}
+    vllm_suite = (ROOT / "tests" / "vllm_engine" / "test_vllm_benchmarks.py").read_text()
+    scripts = {str(p.relative_to(ROOT)) for p in (ROOT / "benchmarks").rglob("*.py")
+               if p.name != "__init__.py" and "__main__" in p.read_text()}
+    assert {script for script in scripts - named if script not in vllm_suite} == set()
 
 
 # -- benchmarks/rewards, benchmarks/tools ------------------------------------------------------------------------
