@@ -70,6 +70,12 @@ def commands(tmp: Path, data: Path, model: Path, adapter: Path) -> dict[str, lis
                                 ["benchmarks/learning_native/report.py", "plot", "--results", str(tmp / "results"),
                                  "--out", str(tmp / "em.png")]],
         "cpu_bf16": [["benchmarks/cpu_bf16.py", "--batch", "1", "--length", "4"]],
+        "learning_native_speed": [
+            ["-c", f"import shutil; shutil.copytree({str(adapter)!r}, {str(tmp / 'speed' / 'sft' / 'adapter')!r})"],
+            ["benchmarks/learning_native/speed.py", "eval", *learning, "--out", str(tmp / "speed"), "--max-turns", "3",
+             "--questions", "2", "--batch", "2", "--repeats", "2"],
+            ["benchmarks/learning_native/speed.py", "step", *learning, "--out", str(tmp / "speed"), "--max-turns", "3",
+             "--samples", "2"]],
         "rollout_speed_trl": [["benchmarks/rollout_speed.py", "trl", "--turns", "1", "2", "--steps", "1", *TINY_QWEN,
                                "--batch", "4", "--group", "2", "--json", str(tmp / "trl.json")]],
         "critic_memory": [["benchmarks/critic_memory.py", *TINY_QWEN, "--batch", "1", "--length", "16",
@@ -102,7 +108,7 @@ def commands(tmp: Path, data: Path, model: Path, adapter: Path) -> dict[str, lis
     }
 
 
-NEEDS_MODEL = {"learning_run", "profile_step", "learning_native_model", "learning_native_run"}
+NEEDS_MODEL = {"learning_run", "profile_step", "learning_native_model", "learning_native_run", "learning_native_speed"}
 """The tests whose commands read the learning task and the tiny model (:func:`learning_inputs`)."""
 
 
@@ -365,6 +371,23 @@ def test_learning_native_run(runs):
         assert re.search(rf"^== {stage}: EM {NUMBER}  searches {NUMBER}  turns {NUMBER}  malformed {NUMBER}  "
                          rf"\({NUMBER} min\)$", out, re.M), stage
     assert "| after SFT + AgenticGRPOTrainer (1 steps x 2 trajectories) |" in out
+
+
+def test_learning_native_speed(runs):
+    """Evaluation with the KV cache kept and without, alternating: the same EM, fewer tokens prefilled with it, the
+    machine's ideal beside each; one GRPO step per variant, each in its own process, with its peak memory."""
+    _, evaluation, step = outputs(runs, "learning_native_speed")
+    lines = [line for line in evaluation.splitlines() if line.startswith("eval ")]
+    assert [line.split(":")[0] for line in lines] == ["eval prefix_caching=True", "eval prefix_caching=False",
+                                                      "eval prefix_caching=False", "eval prefix_caching=True"]
+    folder = Path(argument(runs, "learning_native_speed", "-c").split("'")[3]).parents[1]
+    results = json.loads((folder / "speed_eval.json").read_text())["results"]
+    cached, plain = results[0], results[1]
+    assert cached["em"] == plain["em"] and cached["decode_steps"] == plain["decode_steps"]
+    assert cached["prefilled_tokens"] + cached["reused_tokens"] == plain["prefilled_tokens"]
+    assert (cached["reused_tokens"] > 0) == (cached["turns"] > 1)  # the tiny random model may never call a tool
+    steps = [line for line in step.splitlines() if line.startswith("step ")]
+    assert len(steps) == 2 and all(re.search(rf"peak RSS {NUMBER} GB", line) for line in steps)
 
 
 def test_cpu_bf16(runs):

@@ -1,0 +1,171 @@
+"""How fast are the native-tool benchmark's evaluation and GRPO step, with the KV cache kept across turns and without,
+side by side, against this machine's limit? (issue 39)
+
+    python benchmarks/learning_native/speed.py eval --out runs/native/s0 [--questions 100] [--batch 8]
+    python benchmarks/learning_native/speed.py step --out runs/native/s0 [--samples 16] [--grad-accum 4]
+
+Both read ``run.py``'s settings (the same flags: ``--data``, ``--model``, ``--max-turns``, ...) and the SFT adapter
+``<out>/sft/adapter`` (``run.py --stages sft`` writes it), merged, as the RL stages start from it.
+
+- ``eval``: ``trl_agentic.evaluate.evaluate`` (greedy, the environment_factory task) on the first ``--questions``
+  held-out questions, once with ``prefix_caching=True`` (each turn prefills only its new tokens) and once with
+  ``False`` (every turn prefills the whole conversation, as before issue 39 and as TRL's tool loop), the order
+  alternating over ``--repeats``. Per variant: seconds, prompt tokens prefilled and reused, decode steps, EM (the two
+  must agree: the same greedy conversations), and the ideal seconds of the same work on this machine, measured in the
+  same run (prefill at the measured fp32 GEMM rate, a decode step at the measured memory bandwidth:
+  ``benchmarks/rollout_speed.py``'s :func:`ideal_seconds`).
+- ``step``: one ``AgenticGRPOTrainer`` step (``AgenticGRPOConfig``, ``environment_factory``, a fresh LoRA, the
+  benchmark's settings) of ``--samples`` samples, per variant: the step's seconds, the rollout's, and the peak
+  resident memory of the process over the step, with gradient checkpointing as configured (``--gradient-checkpointing``
+  / ``--no-gradient-checkpointing``); each variant in its own process (peak memory is per process).
+
+Prints one line per measurement and writes ``<out>/speed_<command>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.learning import run as learning  # noqa: E402
+from benchmarks.learning_native import run as native  # noqa: E402
+from benchmarks.learning_native import task as native_task  # noqa: E402
+from benchmarks.rollout_speed import ideal_seconds  # noqa: E402
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = native.make_parser()
+    p.description = __doc__
+    p.add_argument("command", choices=("eval", "step", "step-child"))
+    p.add_argument("--questions", type=int, default=100, help="eval: held-out questions")
+    p.add_argument("--batch", type=int, default=8, help="eval: trajectories per generation batch")
+    p.add_argument("--repeats", type=int, default=1, help="eval: runs of each variant, alternating")
+    p.add_argument("--samples", type=int, default=16, help="step: samples of the step (questions x group size)")
+    p.add_argument("--caching", type=int, default=1, help=argparse.SUPPRESS)  # step-child: the variant
+    return p
+
+
+def counted_generator(model: Any, tokenizer: Any, caching: bool) -> Any:
+    from trl_agentic.rollout.generation import HFGenerator
+
+    config = copy.deepcopy(model.generation_config)
+    config.do_sample = False
+    return HFGenerator(model, tokenizer, config, return_logprobs=True, keep_cache=caching)
+
+
+def decode_steps(trajectories: list[Any], batch: int) -> int:
+    """Forward passes after the prefill, per batch of ``batch`` trajectories: each turn's longest generation."""
+    steps = 0
+    for start in range(0, len(trajectories), batch):
+        group = trajectories[start:start + batch]
+        for turn in range(max(t.num_turns for t in group)):
+            steps += max((len(t.generated_ids[turn]) for t in group if turn < t.num_turns), default=0)
+    return steps
+
+
+def run_eval(args: argparse.Namespace) -> list[dict[str, Any]]:
+    from trl_agentic.evaluate import evaluate
+
+    tokenizer, _ = learning.load_base(args.model, args.device)
+    model = learning.with_adapters(args, args.out / "sft" / "adapter")
+    task = native.NativeTask(args)
+    rows = task.rows(task.test[: args.questions])
+    results = []
+    order = [variant for k in range(args.repeats) for variant in ((True, False) if k % 2 == 0 else (False, True))]
+    for caching in order:
+        generator = counted_generator(model, tokenizer, caching)
+        start = time.perf_counter()
+        report, trajectories = evaluate(model, tokenizer, task.environment, rows,
+                                        native_task.outcome_reward(task.interface), greedy=True,
+                                        batch_size=args.batch, show_progress=False, generator=generator,
+                                        **task.budgets)
+        seconds = time.perf_counter() - start
+        steps = decode_steps(trajectories, args.batch)
+        row = {"prefix_caching": caching, "seconds": seconds, "em": report.accuracy,
+               "prefilled_tokens": generator.prefilled_tokens, "reused_tokens": generator.reused_tokens,
+               "decode_steps": steps, "turns": report.mean_turns, "questions": len(rows), "batch": args.batch,
+               **ideal_seconds(model, generator.prefilled_tokens, steps)}
+        results.append(row)
+        print(f"eval prefix_caching={caching}: {seconds:.1f} s, EM {report.accuracy:.2f}, prefilled "
+              f"{generator.prefilled_tokens} tokens (reused {generator.reused_tokens}), {steps} decode steps; "
+              f"ideal prefill {row['ideal_prefill_s']:.1f} s + decode {row['ideal_decode_s']:.1f} s "
+              f"(GEMM {row['gemm_gflops']:.1f} GFLOP/s, {row['bandwidth_gbs']:.1f} GB/s)", flush=True)
+    return results
+
+
+def run_step(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Each variant in its own process (``step-child``): peak memory is per process."""
+    results = []
+    for caching in (1, 0):
+        argv = [sys.executable, __file__, "step-child", "--caching", str(caching), *sys.argv[2:]]
+        out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+        row = json.loads(out.strip().splitlines()[-1])
+        results.append(row)
+        print(f"step prefix_caching={bool(caching)}: {row['step_s']:.1f} s (rollout {row['rollout_s']:.1f} s), "
+              f"{row['samples']} samples, peak RSS {row['peak_rss_gb']:.2f} GB "
+              f"(gradient checkpointing {row['gradient_checkpointing']})", flush=True)
+    return results
+
+
+def step_child(args: argparse.Namespace) -> dict[str, Any]:
+    from datasets import Dataset
+
+    from trl_agentic import AgenticGRPOConfig, AgenticGRPOTrainer
+
+    tokenizer, _ = learning.load_base(args.model, args.device)
+    task = native.NativeTask(args)
+    args.rl_steps, args.num_generations = 1, min(args.num_generations, args.samples)
+    args.rl_prompts_per_step = args.samples // args.num_generations
+    values = {**native.rl_config_values(args, "grpo"), "output_dir": str(args.out / "speed_step")}
+    config = AgenticGRPOConfig(**values, prefix_caching=bool(args.caching))
+    trainer = AgenticGRPOTrainer(model=learning.with_adapters(args, args.out / "sft" / "adapter"),
+                                 reward_funcs=native.reward_funcs(args), args=config,
+                                 train_dataset=Dataset.from_list(learning.rl_rows(task, args)),
+                                 processing_class=tokenizer, peft_config=learning.lora_config(args),
+                                 **task.trainer_kwargs)
+    rollout_seconds: list[float] = []
+    rollout = trainer.rollout
+
+    def timed(rows: list[Any]) -> Any:
+        start = time.perf_counter()
+        out = rollout(rows)
+        rollout_seconds.append(time.perf_counter() - start)
+        return out
+
+    trainer.rollout = timed
+    start = time.perf_counter()
+    trainer.train()
+    return {"prefix_caching": bool(args.caching), "step_s": time.perf_counter() - start,
+            "rollout_s": sum(rollout_seconds), "samples": args.samples,
+            "gradient_checkpointing": args.gradient_checkpointing, "grad_accum": args.grad_accum,
+            "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    if args.model == native.MODEL:
+        native.native_model.prepare(Path(native.MODEL))
+    learning.set_determinism(args.seed, args.threads, args.device)
+    if args.command == "step-child":
+        print(json.dumps(step_child(args)))
+        return 0
+    results = run_eval(args) if args.command == "eval" else run_step(args)
+    path = args.out / f"speed_{args.command}.json"
+    path.write_text(json.dumps({"results": results, **native.provenance(argv)}, indent=1))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
