@@ -20,7 +20,8 @@ loop, every agent a task), and generation runs on the caller's thread, the train
 Failures cost one trajectory: an agent that raises ends it with ``env_error`` (the exception in
 ``Trajectory.error``); one that neither calls the model nor returns for ``env_timeout`` seconds (time spent waiting
 for the model does not count) is cancelled and ends it with ``env_timeout``; either way its key answers 409 from then
-on. Python cannot stop a thread, so a plain ``def`` agent that hangs is abandoned, not stopped.
+on. Python cannot stop a thread, so a plain ``def`` agent that hangs is abandoned, not stopped. An agent that reaches
+the policy through another trajectory's client or key fails (:mod:`~trl_agentic.agents.ownership`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from ..rollout.generation import Generator
 from ..rollout.observations import ObservationEncoder
 from ..workers import run_in_thread
 from .bridge import GenerationBridge
+from .ownership import in_context, judge_round, request_hooks, running_as
 from .protocol import Limits
 from .server import AgentServer, Registry, new_key
 from .session import AgentTrajectory, Session
@@ -180,12 +182,14 @@ class AgentRollout:
             raise
         finally:
             self.registry.retire(sessions)
+        judge_round(sessions)
         return [session.trajectory(output) for session, output in zip(sessions, outputs)]
 
     async def _run_all(self, rows: list[dict[str, Any]], sessions: list[Session]) -> list[Any]:
         outputs: list[Any] = [None] * len(rows)
         done = [asyncio.Event() for _ in rows]
-        tasks = [asyncio.create_task(self._run_one(row, session, outputs, i, done[i]))
+        https: list[Any] = []
+        tasks = [asyncio.create_task(self._run_one(row, session, outputs, i, done[i], https))
                  for i, (row, session) in enumerate(zip(rows, sessions))]
         watchdog = asyncio.create_task(self._watch(sessions, tasks, done))
         try:
@@ -194,13 +198,19 @@ class AgentRollout:
             watchdog.cancel()
             for task in tasks:
                 task.cancel()
+            # closed when the round ends, not when their agent does: an agent still running that reaches the
+            # policy through another's client gets the endpoint's answer (ownership), not "the client has been closed"
+            for http in https:
+                await (http.aclose() if hasattr(http, "aclose") else asyncio.to_thread(http.close))
         return outputs
 
     async def _run_one(self, row: dict[str, Any], session: Session, outputs: list[Any], i: int,
-                       done: asyncio.Event) -> None:
-        http = None
+                       done: asyncio.Event, https: list[Any]) -> None:
+        running_as(session.caller_id)  # this task, and the tasks and thread it starts, act for this trajectory
         try:
             client, http = self._client(session)
+            if http is not None:
+                https.append(http)
             outputs[i] = await self._call(client, row)
             session.close()
         except asyncio.CancelledError:
@@ -211,15 +221,13 @@ class AgentRollout:
         finally:
             self.bridge.finished(session.key)
             done.set()
-            if http is not None:
-                await (http.aclose() if hasattr(http, "aclose") else asyncio.to_thread(http.close))
 
     async def _call(self, client: Any, row: dict[str, Any]) -> Any:
         _, accepted, _ = self.agent.signature()
         kwargs = row if accepted is None else {k: v for k, v in row.items() if k in accepted}
         if self.agent.is_async():
             return await self.agent.fn(client, **kwargs)
-        result = await run_in_thread(self.agent.fn, client, timeout=None, **kwargs)
+        result = await run_in_thread(in_context(self.agent.fn), client, timeout=None, **kwargs)
         return await result if inspect.isawaitable(result) else result
 
     def _client(self, session: Session) -> tuple[Any, Any]:
@@ -237,19 +245,23 @@ class AgentRollout:
         # plain HTTP to 127.0.0.1: no certificates to load (openai's default client loads them for every trajectory),
         # and one small pool per agent (a pool shared by all agents scans every connection on each request)
         asynchronous = self.agent.is_async()
-        http = (httpx.AsyncClient if asynchronous else httpx.Client)(verify=False, trust_env=False)
+        hooks = request_hooks(self._server.base_url().removesuffix("/v1"), asynchronous)
+        http = (httpx.AsyncClient if asynchronous else httpx.Client)(verify=False, trust_env=False, event_hooks=hooks)
         kind = openai.AsyncOpenAI if asynchronous else openai.OpenAI
         client = kind(base_url=base_url, api_key=session.key, max_retries=0, timeout=self.agent.request_timeout,
                       http_client=http)
         return client, http
 
     async def _watch(self, sessions: list[Session], tasks: list[asyncio.Task], done: list[asyncio.Event]) -> None:
-        """Cancel each agent that has been neither waiting for the model nor returning for ``env_timeout`` s."""
+        """Cancel each agent that has been neither waiting for the model nor returning for ``env_timeout`` s, and
+        each agent whose trajectory failed meanwhile (its requests went to another trajectory's key, ownership)."""
         timeout = self.config.env_timeout
         while True:
             await asyncio.sleep(min(1.0, max(0.05, timeout / 10)))
             for session, task, event in zip(sessions, tasks, done):
-                if not event.is_set() and session.idle_seconds() > timeout:
+                if not event.is_set() and session.failure is not None:
+                    task.cancel()
+                elif not event.is_set() and session.idle_seconds() > timeout:
                     if session.close(("env_timeout", f"the agent neither called the model nor returned within "
                                                      f"env_timeout={timeout} s")):
                         task.cancel()

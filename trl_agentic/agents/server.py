@@ -9,8 +9,8 @@ Routes (each under ``/v1`` and under ``/t/<key>/v1``, the per-trajectory base UR
 
 The key is the path's (``/t/<key>/v1``), else the ``Authorization: Bearer <key>`` header's: a base URL that names its
 trajectory works for agents that share one process-wide API key. Answers, with OpenAI's error body: 400 malformed
-request (the field named), 401 unknown key, 404 unknown route, 409 the trajectory has ended, 413 body over
-``max_request_bytes``. None of them touches another trajectory, the batch or the server.
+request (the field named), 401 unknown key, 404 unknown route, 409 the trajectory has ended or the request was sent
+by another trajectory's agent (:mod:`trl_agentic.agents.ownership`), 413 body over ``max_request_bytes``. None of them touches another trajectory, the batch or the server.
 
 Security: the socket is bound to 127.0.0.1 only (nothing off the machine can connect); keys are 32 random bytes
 (``secrets``), one per trajectory, so an agent can write only into its own trajectory; the body is read with a cap
@@ -26,6 +26,7 @@ from collections import OrderedDict
 from typing import Any
 
 from .bridge import GenerationBridge
+from .ownership import CALLER_HEADER, MIXED
 from .protocol import (
     Limits,
     Reply,
@@ -51,28 +52,40 @@ def new_key() -> str:
 
 
 class Registry:
-    """The sessions of the running rollout, by key, and the keys of ended ones."""
+    """The sessions of the running rollout, by key and by sender id, and the keys of ended ones."""
 
     def __init__(self) -> None:
         self.sessions: dict[str, Session] = {}
+        self.callers: dict[str, Session] = {}
         self.closed: "OrderedDict[str, None]" = OrderedDict()
         self._lock = threading.Lock()
 
     def add(self, sessions: "list[Session]") -> None:
         with self._lock:
             self.sessions.update({s.key: s for s in sessions})
+            self.callers.update({s.caller_id: s for s in sessions})
 
     def retire(self, sessions: "list[Session]") -> None:
         with self._lock:
             for s in sessions:
                 self.sessions.pop(s.key, None)
+                self.callers.pop(s.caller_id, None)
                 self.closed[s.key] = None
             while len(self.closed) > CLOSED_KEYS_KEPT:
                 self.closed.popitem(last=False)
 
-    def get(self, key: str | None) -> Session:
+    def get(self, key: str | None, caller: str | None = None) -> Session:
+        """The session ``key`` names. ``caller``: the sender id a request carries (:mod:`.ownership`); a request
+        sent by another trajectory's agent is refused and fails the sender's trajectory (the key's record stays
+        clean)."""
         with self._lock:
             session = self.sessions.get(key or "")
+            if caller is not None and (session is None or caller != session.caller_id):
+                sender = self.callers.get(caller)
+                if sender is not None or session is not None:
+                    if sender is not None:
+                        sender.fail(("env_error", MIXED))
+                    raise RequestError(409, MIXED, code="trajectory_mixed")
             if session is None and key in self.closed:
                 raise RequestError(409, "this trajectory has ended; its key takes no more requests",
                                    code="trajectory_closed")
@@ -122,9 +135,10 @@ def build_app(registry: Registry, bridge: GenerationBridge, limits: Limits, mode
     async def complete(request: Request, path_key: str | None) -> Any:
         session: Session | None = None
         try:
-            session = registry.get(key_of(request, path_key))
+            caller = request.headers.get(CALLER_HEADER)
+            session = registry.get(key_of(request, path_key), caller)
             chat = parse_request(await body_of(request), limits)
-            placed = session.begin(chat)
+            placed = session.begin(chat, proven=caller == session.caller_id)
             reply = placed if isinstance(placed, Reply) else await generate(session, placed)
         except RequestError as exc:
             if session is not None and exc.status in (400, 413):
@@ -151,7 +165,7 @@ def build_app(registry: Registry, bridge: GenerationBridge, limits: Limits, mode
 
     async def models(request: Request, path_key: str | None) -> Any:
         try:
-            registry.get(key_of(request, path_key))
+            registry.get(key_of(request, path_key), request.headers.get(CALLER_HEADER))
         except RequestError as exc:
             return error(exc)
         return JSONResponse(models_body(model_name))

@@ -37,6 +37,7 @@ from ..rollout.config import RolloutConfig
 from ..rollout.generation import Generation, cut_at_stop
 from ..rollout.observations import EncodedObservation, ObservationEncoder
 from ..trajectory import Trajectory
+from .ownership import new_caller_id
 from .prompt import encode_conversation
 from .protocol import NAME, ChatRequest, Reply, RequestError, same_message
 
@@ -101,11 +102,12 @@ class Session:
     def __init__(self, key: str, encoder: ObservationEncoder, config: RolloutConfig, eos_token_ids: list[int],
                  max_prompt_tokens: int) -> None:
         self.key, self.encoder, self.config = key, encoder, config
+        self.caller_id = new_caller_id()
         self.tokenizer = encoder.tokenizer
         self.eos_token_ids = eos_token_ids
         self.max_prompt_tokens = max_prompt_tokens
         self.segments: list[Segment] = []
-        self.turns = self.requests = self.in_flight = 0
+        self.turns = self.requests = self.in_flight = self.unproven_requests = 0
         self.closed = False
         self.truncation: str | None = None
         self.failure: tuple[str, str] | None = None  # (stop reason, error)
@@ -115,11 +117,14 @@ class Session:
         self._lock = threading.Lock()
 
     # -- requests --------------------------------------------------------------------------------------------
-    def begin(self, request: ChatRequest) -> Turn | Reply:
-        """Place a request: a :class:`Turn` to generate, or, over budget, the :class:`Reply` to answer at once."""
+    def begin(self, request: ChatRequest, proven: bool = False) -> Turn | Reply:
+        """Place a request: a :class:`Turn` to generate, or, over budget, the :class:`Reply` to answer at once.
+        ``proven``: the request came with proof that this trajectory's agent sent it
+        (:mod:`~trl_agentic.agents.ownership`)."""
         with self._lock:
             self._check_open()
             self.requests += 1
+            self.unproven_requests += not proven
             cfg = self.config
             if self.truncation is not None or self.turns >= cfg.max_turns:
                 return self._over_budget(self.truncation or "max_turns")
@@ -208,6 +213,17 @@ class Session:
             if failure is not None:
                 self.failure = failure
                 self.events[failure[0]] += 1
+            return True
+
+    def fail(self, failure: tuple[str, str]) -> bool:
+        """End the trajectory as failed, even after its agent returned (a verdict on the whole round,
+        :func:`~trl_agentic.agents.ownership.judge_round`), unless it has already failed. Returns whether it did."""
+        with self._lock:
+            self.closed = True
+            if self.failure is not None:
+                return False
+            self.failure = failure
+            self.events[failure[0]] += 1
             return True
 
     def trajectory(self, agent_output: Any = None) -> AgentTrajectory:
