@@ -197,6 +197,12 @@ class Session:
         with self._lock:
             self.events[event] += 1
 
+    def excuse(self, seconds: float) -> None:
+        """Do not count ``seconds`` as idle (the agents' loop was blocked by another agent meanwhile)."""
+        if seconds > 0:
+            with self._lock:
+                self.idle_since += seconds
+
     def idle_seconds(self) -> float:
         """Seconds since the agent last got an answer (0 while one of its requests is being served); read without the
         lock (the watchdog polls every session: a stale read only delays a timeout by one tick)."""
