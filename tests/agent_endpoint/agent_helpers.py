@@ -13,7 +13,7 @@ TOOLS = [{"type": "function", "function": {
     "name": "add", "description": "Add two integers.",
     "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
                    "required": ["a", "b"]}}}]
-
+RESPONSES_TOOLS = [{"type": "function", **TOOLS[0]["function"]}]  # the Responses API's flat form
 
 
 def add_dataset(n=4):
@@ -36,6 +36,22 @@ async def sdk_agent(client, question, **row):
         for tool_call in message.tool_calls:
             args = json.loads(tool_call.function.arguments)
             messages.append({"role": "tool", "tool_call_id": tool_call.id, "content": str(args["a"] + args["b"])})
+    return None
+
+
+async def responses_agent(client, question, **row):
+    """The same tool-calling loop on the Responses API (``client.responses.create``)."""
+    items = [{"role": "user", "content": question}]
+    for _ in range(4):
+        response = await client.responses.create(model="policy", input=items, tools=RESPONSES_TOOLS)
+        items += [item.model_dump(exclude_none=True) for item in response.output]
+        calls = [item for item in response.output if item.type == "function_call"]
+        if not calls:
+            return response.output_text
+        for tool_call in calls:
+            args = json.loads(tool_call.arguments)
+            items.append({"type": "function_call_output", "call_id": tool_call.call_id,
+                          "output": str(args["a"] + args["b"])})
     return None
 
 

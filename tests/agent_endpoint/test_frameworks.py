@@ -1,5 +1,6 @@
 """Agents written with two agent frameworks from PyPI, unchanged, train two steps through both trainers: the OpenAI
-Agents SDK (``openai-agents``, given the client) and LangGraph's ReAct agent over ``langchain-openai``'s ChatOpenAI
+Agents SDK (``openai-agents``, given the client: its chat-completions model, and its default model, which talks the
+Responses API) and LangGraph's ReAct agent over ``langchain-openai``'s ChatOpenAI
 (given the base URL and key). Each framework re-sends its history in its own message format; every trajectory must
 still be one segment (the history matched what was recorded, so the ids were reused, not re-rendered), its sampled
 ids must be the ids generated, and the mask audit 0."""
@@ -34,6 +35,22 @@ async def openai_agents_agent(client, question, **row):
     return result.final_output
 
 
+async def openai_agents_default_agent(client, question, **row):
+    """The Agents SDK's default model (the Responses API), given the client for this run."""
+    from agents import Agent, OpenAIProvider, RunConfig, Runner, function_tool, set_tracing_disabled
+
+    set_tracing_disabled(True)
+
+    @function_tool
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    agent = Agent(name="calculator", instructions="Use the add tool, then answer.", tools=[add], model="policy")
+    config = RunConfig(model_provider=OpenAIProvider(openai_client=client))
+    return (await Runner.run(agent, question, max_turns=4, run_config=config)).final_output
+
+
 async def langgraph_agent(endpoint: AgentEndpoint, question, **row):
     from langchain_core.tools import tool
     from langchain_openai import ChatOpenAI
@@ -50,7 +67,8 @@ async def langgraph_agent(endpoint: AgentEndpoint, question, **row):
     return state["messages"][-1].content
 
 
-AGENTS = {"openai-agents": openai_agents_agent, "langgraph": langgraph_agent}
+AGENTS = {"openai-agents": openai_agents_agent, "openai-agents-responses": openai_agents_default_agent,
+          "langgraph": langgraph_agent}
 
 
 @pytest.mark.parametrize("trainer_name", ["grpo", "ppo"])

@@ -100,12 +100,23 @@ def _fail(message: str, param: str | None = None, code: str | None = None) -> Re
 
 def parse_request(body: bytes, limits: Limits) -> ChatRequest:
     """Read and check a request body; raises :class:`RequestError` (400) naming the field at the first problem."""
+    return check_request(load_json(body), limits)
+
+
+def load_json(body: bytes) -> dict[str, Any]:
+    """A request body as a JSON object (400 otherwise)."""
     try:
         data = json.loads(body)
     except (ValueError, RecursionError):
         raise _fail("the request body is not valid JSON") from None
     if not isinstance(data, dict):
         raise _fail("the request body must be a JSON object")
+    return data
+
+
+def check_request(data: dict[str, Any], limits: Limits) -> ChatRequest:
+    """Check a chat-completions request (a JSON object) into a :class:`ChatRequest`; :class:`RequestError` (400)
+    naming the field at the first problem."""
     for legacy in ("functions", "function_call"):
         if data.get(legacy) is not None:
             raise _fail(f"{legacy!r} is not supported; pass 'tools' instead", legacy)
@@ -313,11 +324,16 @@ def _wire_call(call: dict[str, Any]) -> dict[str, Any]:
             "function": {"name": function["name"], "arguments": json.dumps(function["arguments"], ensure_ascii=False)}}
 
 
+def token_logprobs(reply: Reply) -> list[dict[str, Any]]:
+    """Each sampled token's text and log-prob, as OpenAI lists them (no alternatives)."""
+    return [{"token": token, "logprob": logprob, "bytes": list(token.encode("utf-8")), "top_logprobs": []}
+            for token, logprob in zip(reply.tokens, reply.logprobs or [])]
+
+
 def _logprobs(reply: Reply, wanted: bool) -> dict[str, Any] | None:
     if not wanted or reply.logprobs is None:
         return None
-    return {"content": [{"token": token, "logprob": logprob, "bytes": list(token.encode("utf-8")), "top_logprobs": []}
-                        for token, logprob in zip(reply.tokens, reply.logprobs)], "refusal": None}
+    return {"content": token_logprobs(reply), "refusal": None}
 
 
 def _usage(reply: Reply) -> dict[str, int]:

@@ -5,6 +5,8 @@ Routes (each under ``/v1`` and under ``/t/<key>/v1``, the per-trajectory base UR
 - ``POST .../chat/completions``: one model call of the trajectory the key names (:mod:`trl_agentic.agents.session`),
   generated in a batch with the other agents' calls (:mod:`trl_agentic.agents.bridge`); JSON, or server-sent events
   with ``"stream": true``;
+- ``POST .../responses``: the same, asked and answered in the Responses API's shapes
+  (:mod:`trl_agentic.agents.responses`);
 - ``GET .../models``: the one model served.
 
 The key is the path's (``/t/<key>/v1``), else the ``Authorization: Bearer <key>`` header's: a base URL that names its
@@ -23,11 +25,12 @@ import secrets
 import socket
 import threading
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Callable
 
 from .bridge import GenerationBridge
 from .ownership import CALLER_HEADER, MIXED
 from .protocol import (
+    ChatRequest,
     Limits,
     Reply,
     RequestError,
@@ -37,6 +40,7 @@ from .protocol import (
     parse_request,
     stream_events,
 )
+from .responses import ResponsesRequest, parse_responses, reply_message, response_body, response_events, response_id
 from .session import Session, Turn
 
 logger = logging.getLogger(__name__)
@@ -132,21 +136,50 @@ def build_app(registry: Registry, bridge: GenerationBridge, limits: Limits, mode
             chunks.append(chunk)
         return b"".join(chunks)
 
-    async def complete(request: Request, path_key: str | None) -> Any:
+    async def place(request: Request, path_key: str | None,
+                    parse: Callable[[bytes, Session], tuple[Any, ChatRequest]]) -> Any:
+        """One model call, whichever API asks: ``(session, parsed request, chat request, reply)``, or the error
+        response."""
         session: Session | None = None
         try:
             caller = request.headers.get(CALLER_HEADER)
             session = registry.get(key_of(request, path_key), caller)
-            chat = parse_request(await body_of(request), limits)
+            parsed, chat = parse(await body_of(request), session)
             placed = session.begin(chat, proven=caller == session.caller_id)
             reply = placed if isinstance(placed, Reply) else await generate(session, placed)
         except RequestError as exc:
             if session is not None and exc.status in (400, 413):
                 session.count("bad_request")
             return error(exc)
+        return session, parsed, chat, reply
+
+    def read_chat(body: bytes, session: Session) -> tuple[ChatRequest, ChatRequest]:
+        chat = parse_request(body, limits)
+        return chat, chat
+
+    def read_responses(body: bytes, session: Session) -> tuple[ResponsesRequest, ChatRequest]:
+        parsed = parse_responses(body, limits, session.recall)
+        return parsed, parsed.chat
+
+    async def complete(request: Request, path_key: str | None) -> Any:
+        placed = await place(request, path_key, read_chat)
+        if not isinstance(placed, tuple):
+            return placed
+        _, _, chat, reply = placed
         if chat.stream:
             return StreamingResponse(stream_events(reply, chat, model_name), media_type="text/event-stream")
         return JSONResponse(completion_body(reply, chat, model_name))
+
+    async def respond(request: Request, path_key: str | None) -> Any:
+        placed = await place(request, path_key, read_responses)
+        if not isinstance(placed, tuple):
+            return placed
+        session, parsed, chat, reply = placed
+        rid = response_id()
+        session.remember(rid, parsed.history + [reply_message(reply)])
+        if chat.stream:
+            return StreamingResponse(response_events(reply, parsed, model_name, rid), media_type="text/event-stream")
+        return JSONResponse(response_body(reply, parsed, model_name, rid))
 
     async def generate(session: Session, turn: Turn) -> Reply:
         future = bridge.submit(session.key, turn.prompt_ids, turn.max_new_tokens, turn.stop)
@@ -177,6 +210,14 @@ def build_app(registry: Registry, bridge: GenerationBridge, limits: Limits, mode
     @app.post("/t/{key}/v1/chat/completions")
     async def keyed_chat_completions(key: str, request: Request) -> Any:
         return await complete(request, key)
+
+    @app.post("/v1/responses")
+    async def responses(request: Request) -> Any:
+        return await respond(request, None)
+
+    @app.post("/t/{key}/v1/responses")
+    async def keyed_responses(key: str, request: Request) -> Any:
+        return await respond(request, key)
 
     @app.get("/v1/models")
     async def list_models(request: Request) -> Any:

@@ -112,6 +112,7 @@ class Session:
         self.truncation: str | None = None
         self.failure: tuple[str, str] | None = None  # (stop reason, error)
         self.events: Counter = Counter()
+        self._conversations: dict[str, list[dict[str, Any]]] = {}  # by the response ids given (Responses API)
         self.idle_since = time.monotonic()
         self._clock = 0
         self._lock = threading.Lock()
@@ -192,6 +193,16 @@ class Session:
         with self._lock:
             self.in_flight -= 1
             turn.segment.busy = False
+
+    def remember(self, response_id: str, conversation: list[dict[str, Any]]) -> None:
+        """Keep the conversation a response given to this trajectory ends (its ``previous_response_id``)."""
+        with self._lock:
+            self._conversations[response_id] = conversation
+
+    def recall(self, response_id: str) -> list[dict[str, Any]] | None:
+        """The conversation of a response given to this trajectory, ``None`` for any other id."""
+        with self._lock:
+            return self._conversations.get(response_id)
 
     def count(self, event: str) -> None:
         with self._lock:
