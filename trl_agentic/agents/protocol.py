@@ -12,8 +12,8 @@ the policy's):
 - ``messages``: roles ``system`` (``developer`` reads as ``system``), ``user``, ``assistant`` (``content`` and
   ``tool_calls``), ``tool`` (``content``, ``tool_call_id``); content a string or a list of text parts. The last
   message may not be an assistant message (continuing one is not supported).
-- ``tools`` (functions only), ``tool_choice`` (``"auto"`` or ``"none"``; ``"required"`` or a named function would need
-  constrained decoding and are refused), ``max_tokens`` / ``max_completion_tokens``, ``stop``, ``logprobs`` /
+- ``tools`` (functions only), ``tool_choice`` (``"auto"``, ``"none"``, ``"required"`` or ``{"type": "function",
+  "function": {"name"}}``: the last two open the turn with a call, :mod:`~trl_agentic.agents.forcing`), ``max_tokens`` / ``max_completion_tokens``, ``stop``, ``logprobs`` /
   ``top_logprobs``, ``n`` (1 only), ``stream`` and ``stream_options.include_usage``, ``response_format`` (``text``).
 """
 
@@ -75,6 +75,8 @@ class ChatRequest:
         messages: The messages in the form chat templates read (:func:`normalize_message`).
         tools: The tools' JSON schemas, ``{"type": "function", "function": {...}}``.
         tool_calls_allowed: ``False`` for ``tool_choice="none"``: the reply is text, never parsed into calls.
+        forced_call: The function a call must be opened with: ``""`` for ``tool_choice="required"`` (any), its name
+            for a named function, ``None`` otherwise.
         max_tokens: The request's own cap on sampled tokens (``None``: the training's budgets alone).
         stop: The request's stop strings.
         logprobs: Return the log-prob of each sampled token (when the generation backend reports them).
@@ -86,6 +88,7 @@ class ChatRequest:
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] = field(default_factory=list)
     tool_calls_allowed: bool = True
+    forced_call: str | None = None
     max_tokens: int | None = None
     stop: list[str] = field(default_factory=list)
     logprobs: bool = False
@@ -133,7 +136,7 @@ def check_request(data: dict[str, Any], limits: Limits) -> ChatRequest:
         raise _fail("the last message may not be an assistant message (continuing one is not supported)", "messages")
     request = ChatRequest(messages=normalized, model=str(data.get("model") or ""))
     request.tools = _tools(data.get("tools"), limits)
-    request.tool_calls_allowed = _tool_choice(data.get("tool_choice"))
+    request.tool_calls_allowed, request.forced_call = _tool_choice(data.get("tool_choice"), request.tools)
     request.max_tokens = _max_tokens(data)
     request.stop = _stop(data.get("stop"), limits)
     request.logprobs = _boolean(data, "logprobs")
@@ -185,13 +188,24 @@ def _stop(value: Any, limits: Limits) -> list[str]:
     return list(dict.fromkeys(stops))
 
 
-def _tool_choice(value: Any) -> bool:
+def _tool_choice(value: Any, tools: list[dict[str, Any]]) -> tuple[bool, str | None]:
+    """(whether the reply is parsed into calls, the call forced: see :attr:`ChatRequest.forced_call`)."""
     if value is None or value == "auto":
-        return True
+        return True, None
     if value == "none":
-        return False
-    raise _fail("tool_choice must be 'auto' or 'none': 'required' and a named function would need constrained "
-                "decoding, which would change what the policy samples", "tool_choice")
+        return False, None
+    names = [tool["function"]["name"] for tool in tools]
+    function = value.get("function") if isinstance(value, dict) and value.get("type") == "function" else None
+    name = function.get("name") if isinstance(function, dict) else None
+    if value != "required" and not isinstance(name, str):
+        raise _fail("tool_choice must be 'auto', 'none', 'required' or {'type': 'function', 'function': {'name': ...}}",
+                    "tool_choice")
+    if not names:
+        raise _fail("tool_choice asks for a call but the request offers no tools", "tool_choice")
+    if name is not None and name not in names:
+        raise _fail(f"tool_choice names {name[:64]!r}, which is not among the tools ({', '.join(names)[:200]})",
+                    "tool_choice")
+    return True, name or ""
 
 
 def _tools(value: Any, limits: Limits) -> list[dict[str, Any]]:

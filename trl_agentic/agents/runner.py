@@ -74,6 +74,8 @@ class Agent:
         model_name: The model name ``/v1/models`` lists (requests may name any model).
         request_timeout: The HTTP timeout of the clients handed to the agent, in seconds.
         limits: Caps on one request (body bytes, messages, tools, stop strings).
+        force_tool_choice: Under ``tool_choice="required"`` or a named function, open the turn with the call (written,
+            masked, never trained; :mod:`~trl_agentic.agents.forcing`); ``False`` serves them unforced.
     """
 
     fn: Callable[..., Any]
@@ -82,6 +84,7 @@ class Agent:
     model_name: str = "policy"
     request_timeout: float = 600.0
     limits: Limits = Limits()
+    force_tool_choice: bool = True
 
     def __post_init__(self) -> None:
         if not callable(self.fn):
@@ -176,8 +179,8 @@ class AgentRollout:
         """One agent run per row; returns their trajectories, in the rows' order. Generation happens on this thread.
         ``sync_any`` / ``multi_process``: see :class:`~trl_agentic.agents.bridge.GenerationBridge`."""
         self.start()
-        sessions = [Session(new_key(), self.encoder, self.config, self.eos_token_ids, self.agent.max_prompt_tokens)
-                    for _ in rows]
+        sessions = [Session(new_key(), self.encoder, self.config, self.eos_token_ids, self.agent.max_prompt_tokens,
+                            self.agent.force_tool_choice) for _ in rows]
         self.bridge.generator = generator
         self.bridge.sync_any = sync_any or (lambda local: local)
         self.bridge.multi_process = multi_process
@@ -271,14 +274,15 @@ class AgentRollout:
         base_url = self._server.base_url(session.key)
         if self.agent.signature()[0]:
             return AgentEndpoint(base_url, session.key, self.agent.model_name), None
-        import httpx
         import openai
 
         # plain HTTP to 127.0.0.1: no certificates to load (openai's default client loads them for every trajectory),
-        # and one small pool per agent (a pool shared by all agents scans every connection on each request)
+        # and one pool per agent (a pool shared by all agents scans every connection on each request); openai's own
+        # HTTP client class (httpx, or httpx2 from openai 3 on)
         asynchronous = self.agent.is_async()
         hooks = request_hooks(self._server.base_url().removesuffix("/v1"), asynchronous)
-        http = (httpx.AsyncClient if asynchronous else httpx.Client)(verify=False, trust_env=False, event_hooks=hooks)
+        http = (openai.DefaultAsyncHttpxClient if asynchronous else openai.DefaultHttpxClient)(
+            verify=False, trust_env=False, event_hooks=hooks)
         kind = openai.AsyncOpenAI if asynchronous else openai.OpenAI
         client = kind(base_url=base_url, api_key=session.key, max_retries=0, timeout=self.agent.request_timeout,
                       http_client=http)

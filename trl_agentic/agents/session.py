@@ -37,6 +37,7 @@ from ..rollout.config import RolloutConfig
 from ..rollout.generation import Generation, cut_at_stop
 from ..rollout.observations import EncodedObservation, ObservationEncoder
 from ..trajectory import Trajectory
+from .forcing import call_opening
 from .ownership import new_caller_id
 from .prompt import encode_conversation
 from .protocol import NAME, ChatRequest, Reply, RequestError, same_message
@@ -76,7 +77,8 @@ class Segment:
 
 @dataclass
 class Turn:
-    """A model call a request asked for: the ids to continue and its budget."""
+    """A model call a request asked for: the ids to continue (the forced opening of a call last, if any) and its
+    budget."""
 
     segment: Segment
     prompt_ids: list[int]
@@ -84,6 +86,7 @@ class Turn:
     stop: list[str]
     last_of_budget: bool
     request: ChatRequest
+    forced: list[int] = field(default_factory=list)
 
 
 class Session:
@@ -97,15 +100,18 @@ class Session:
             ``stop_strings``).
         eos_token_ids: Every id that ends a turn.
         max_prompt_tokens: Longest prompt of a new segment (a longer one answers 400 ``context_length_exceeded``).
+        force_tool_choice: Open the turn with a call under ``tool_choice="required"`` or a named function
+            (:mod:`~trl_agentic.agents.forcing`); ``False``: serve them unforced.
     """
 
     def __init__(self, key: str, encoder: ObservationEncoder, config: RolloutConfig, eos_token_ids: list[int],
-                 max_prompt_tokens: int) -> None:
+                 max_prompt_tokens: int, force_tool_choice: bool = True) -> None:
         self.key, self.encoder, self.config = key, encoder, config
         self.caller_id = new_caller_id()
         self.tokenizer = encoder.tokenizer
         self.eos_token_ids = eos_token_ids
         self.max_prompt_tokens = max_prompt_tokens
+        self.force_tool_choice = force_tool_choice
         self.segments: list[Segment] = []
         self.turns = self.requests = self.in_flight = self.unproven_requests = 0
         self.closed = False
@@ -146,7 +152,10 @@ class Session:
                 if encoded.observation_truncated:
                     t.count("observation_truncated")
             t = segment.trajectory
-            remaining = cfg.max_completion_length - len(t.completion_ids)
+            forced = self._opening(request)
+            remaining = cfg.max_completion_length - len(t.completion_ids) - len(forced)
+            if remaining <= 0:
+                return self._over_budget("max_tokens")
             max_new = min(cfg.max_tokens_per_turn, remaining, request.max_tokens or remaining)
             segment.busy = True
             self._clock += 1
@@ -154,7 +163,8 @@ class Session:
             self.turns += 1
             self.in_flight += 1
             stop = list(dict.fromkeys([*request.stop, *cfg.stop_strings]))
-            return Turn(segment, t.prompt_ids + t.completion_ids, max_new, stop, max_new == remaining, request)
+            return Turn(segment, t.prompt_ids + t.completion_ids + forced, max_new, stop, max_new == remaining, request,
+                        forced)
 
     def finish(self, turn: Turn, generation: Generation) -> Reply:
         """Record what the model sampled for ``turn`` (kept up to the first end id, stop string or budget) and the
@@ -171,16 +181,21 @@ class Session:
                 end, reason = turn.max_new_tokens, None
             ids = list(generation.ids[:end])
             logprobs = list(generation.logprobs[:end]) if generation.logprobs is not None else None
+            opened = len(t.completion_ids)  # the turn: the forced opening of a call (masked), then what was sampled
+            t.completion_ids.extend(turn.forced)
+            t.env_mask.extend([0] * len(turn.forced))
+            t.logprobs.extend([0.0] * len(turn.forced))
             start = len(t.completion_ids)
             t.generated_ids.append(list(generation.ids))
             t.completion_ids.extend(ids)
             t.env_mask.extend([1] * len(ids))
             t.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
             t.turn_spans.append((start, start + len(ids)))
-            t.actions.append(self._decode(ids))
+            t.actions.append(self._decode(turn.forced + ids))
             if reason is None and turn.last_of_budget and end == turn.max_new_tokens:
                 self._truncate("max_tokens")
-            message = self._message(turn, ids, t.prompt_ids + t.completion_ids[:start], reason == "stop")
+            message = self._message(turn, turn.forced + ids, t.prompt_ids + t.completion_ids[:opened],
+                                    reason == "stop")
             segment.history.append(message)
             t.messages.append(message)
             finish = "length" if reason is None else ("tool_calls" if message.get("tool_calls") else "stop")
@@ -266,6 +281,17 @@ class Session:
             return AgentTrajectory(**values, segments=segments, agent_output=agent_output, requests=self.requests)
 
     # -- helpers ---------------------------------------------------------------------------------------------
+    def _opening(self, request: ChatRequest) -> list[int]:
+        """The ids that open the turn with a call (:mod:`~trl_agentic.agents.forcing`), or none."""
+        if request.forced_call is None or not self.force_tool_choice:
+            return []
+        opening = call_opening(self.encoder, request.tools, request.forced_call)
+        if opening is None:
+            self.events["tool_choice_unforced"] += 1
+            return []
+        self.events["forced_call"] += 1
+        return list(self.tokenizer(opening, add_special_tokens=False)["input_ids"])
+
     def _check_open(self) -> None:
         if self.closed:
             raise RequestError(409, "this trajectory has ended (its agent returned, failed or timed out); its key "
