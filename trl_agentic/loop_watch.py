@@ -5,8 +5,8 @@ An event loop runs one callback at a time, so an ``async def`` agent or environm
 returns, and no timeout on that loop can fire meanwhile. A :class:`LoopWatchdog` thread posts a no-op to the loop
 every ``block_after / 10`` seconds; while one waits, the task running (``asyncio.current_task(loop)``) is sampled, and
 a task that has held the loop for more than ``block_after`` seconds is blocking it: the loop thread's stack says
-where. A first import (a framework imported inside ``async def``) holds the loop once per process and is not
-reported. Whoever
+where. A first import (a framework imported inside ``async def``) holds the loop once per process: its time is not
+counted as the task's. Whoever
 started the culprit's work marked it with :func:`report_blocks_to` (a context variable; the tasks created under it
 inherit the mark, recorded by the loop's task factory): that callback is called once per block, from the watchdog's
 thread, with a :class:`Block`; ``stuck`` is called once if the block outlasts ``stuck_after`` seconds (imports
@@ -122,7 +122,7 @@ class LoopWatchdog:
 
     def _watch(self) -> None:
         seen, holder = False, None  # whether a task was sampled during this ping's wait, and which
-        since, reported, stuck = 0.0, False, False
+        held_since, since, reported, stuck = 0.0, 0.0, False, False  # since: the same, import time left out
         while not self._stop.wait(self._interval()):
             if not self.thread.is_alive() or self.loop.is_closed():
                 return
@@ -136,15 +136,17 @@ class LoopWatchdog:
                 continue
             task = asyncio.current_task(self.loop)
             if not seen or task is not holder:  # a new holder: timed from this sample (the first: from the ping)
-                since = now if seen else posted
+                held_since = since = now if seen else posted
                 seen, holder, reported, stuck = True, task, False, False
             frame = sys._current_frames().get(self.thread.ident)
-            if now - since > self.block_after and not reported and not _importing(frame):
+            if _importing(frame):
+                since = now
+            elif now - since > self.block_after and not reported:
                 reported = True
                 self._report(task, Block(_where(frame), now - since), self._owner(task))
-            if self.stuck_after is not None and now - since > self.stuck_after and not stuck:
+            if self.stuck_after is not None and now - held_since > self.stuck_after and not stuck:
                 stuck = True
-                self._report(task, Block(_where(frame), now - since), self.stuck)
+                self._report(task, Block(_where(frame), now - held_since), self.stuck)
 
     @staticmethod
     def _owner(task: asyncio.Task | None) -> Callable[[Block], None] | None:
