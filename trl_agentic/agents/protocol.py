@@ -83,6 +83,8 @@ class ChatRequest:
         stream: Answer with server-sent events.
         include_usage: With ``stream``, end with a chunk carrying ``usage``.
         model: The model name the client sent (echoed back; any name is served by the policy).
+        prompt: Legacy completions only (:mod:`~trl_agentic.agents.completions`): the prompt text, ``messages``
+            then empty.
     """
 
     messages: list[dict[str, Any]]
@@ -95,6 +97,7 @@ class ChatRequest:
     stream: bool = False
     include_usage: bool = False
     model: str = ""
+    prompt: str | None = None
 
 
 def _fail(message: str, param: str | None = None, code: str | None = None) -> RequestError:

@@ -7,6 +7,7 @@ Routes (each under ``/v1`` and under ``/t/<key>/v1``, the per-trajectory base UR
   with ``"stream": true``;
 - ``POST .../responses``: the same, asked and answered in the Responses API's shapes
   (:mod:`trl_agentic.agents.responses`);
+- ``POST .../completions``: legacy completions, a prompt string continued (:mod:`trl_agentic.agents.completions`);
 - ``GET .../models``: the one model served.
 
 The key is the path's (``/t/<key>/v1``), else the ``Authorization: Bearer <key>`` header's: a base URL that names its
@@ -28,6 +29,7 @@ from collections import OrderedDict
 from typing import Any, Callable
 
 from .bridge import GenerationBridge
+from .completions import parse_completion, text_completion_body, text_completion_events
 from .ownership import CALLER_HEADER, MIXED
 from .protocol import (
     ChatRequest,
@@ -157,6 +159,10 @@ def build_app(registry: Registry, bridge: GenerationBridge, limits: Limits, mode
         chat = parse_request(body, limits)
         return chat, chat
 
+    def read_completion(body: bytes, session: Session) -> tuple[ChatRequest, ChatRequest]:
+        request = parse_completion(body, limits)
+        return request, request
+
     def read_responses(body: bytes, session: Session) -> tuple[ResponsesRequest, ChatRequest]:
         parsed = parse_responses(body, limits, session.recall)
         return parsed, parsed.chat
@@ -169,6 +175,15 @@ def build_app(registry: Registry, bridge: GenerationBridge, limits: Limits, mode
         if chat.stream:
             return StreamingResponse(stream_events(reply, chat, model_name), media_type="text/event-stream")
         return JSONResponse(completion_body(reply, chat, model_name))
+
+    async def complete_text(request: Request, path_key: str | None) -> Any:
+        placed = await place(request, path_key, read_completion)
+        if not isinstance(placed, tuple):
+            return placed
+        _, _, text, reply = placed
+        if text.stream:
+            return StreamingResponse(text_completion_events(reply, text, model_name), media_type="text/event-stream")
+        return JSONResponse(text_completion_body(reply, text, model_name))
 
     async def respond(request: Request, path_key: str | None) -> Any:
         placed = await place(request, path_key, read_responses)
@@ -210,6 +225,14 @@ def build_app(registry: Registry, bridge: GenerationBridge, limits: Limits, mode
     @app.post("/t/{key}/v1/chat/completions")
     async def keyed_chat_completions(key: str, request: Request) -> Any:
         return await complete(request, key)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Any:
+        return await complete_text(request, None)
+
+    @app.post("/t/{key}/v1/completions")
+    async def keyed_completions(key: str, request: Request) -> Any:
+        return await complete_text(request, key)
 
     @app.post("/v1/responses")
     async def responses(request: Request) -> Any:

@@ -73,6 +73,7 @@ class Segment:
     tools: list[dict[str, Any]]
     busy: bool = False
     used: int = 0
+    text: str | None = None  # a legacy completions segment: the text the agent was given so far
 
 
 @dataclass
@@ -111,6 +112,7 @@ class Session:
         self.tokenizer = encoder.tokenizer
         self.eos_token_ids = eos_token_ids
         self.max_prompt_tokens = max_prompt_tokens
+        self._bos = list(self.tokenizer("", add_special_tokens=True)["input_ids"])  # a legacy prompt's start
         self.force_tool_choice = force_tool_choice
         self.segments: list[Segment] = []
         self.turns = self.requests = self.in_flight = self.unproven_requests = 0
@@ -135,22 +137,10 @@ class Session:
             cfg = self.config
             if self.truncation is not None or self.turns >= cfg.max_turns:
                 return self._over_budget(self.truncation or "max_turns")
-            segment, delta = self._extension(request)
-            if segment is None:
-                segment = self._new_segment(request)
-            elif delta is not None:
-                encoded, messages = delta
-                t = segment.trajectory
-                if len(t.completion_ids) + len(encoded.ids) >= cfg.max_completion_length:
-                    return self._over_budget("max_tokens")
-                t.completion_ids.extend(encoded.ids)
-                t.env_mask.extend([0] * len(encoded.ids))
-                t.logprobs.extend([0.0] * len(encoded.ids))
-                t.observations.append(encoded.text)
-                t.messages.extend(messages)
-                segment.history.extend(messages)
-                if encoded.observation_truncated:
-                    t.count("observation_truncated")
+            placed = self._place_text(request) if request.prompt is not None else self._place_chat(request)
+            if isinstance(placed, Reply):
+                return placed
+            segment = placed
             t = segment.trajectory
             forced = self._opening(request)
             remaining = cfg.max_completion_length - len(t.completion_ids) - len(forced)
@@ -196,6 +186,8 @@ class Session:
                 self._truncate("max_tokens")
             message = self._message(turn, turn.forced + ids, t.prompt_ids + t.completion_ids[:opened],
                                     reason == "stop")
+            if segment.text is not None:
+                segment.text += message["content"]
             segment.history.append(message)
             t.messages.append(message)
             finish = "length" if reason is None else ("tool_calls" if message.get("tool_calls") else "stop")
@@ -306,12 +298,69 @@ class Session:
         self.events["over_budget_requests"] += 1
         return Reply("", [], "length", [], None, [], 0)
 
+    def _place_chat(self, request: ChatRequest) -> Segment | Reply:
+        """The segment a chat request continues (its new messages appended) or starts; over budget, the reply."""
+        segment, delta = self._extension(request)
+        if segment is None:
+            return self._new_segment(request)
+        if delta is not None:
+            encoded, messages = delta
+            if not self._append(segment, encoded.ids, encoded.text):
+                return self._over_budget("max_tokens")
+            segment.trajectory.messages.extend(messages)
+            segment.history.extend(messages)
+            if encoded.observation_truncated:
+                segment.trajectory.count("observation_truncated")
+        return segment
+
+    def _place_text(self, request: ChatRequest) -> Segment | Reply:
+        """The segment a legacy completion continues (:mod:`~trl_agentic.agents.completions`): the longest idle
+        one whose ids begin the prompt's ids token for token, the rest appended masked; else a new one."""
+        prompt = request.prompt or ""
+        ids = self._bos + self.encoder.tokenize_untrusted(prompt)
+        best, joined = None, False
+        for segment in self.segments:
+            if segment.text is None or segment.busy:
+                continue
+            held = segment.trajectory.prompt_ids + segment.trajectory.completion_ids
+            if len(ids) > len(held) and ids[:len(held)] == held:
+                if best is None or len(held) > len(best.trajectory.prompt_ids + best.trajectory.completion_ids):
+                    best = segment
+            joined = joined or (prompt.startswith(segment.text) and len(prompt) > len(segment.text))
+        if best is None:
+            if joined:  # the text continues a segment, its tokens do not: a new segment, never a re-tokenization
+                self.events["text_join_mismatch"] += 1
+            if len(ids) > self.max_prompt_tokens:
+                raise RequestError(400, f"the prompt is {len(ids)} tokens, over max_prompt_tokens="
+                                   f"{self.max_prompt_tokens}", "prompt", "context_length_exceeded")
+            t = Trajectory(prompt_ids=ids)
+            t.prompt = prompt
+            segment = Segment(t, history=[], tools=[], text=prompt)
+            self.segments.append(segment)
+            return segment
+        held = len(best.trajectory.prompt_ids) + len(best.trajectory.completion_ids)
+        if not self._append(best, ids[held:], prompt[len(best.text):] if prompt.startswith(best.text) else ""):
+            return self._over_budget("max_tokens")
+        best.text = prompt
+        return best
+
+    def _append(self, segment: Segment, ids: list[int], text: str) -> bool:
+        """Append what the agent added between turns, masked; ``False`` (nothing appended) past the budget."""
+        t = segment.trajectory
+        if len(t.completion_ids) + len(ids) >= self.config.max_completion_length:
+            return False
+        t.completion_ids.extend(ids)
+        t.env_mask.extend([0] * len(ids))
+        t.logprobs.extend([0.0] * len(ids))
+        t.observations.append(text)
+        return True
+
     def _extension(self, request: ChatRequest) -> tuple[Segment | None, tuple[EncodedObservation, list] | None]:
         """The segment this request continues (the longest idle match), and the delta of its new messages."""
         best: Segment | None = None
         for segment in self.segments:
             held = len(segment.history)
-            if segment.busy or segment.tools != request.tools or len(request.messages) <= held \
+            if segment.text is not None or segment.busy or segment.tools != request.tools or len(request.messages) <= held \
                     or not segment.trajectory.turn_spans or segment.history[-1]["role"] != "assistant":
                 continue  # busy, other tools, nothing new, or no recorded reply to continue from
             if any(m["role"] == "assistant" for m in request.messages[held:]):
