@@ -22,6 +22,7 @@ before it is parsed; every string of a request is untrusted text (:mod:`trl_agen
 
 import asyncio
 import logging
+import re
 import secrets
 import socket
 import threading
@@ -48,6 +49,9 @@ from .session import Session, Turn
 logger = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
+SERVED = ("POST /v1/chat/completions", "POST /v1/responses", "POST /v1/completions", "GET /v1/models")
+"""The routes, as an unserved path's error lists them."""
+KEYED_PATH = re.compile(r"/t/[^/]*/")
 CLOSED_KEYS_KEPT = 65536
 """Keys of ended trajectories remembered (their late requests answer 409 instead of 401)."""
 
@@ -115,9 +119,12 @@ def build_app(registry: Registry, bridge: GenerationBridge, limits: Limits, mode
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        """An unserved path or method: what is served instead, the path's key never echoed."""
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        return JSONResponse(error_body(f"{request.method} {request.url.path}: {exc.detail}", kind),
-                            status_code=exc.status_code)
+        path = KEYED_PATH.sub("/t/<key>/", request.url.path)[:200]
+        message = (f"{request.method} {path} is not served; served: {', '.join(SERVED)} (each also under "
+                   "/t/<key>/v1, the trajectory's base URL)")
+        return JSONResponse(error_body(message, kind), status_code=exc.status_code)
 
     def key_of(request: Request, path_key: str | None) -> str | None:
         if path_key:
