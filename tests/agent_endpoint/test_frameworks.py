@@ -8,7 +8,7 @@ ids must be the ids generated, and the mask audit 0."""
 from __future__ import annotations
 
 import pytest
-from agent_helpers import add_dataset, answer_reward, call, config, scripted
+from agent_helpers import agent_trainer, call
 from test_agent_training import recorded_generator
 
 from trl_agentic.agents import AgentEndpoint
@@ -74,27 +74,9 @@ AGENTS = {"openai-agents": openai_agents_agent, "openai-agents-responses": opena
 @pytest.mark.parametrize("trainer_name", ["grpo", "ppo"])
 @pytest.mark.parametrize("framework", sorted(AGENTS))
 def test_framework_agent_trains_two_steps(qwen, tmp_path, framework, trainer_name):
-    from trl_agentic import AgenticGRPOConfig, AgenticGRPOTrainer, AgenticPPOConfig, AgenticPPOTrainer
-
-    tok = qwen.load_tokenizer()
-    model = scripted(qwen.load_model(), tok, [call("add", a=1, b=3), "The answer is 4."])
-    kwargs = dict(model=model, processing_class=tok, train_dataset=add_dataset(), reward_funcs=answer_reward,
-                  agent=AGENTS[framework])
-    if trainer_name == "grpo":
-        trainer = AgenticGRPOTrainer(args=config(AgenticGRPOConfig, tmp_path), **kwargs)
-    else:
-        args = config(AgenticPPOConfig, tmp_path, beta=0.05)
-        args.num_generations = 1
-        trainer = AgenticPPOTrainer(args=args, **kwargs)
+    trainer, runs = agent_trainer(qwen, tmp_path, trainer_name, AGENTS[framework],
+                                  [call("add", a=1, b=3), "The answer is 4."])
     recordings = recorded_generator(trainer)
-    runs = []
-    run = trainer.agent_rollout.run
-
-    def keep(*args, **kw):
-        runs.extend(run(*args, **kw))
-        return runs[-len(args[0]):]
-
-    trainer.agent_rollout.run = keep
     trainer.train()
     assert trainer.state.global_step == 2 and len(runs) == 4
     generated = [ids for rec in recordings for batch in rec.outputs for ids in batch]

@@ -5,7 +5,7 @@ call itself. Needs ``smolagents`` (the ``frameworks`` extra); skipped without it
 from __future__ import annotations
 
 import pytest
-from agent_helpers import add_dataset, answer_reward, call, config, scripted
+from agent_helpers import agent_trainer, call
 from helpers import ScriptedGenerator
 from test_endpoint_hostile import rollout
 
@@ -55,27 +55,9 @@ def test_a_tool_calling_agent_gets_its_calls_opened(qwen):
 
 @pytest.mark.parametrize("trainer_name", ["grpo", "ppo"])
 def test_a_tool_calling_agent_trains_two_steps_unforced(qwen, tmp_path, trainer_name):
-    from trl_agentic import AgenticGRPOConfig, AgenticGRPOTrainer, AgenticPPOConfig, AgenticPPOTrainer
-
-    tok = qwen.load_tokenizer()
-    model = scripted(qwen.load_model(), tok, [call("add", a=1, b=3), call("final_answer", answer="4")])
     agent = Agent(smolagents_agent, max_prompt_tokens=100_000, force_tool_choice=False)
-    kwargs = dict(model=model, processing_class=tok, train_dataset=add_dataset(), reward_funcs=answer_reward,
-                  agent=agent)
-    if trainer_name == "grpo":
-        trainer = AgenticGRPOTrainer(args=config(AgenticGRPOConfig, tmp_path, max_completion_length=1024), **kwargs)
-    else:
-        args = config(AgenticPPOConfig, tmp_path, beta=0.05, max_completion_length=1024)
-        args.num_generations = 1
-        trainer = AgenticPPOTrainer(args=args, **kwargs)
-    runs = []
-    run = trainer.agent_rollout.run
-
-    def keep(*args, **kw):
-        runs.extend(run(*args, **kw))
-        return runs[-len(args[0]):]
-
-    trainer.agent_rollout.run = keep
+    trainer, runs = agent_trainer(qwen, tmp_path, trainer_name, agent,
+                                  [call("add", a=1, b=3), call("final_answer", answer="4")], max_completion_length=1024)
     trainer.train()
     assert trainer.state.global_step == 2 and len(runs) == 4
     for t in runs:

@@ -49,7 +49,9 @@ from .session import Session, Turn
 logger = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
-SERVED = ("POST /v1/chat/completions", "POST /v1/responses", "POST /v1/completions", "GET /v1/models")
+ROUTES = (("POST", "/chat/completions"), ("POST", "/responses"), ("POST", "/completions"), ("GET", "/models"))
+"""The routes (method, path after ``/v1``)."""
+SERVED = tuple(f"{method} /v1{path}" for method, path in ROUTES)
 """The routes, as an unserved path's error lists them."""
 KEYED_PATH = re.compile(r"/t/[^/]*/")
 CLOSED_KEYS_KEPT = 65536
@@ -162,35 +164,24 @@ def build_app(registry: Registry, bridge: GenerationBridge, limits: Limits, mode
             return error(exc)
         return session, parsed, chat, reply
 
-    def read_chat(body: bytes, session: Session) -> tuple[ChatRequest, ChatRequest]:
-        chat = parse_request(body, limits)
-        return chat, chat
-
-    def read_completion(body: bytes, session: Session) -> tuple[ChatRequest, ChatRequest]:
-        request = parse_completion(body, limits)
-        return request, request
 
     def read_responses(body: bytes, session: Session) -> tuple[ResponsesRequest, ChatRequest]:
         parsed = parse_responses(body, limits, session.recall)
         return parsed, parsed.chat
 
-    async def complete(request: Request, path_key: str | None) -> Any:
-        placed = await place(request, path_key, read_chat)
-        if not isinstance(placed, tuple):
-            return placed
-        _, _, chat, reply = placed
-        if chat.stream:
-            return StreamingResponse(stream_events(reply, chat, model_name), media_type="text/event-stream")
-        return JSONResponse(completion_body(reply, chat, model_name))
+    def answering(parse: Callable[[bytes, Limits], ChatRequest], body: Callable[[Reply, ChatRequest, str], Any],
+                  events: Callable[[Reply, ChatRequest, str], Any]) -> Callable[[Request, str | None], Any]:
+        """The handler of an API whose request is a :class:`ChatRequest`: chat or legacy completions."""
+        async def handle(request: Request, path_key: str | None) -> Any:
+            placed = await place(request, path_key, lambda data, session: (None, parse(data, limits)))
+            if not isinstance(placed, tuple):
+                return placed
+            _, _, chat, reply = placed
+            if chat.stream:
+                return StreamingResponse(events(reply, chat, model_name), media_type="text/event-stream")
+            return JSONResponse(body(reply, chat, model_name))
 
-    async def complete_text(request: Request, path_key: str | None) -> Any:
-        placed = await place(request, path_key, read_completion)
-        if not isinstance(placed, tuple):
-            return placed
-        _, _, text, reply = placed
-        if text.stream:
-            return StreamingResponse(text_completion_events(reply, text, model_name), media_type="text/event-stream")
-        return JSONResponse(text_completion_body(reply, text, model_name))
+        return handle
 
     async def respond(request: Request, path_key: str | None) -> Any:
         placed = await place(request, path_key, read_responses)
@@ -225,39 +216,27 @@ def build_app(registry: Registry, bridge: GenerationBridge, limits: Limits, mode
             return error(exc)
         return JSONResponse(models_body(model_name))
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> Any:
-        return await complete(request, None)
-
-    @app.post("/t/{key}/v1/chat/completions")
-    async def keyed_chat_completions(key: str, request: Request) -> Any:
-        return await complete(request, key)
-
-    @app.post("/v1/completions")
-    async def completions(request: Request) -> Any:
-        return await complete_text(request, None)
-
-    @app.post("/t/{key}/v1/completions")
-    async def keyed_completions(key: str, request: Request) -> Any:
-        return await complete_text(request, key)
-
-    @app.post("/v1/responses")
-    async def responses(request: Request) -> Any:
-        return await respond(request, None)
-
-    @app.post("/t/{key}/v1/responses")
-    async def keyed_responses(key: str, request: Request) -> Any:
-        return await respond(request, key)
-
-    @app.get("/v1/models")
-    async def list_models(request: Request) -> Any:
-        return await models(request, None)
-
-    @app.get("/t/{key}/v1/models")
-    async def keyed_models(key: str, request: Request) -> Any:
-        return await models(request, key)
-
+    handlers = {"/chat/completions": answering(parse_request, completion_body, stream_events), "/responses": respond,
+                "/completions": answering(parse_completion, text_completion_body, text_completion_events),
+                "/models": models}
+    for method, path in ROUTES:  # each under /v1 and under the trajectory's own /t/<key>/v1
+        add_routes(app, method, path, handlers[path])
     return app
+
+
+def add_routes(app: Any, method: str, path: str, handler: Callable[[Any, str | None], Any]) -> None:
+    """``method /v1<path>`` (the key in the header) and ``method /t/<key>/v1<path>`` (the key in the path), both
+    served by ``handler(request, path_key)``."""
+    from fastapi import Request
+
+    async def bare(request: Request) -> Any:
+        return await handler(request, None)
+
+    async def keyed(key: str, request: Request) -> Any:
+        return await handler(request, key)
+
+    app.add_api_route(f"/v1{path}", bare, methods=[method])
+    app.add_api_route(f"/t/{{key}}/v1{path}", keyed, methods=[method])
 
 
 class AgentServer:
