@@ -59,7 +59,7 @@ report(out, seconds=time.monotonic() - start)
     assert error.startswith("the agent blocked the event loop for over 2.0 s at <string>:") and "in agent:" in error
     assert "plain `def`" in error and "async client" in error and "\n" not in error
     assert others == [["terminated", "", 2]] * 3  # stalled 6 s in all with env_timeout=3: not blamed
-    assert data["seconds"] < 12
+    assert data["seconds"] < 20
 
 
 def test_a_block_that_never_ends_names_the_culprit_and_frees_the_round():
@@ -84,4 +84,4 @@ import os; os._exit(0)  # the blocked thread is abandoned: do not wait for it at
     for reason, error, _ in (runs[0], runs[2]):  # lost with the loop, but the error names the culprit
         assert reason == "env_timeout" and "blocked by another agent" in error and "in agent" in error, error
     assert runs[3:] == [["terminated", "", 2]] * 2
-    assert data["seconds"] < 10
+    assert data["seconds"] < 20  # not the 25 s of the block (about 8 s on 2 idle cores)
