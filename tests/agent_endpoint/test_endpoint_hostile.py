@@ -255,5 +255,6 @@ def test_an_unserved_path_lists_the_served_ones_and_never_echoes_the_key(qwen):
         assert r.status_code in (404, 405) and answers["key"] not in r.text, (name, r.text)
         assert "is not served" in message and "POST /v1/chat/completions" in message and "/t/<key>/v1" in message
         assert "POST /v1/responses" in message and "POST /v1/completions" in message and "GET /v1/models" in message
+        assert "POST /v1/messages" in message
     assert answers["route"].json()["error"]["message"].startswith("GET /t/<key>/v1/nothing is not served")
     ro.close()

@@ -5,8 +5,8 @@ run ``agent(client, **row)`` once per dataset row; the agent talks to the policy
 or any framework given its base URL and key), and every model call is recorded token for token. Modules, one job each:
 
 - :mod:`~trl_agentic.agents.protocol`: OpenAI's chat-completions shapes, server-sent events, error bodies;
-- :mod:`~trl_agentic.agents.responses`, :mod:`~trl_agentic.agents.completions`: the Responses API and legacy
-  completions, read into the same requests;
+- :mod:`~trl_agentic.agents.responses`, :mod:`~trl_agentic.agents.completions`, :mod:`~trl_agentic.agents.messages`:
+  the Responses API, legacy completions and Anthropic's Messages API, read into the same requests;
 - :mod:`~trl_agentic.agents.forcing`: ``tool_choice="required"`` and a named function (the opening of a call);
 - :mod:`~trl_agentic.agents.prompt`: a conversation's ids, every string in it untrusted text;
 - :mod:`~trl_agentic.agents.session`: one trajectory's record, prefix reuse and segments, budgets;

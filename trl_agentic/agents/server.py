@@ -8,9 +8,10 @@ Routes (each under ``/v1`` and under ``/t/<key>/v1``, the per-trajectory base UR
 - ``POST .../responses``: the same, asked and answered in the Responses API's shapes
   (:mod:`trl_agentic.agents.responses`);
 - ``POST .../completions``: legacy completions, a prompt string continued (:mod:`trl_agentic.agents.completions`);
+- ``POST .../messages``: Anthropic's Messages API (:mod:`trl_agentic.agents.messages`);
 - ``GET .../models``: the one model served.
 
-The key is the path's (``/t/<key>/v1``), else the ``Authorization: Bearer <key>`` header's: a base URL that names its
+The key is the path's (``/t/<key>/v1``), else the ``Authorization: Bearer <key>`` header's (or ``x-api-key``'s): a base URL that names its
 trajectory works for agents that share one process-wide API key. Answers, with OpenAI's error body: 400 malformed
 request (the field named), 401 unknown key, 404 unknown route, 409 the trajectory has ended or the request was sent
 by another trajectory's agent (:mod:`trl_agentic.agents.ownership`), 413 body over ``max_request_bytes``. None of them touches another trajectory, the batch or the server.
@@ -31,6 +32,7 @@ from typing import Any, Callable
 
 from .bridge import GenerationBridge
 from .completions import parse_completion, text_completion_body, text_completion_events
+from .messages import message_body, message_events, parse_messages
 from .ownership import CALLER_HEADER, MIXED
 from .protocol import (
     ChatRequest,
@@ -49,7 +51,8 @@ from .session import Session, Turn
 logger = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
-ROUTES = (("POST", "/chat/completions"), ("POST", "/responses"), ("POST", "/completions"), ("GET", "/models"))
+ROUTES = (("POST", "/chat/completions"), ("POST", "/responses"), ("POST", "/completions"), ("POST", "/messages"),
+          ("GET", "/models"))
 """The routes (method, path after ``/v1``)."""
 SERVED = tuple(f"{method} /v1{path}" for method, path in ROUTES)
 """The routes, as an unserved path's error lists them."""
@@ -132,7 +135,7 @@ def build_app(registry: Registry, bridge: GenerationBridge, limits: Limits, mode
         if path_key:
             return path_key
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        return token.strip() if scheme.lower() == "bearer" else None
+        return token.strip() if scheme.lower() == "bearer" else request.headers.get("x-api-key")
 
     async def body_of(request: Request) -> bytes:
         declared = request.headers.get("content-length")
@@ -218,6 +221,7 @@ def build_app(registry: Registry, bridge: GenerationBridge, limits: Limits, mode
 
     handlers = {"/chat/completions": answering(parse_request, completion_body, stream_events), "/responses": respond,
                 "/completions": answering(parse_completion, text_completion_body, text_completion_events),
+                "/messages": answering(parse_messages, message_body, message_events),
                 "/models": models}
     for method, path in ROUTES:  # each under /v1 and under the trajectory's own /t/<key>/v1
         add_routes(app, method, path, handlers[path])
