@@ -17,7 +17,8 @@ handler raises :class:`CallerDeadline`, which interrupts Python code and blockin
 socket read) but not a long computation inside one C call (it is raised when that call returns); the tool's own
 ``SIGALRM`` is left alone. On another thread the call runs without a deadline.
 
-Standard library only: the tools package imports it on its own.
+Standard library only (and :mod:`trl_agentic.loop_watch`: a watched loop's blocks are not counted against a call's
+timeout): the tools package imports it on its own.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ import signal
 import threading
 import time
 from typing import Any, Callable
+
+from .loop_watch import within
 
 logger = logging.getLogger(__name__)
 
@@ -129,7 +132,7 @@ async def run_in_thread(fn: Callable[..., Any], *args: Any, timeout: float | Non
     async with slots:
         _workers.run(target)
         try:
-            return await asyncio.wait_for(asyncio.shield(future), timeout)
+            return await within(asyncio.shield(future), timeout)
         except (asyncio.TimeoutError, asyncio.CancelledError):
             with lock:
                 if not future.done():

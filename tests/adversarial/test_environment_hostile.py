@@ -92,9 +92,32 @@ print(json.dumps(elapsed))
     result = run_isolated(code, timeout=60)
     assert result.returncode == 0, result.stderr[-3000:]
     rows, elapsed = (json.loads(line) for line in result.stdout.strip().splitlines()[-2:])
-    assert rows[0][0] == "env_timeout"
+    assert rows[0][0] == "env_error" and rows[0][2].startswith("Blocking.step blocked the event loop for over ")
+    assert rows[1][0] == "env_timeout" and "blocked by Blocking.step" in rows[1][2]  # lost with the loop, not blamed
     assert rows[2][:2] == ["terminated", 2]  # a fresh loop serves the next batch
     assert elapsed < 8  # the batch did not wait for the blocked loop
+
+
+def test_an_async_step_that_blocks_the_loop_is_named_and_costs_its_own_trajectory():
+    """The watchdog beside the environments' loop names the step and the line that blocks; the steps it stalled are
+    not timed out for the time it held the loop."""
+    code = PRELUDE + """
+class Blocking(EchoEnvironment):
+    async def step(self, action):
+        await asyncio.sleep(0.1 if self.fail else 0.5)
+        if self.fail:
+            time.sleep(3)  # a sync call inside async def: the whole loop stops
+        else:
+            await asyncio.sleep(0.5)
+        return EchoEnvironment.step(self, action)
+
+report(engine(Blocking, timeout=2.5).run(["p", "q", "r"], [{"fail": True}, {}, {}]))
+"""
+    rows = _last_json(run_isolated(code, timeout=90))
+    assert rows[0][0] == "env_error" and rows[0][1] == 1, rows[0]
+    assert rows[0][2].startswith("Blocking.step blocked the event loop for over 2.0 s at <string>:")
+    assert "in step:" in rows[0][2] and "plain `def`" in rows[0][2] and "async client" in rows[0][2]
+    assert rows[1][:2] == rows[2][:2] == ["terminated", 2]  # 3.6 s per step with env_timeout=2.5: not blamed
 
 
 def test_real_ctrl_c_stops_the_run_promptly():

@@ -234,3 +234,27 @@ def test_budgets_hold_across_requests(qwen):
     assert t.agent_output[-1] == "length" and t.stop_reason == "max_tokens"
     assert all(len(s.completion_ids) <= 12 for s in t.segments)
     ro.close()
+
+
+def test_an_unserved_path_lists_the_served_ones_and_never_echoes_the_key(qwen):
+    answers = {}
+
+    async def agent(endpoint, **row):
+        for name, method, url in (("route", "GET", endpoint.base_url + "/nothing"),
+                                  ("method", "GET", endpoint.base_url + "/chat/completions"),
+                                  ("bare", "POST", endpoint.base_url.split("/t/")[0] + "/v1/embeddings")):
+            answers[name] = await asyncio.to_thread(httpx.request, method, url, timeout=30)
+        answers["key"] = endpoint.api_key
+        return "done"
+
+    ro, _, gen = rollout(qwen, agent)
+    ro.run([{}], gen)
+    for name in ("route", "method", "bare"):
+        r = answers[name]
+        message = r.json()["error"]["message"]
+        assert r.status_code in (404, 405) and answers["key"] not in r.text, (name, r.text)
+        assert "is not served" in message and "POST /v1/chat/completions" in message and "/t/<key>/v1" in message
+        assert "POST /v1/responses" in message and "POST /v1/completions" in message and "GET /v1/models" in message
+        assert "POST /v1/messages" in message
+    assert answers["route"].json()["error"]["message"].startswith("GET /t/<key>/v1/nothing is not served")
+    ro.close()

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from agent_helpers import add_dataset, answer_reward, call, scripted, sdk_agent
+import pytest
+from agent_helpers import add_dataset, answer_reward, call, responses_agent, scripted, sdk_agent
 
 
-def test_evaluate_an_agent(qwen):
+@pytest.mark.parametrize("agent", [sdk_agent, responses_agent], ids=["chat-completions", "responses"])
+def test_evaluate_an_agent(qwen, agent):
     from trl_agentic.evaluate import evaluate
 
     tok = qwen.load_tokenizer()
     model = scripted(qwen.load_model(), tok, [call("add", a=1, b=3), "The answer is 4."])
     rows = [dict(r) for r in add_dataset(2)]  # 0 + 3 (wrong answer 4), 1 + 3 (right)
-    report, trajectories = evaluate(model, tok, None, rows, answer_reward, agent=sdk_agent, samples_per_row=2,
+    report, trajectories = evaluate(model, tok, None, rows, answer_reward, agent=agent, samples_per_row=2,
                                     k=(1, 2), greedy=True, show_progress=False, max_turns=4,
                                     max_tokens_per_turn=64, max_completion_length=128)
     assert report.accuracy == 0.5 and report.pass_at_k[2] == 0.5 and report.successes == [0, 2]

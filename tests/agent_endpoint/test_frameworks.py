@@ -1,5 +1,6 @@
 """Agents written with two agent frameworks from PyPI, unchanged, train two steps through both trainers: the OpenAI
-Agents SDK (``openai-agents``, given the client) and LangGraph's ReAct agent over ``langchain-openai``'s ChatOpenAI
+Agents SDK (``openai-agents``, given the client: its chat-completions model, and its default model, which talks the
+Responses API) and LangGraph's ReAct agent over ``langchain-openai``'s ChatOpenAI
 (given the base URL and key). Each framework re-sends its history in its own message format; every trajectory must
 still be one segment (the history matched what was recorded, so the ids were reused, not re-rendered), its sampled
 ids must be the ids generated, and the mask audit 0."""
@@ -7,7 +8,7 @@ ids must be the ids generated, and the mask audit 0."""
 from __future__ import annotations
 
 import pytest
-from agent_helpers import add_dataset, answer_reward, call, config, scripted
+from agent_helpers import agent_trainer, call
 from test_agent_training import recorded_generator
 
 from trl_agentic.agents import AgentEndpoint
@@ -34,6 +35,22 @@ async def openai_agents_agent(client, question, **row):
     return result.final_output
 
 
+async def openai_agents_default_agent(client, question, **row):
+    """The Agents SDK's default model (the Responses API), given the client for this run."""
+    from agents import Agent, OpenAIProvider, RunConfig, Runner, function_tool, set_tracing_disabled
+
+    set_tracing_disabled(True)
+
+    @function_tool
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    agent = Agent(name="calculator", instructions="Use the add tool, then answer.", tools=[add], model="policy")
+    config = RunConfig(model_provider=OpenAIProvider(openai_client=client))
+    return (await Runner.run(agent, question, max_turns=4, run_config=config)).final_output
+
+
 async def langgraph_agent(endpoint: AgentEndpoint, question, **row):
     from langchain_core.tools import tool
     from langchain_openai import ChatOpenAI
@@ -50,33 +67,16 @@ async def langgraph_agent(endpoint: AgentEndpoint, question, **row):
     return state["messages"][-1].content
 
 
-AGENTS = {"openai-agents": openai_agents_agent, "langgraph": langgraph_agent}
+AGENTS = {"openai-agents": openai_agents_agent, "openai-agents-responses": openai_agents_default_agent,
+          "langgraph": langgraph_agent}
 
 
 @pytest.mark.parametrize("trainer_name", ["grpo", "ppo"])
 @pytest.mark.parametrize("framework", sorted(AGENTS))
 def test_framework_agent_trains_two_steps(qwen, tmp_path, framework, trainer_name):
-    from trl_agentic import AgenticGRPOConfig, AgenticGRPOTrainer, AgenticPPOConfig, AgenticPPOTrainer
-
-    tok = qwen.load_tokenizer()
-    model = scripted(qwen.load_model(), tok, [call("add", a=1, b=3), "The answer is 4."])
-    kwargs = dict(model=model, processing_class=tok, train_dataset=add_dataset(), reward_funcs=answer_reward,
-                  agent=AGENTS[framework])
-    if trainer_name == "grpo":
-        trainer = AgenticGRPOTrainer(args=config(AgenticGRPOConfig, tmp_path), **kwargs)
-    else:
-        args = config(AgenticPPOConfig, tmp_path, beta=0.05)
-        args.num_generations = 1
-        trainer = AgenticPPOTrainer(args=args, **kwargs)
+    trainer, runs = agent_trainer(qwen, tmp_path, trainer_name, AGENTS[framework],
+                                  [call("add", a=1, b=3), "The answer is 4."])
     recordings = recorded_generator(trainer)
-    runs = []
-    run = trainer.agent_rollout.run
-
-    def keep(*args, **kw):
-        runs.extend(run(*args, **kw))
-        return runs[-len(args[0]):]
-
-    trainer.agent_rollout.run = keep
     trainer.train()
     assert trainer.state.global_step == 2 and len(runs) == 4
     generated = [ids for rec in recordings for batch in rec.outputs for ids in batch]

@@ -15,7 +15,8 @@ from typing import Any
 
 import torch
 
-AGENT_EVENTS = ("bad_request", "template_fallback", "over_budget_requests", "no_model_calls", "malformed_tool_call")
+AGENT_EVENTS = ("bad_request", "template_fallback", "over_budget_requests", "no_model_calls", "malformed_tool_call",
+                "forced_call", "tool_choice_unforced", "text_join_mismatch")
 
 
 def agent_metrics(runs: Sequence[Any], accelerator: Any) -> dict[str, float]:

@@ -12,8 +12,8 @@ the policy's):
 - ``messages``: roles ``system`` (``developer`` reads as ``system``), ``user``, ``assistant`` (``content`` and
   ``tool_calls``), ``tool`` (``content``, ``tool_call_id``); content a string or a list of text parts. The last
   message may not be an assistant message (continuing one is not supported).
-- ``tools`` (functions only), ``tool_choice`` (``"auto"`` or ``"none"``; ``"required"`` or a named function would need
-  constrained decoding and are refused), ``max_tokens`` / ``max_completion_tokens``, ``stop``, ``logprobs`` /
+- ``tools`` (functions only), ``tool_choice`` (``"auto"``, ``"none"``, ``"required"`` or ``{"type": "function",
+  "function": {"name"}}``: the last two open the turn with a call, :mod:`~trl_agentic.agents.forcing`), ``max_tokens`` / ``max_completion_tokens``, ``stop``, ``logprobs`` /
   ``top_logprobs``, ``n`` (1 only), ``stream`` and ``stream_options.include_usage``, ``response_format`` (``text``).
 """
 
@@ -75,23 +75,29 @@ class ChatRequest:
         messages: The messages in the form chat templates read (:func:`normalize_message`).
         tools: The tools' JSON schemas, ``{"type": "function", "function": {...}}``.
         tool_calls_allowed: ``False`` for ``tool_choice="none"``: the reply is text, never parsed into calls.
+        forced_call: The function a call must be opened with: ``""`` for ``tool_choice="required"`` (any), its name
+            for a named function, ``None`` otherwise.
         max_tokens: The request's own cap on sampled tokens (``None``: the training's budgets alone).
         stop: The request's stop strings.
         logprobs: Return the log-prob of each sampled token (when the generation backend reports them).
         stream: Answer with server-sent events.
         include_usage: With ``stream``, end with a chunk carrying ``usage``.
         model: The model name the client sent (echoed back; any name is served by the policy).
+        prompt: Legacy completions only (:mod:`~trl_agentic.agents.completions`): the prompt text, ``messages``
+            then empty.
     """
 
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] = field(default_factory=list)
     tool_calls_allowed: bool = True
+    forced_call: str | None = None
     max_tokens: int | None = None
     stop: list[str] = field(default_factory=list)
     logprobs: bool = False
     stream: bool = False
     include_usage: bool = False
     model: str = ""
+    prompt: str | None = None
 
 
 def _fail(message: str, param: str | None = None, code: str | None = None) -> RequestError:
@@ -100,12 +106,23 @@ def _fail(message: str, param: str | None = None, code: str | None = None) -> Re
 
 def parse_request(body: bytes, limits: Limits) -> ChatRequest:
     """Read and check a request body; raises :class:`RequestError` (400) naming the field at the first problem."""
+    return check_request(load_json(body), limits)
+
+
+def load_json(body: bytes) -> dict[str, Any]:
+    """A request body as a JSON object (400 otherwise)."""
     try:
         data = json.loads(body)
     except (ValueError, RecursionError):
         raise _fail("the request body is not valid JSON") from None
     if not isinstance(data, dict):
         raise _fail("the request body must be a JSON object")
+    return data
+
+
+def check_request(data: dict[str, Any], limits: Limits) -> ChatRequest:
+    """Check a chat-completions request (a JSON object) into a :class:`ChatRequest`; :class:`RequestError` (400)
+    naming the field at the first problem."""
     for legacy in ("functions", "function_call"):
         if data.get(legacy) is not None:
             raise _fail(f"{legacy!r} is not supported; pass 'tools' instead", legacy)
@@ -122,7 +139,7 @@ def parse_request(body: bytes, limits: Limits) -> ChatRequest:
         raise _fail("the last message may not be an assistant message (continuing one is not supported)", "messages")
     request = ChatRequest(messages=normalized, model=str(data.get("model") or ""))
     request.tools = _tools(data.get("tools"), limits)
-    request.tool_calls_allowed = _tool_choice(data.get("tool_choice"))
+    request.tool_calls_allowed, request.forced_call = _tool_choice(data.get("tool_choice"), request.tools)
     request.max_tokens = _max_tokens(data)
     request.stop = _stop(data.get("stop"), limits)
     request.logprobs = _boolean(data, "logprobs")
@@ -174,13 +191,24 @@ def _stop(value: Any, limits: Limits) -> list[str]:
     return list(dict.fromkeys(stops))
 
 
-def _tool_choice(value: Any) -> bool:
+def _tool_choice(value: Any, tools: list[dict[str, Any]]) -> tuple[bool, str | None]:
+    """(whether the reply is parsed into calls, the call forced: see :attr:`ChatRequest.forced_call`)."""
     if value is None or value == "auto":
-        return True
+        return True, None
     if value == "none":
-        return False
-    raise _fail("tool_choice must be 'auto' or 'none': 'required' and a named function would need constrained "
-                "decoding, which would change what the policy samples", "tool_choice")
+        return False, None
+    names = [tool["function"]["name"] for tool in tools]
+    function = value.get("function") if isinstance(value, dict) and value.get("type") == "function" else None
+    name = function.get("name") if isinstance(function, dict) else None
+    if value != "required" and not isinstance(name, str):
+        raise _fail("tool_choice must be 'auto', 'none', 'required' or {'type': 'function', 'function': {'name': ...}}",
+                    "tool_choice")
+    if not names:
+        raise _fail("tool_choice asks for a call but the request offers no tools", "tool_choice")
+    if name is not None and name not in names:
+        raise _fail(f"tool_choice names {name[:64]!r}, which is not among the tools ({', '.join(names)[:200]})",
+                    "tool_choice")
+    return True, name or ""
 
 
 def _tools(value: Any, limits: Limits) -> list[dict[str, Any]]:
@@ -313,11 +341,16 @@ def _wire_call(call: dict[str, Any]) -> dict[str, Any]:
             "function": {"name": function["name"], "arguments": json.dumps(function["arguments"], ensure_ascii=False)}}
 
 
+def token_logprobs(reply: Reply) -> list[dict[str, Any]]:
+    """Each sampled token's text and log-prob, as OpenAI lists them (no alternatives)."""
+    return [{"token": token, "logprob": logprob, "bytes": list(token.encode("utf-8")), "top_logprobs": []}
+            for token, logprob in zip(reply.tokens, reply.logprobs or [])]
+
+
 def _logprobs(reply: Reply, wanted: bool) -> dict[str, Any] | None:
     if not wanted or reply.logprobs is None:
         return None
-    return {"content": [{"token": token, "logprob": logprob, "bytes": list(token.encode("utf-8")), "top_logprobs": []}
-                        for token, logprob in zip(reply.tokens, reply.logprobs)], "refusal": None}
+    return {"content": token_logprobs(reply), "refusal": None}
 
 
 def _usage(reply: Reply) -> dict[str, int]:

@@ -5,12 +5,16 @@ Routes (each under ``/v1`` and under ``/t/<key>/v1``, the per-trajectory base UR
 - ``POST .../chat/completions``: one model call of the trajectory the key names (:mod:`trl_agentic.agents.session`),
   generated in a batch with the other agents' calls (:mod:`trl_agentic.agents.bridge`); JSON, or server-sent events
   with ``"stream": true``;
+- ``POST .../responses``: the same, asked and answered in the Responses API's shapes
+  (:mod:`trl_agentic.agents.responses`);
+- ``POST .../completions``: legacy completions, a prompt string continued (:mod:`trl_agentic.agents.completions`);
+- ``POST .../messages``: Anthropic's Messages API (:mod:`trl_agentic.agents.messages`);
 - ``GET .../models``: the one model served.
 
-The key is the path's (``/t/<key>/v1``), else the ``Authorization: Bearer <key>`` header's: a base URL that names its
+The key is the path's (``/t/<key>/v1``), else the ``Authorization: Bearer <key>`` header's (or ``x-api-key``'s): a base URL that names its
 trajectory works for agents that share one process-wide API key. Answers, with OpenAI's error body: 400 malformed
-request (the field named), 401 unknown key, 404 unknown route, 409 the trajectory has ended, 413 body over
-``max_request_bytes``. None of them touches another trajectory, the batch or the server.
+request (the field named), 401 unknown key, 404 unknown route, 409 the trajectory has ended or the request was sent
+by another trajectory's agent (:mod:`trl_agentic.agents.ownership`), 413 body over ``max_request_bytes``. None of them touches another trajectory, the batch or the server.
 
 Security: the socket is bound to 127.0.0.1 only (nothing off the machine can connect); keys are 32 random bytes
 (``secrets``), one per trajectory, so an agent can write only into its own trajectory; the body is read with a cap
@@ -19,14 +23,19 @@ before it is parsed; every string of a request is untrusted text (:mod:`trl_agen
 
 import asyncio
 import logging
+import re
 import secrets
 import socket
 import threading
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Callable
 
 from .bridge import GenerationBridge
+from .completions import parse_completion, text_completion_body, text_completion_events
+from .messages import message_body, message_events, parse_messages
+from .ownership import CALLER_HEADER, MIXED
 from .protocol import (
+    ChatRequest,
     Limits,
     Reply,
     RequestError,
@@ -36,11 +45,18 @@ from .protocol import (
     parse_request,
     stream_events,
 )
+from .responses import ResponsesRequest, parse_responses, reply_message, response_body, response_events, response_id
 from .session import Session, Turn
 
 logger = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
+ROUTES = (("POST", "/chat/completions"), ("POST", "/responses"), ("POST", "/completions"), ("POST", "/messages"),
+          ("GET", "/models"))
+"""The routes (method, path after ``/v1``)."""
+SERVED = tuple(f"{method} /v1{path}" for method, path in ROUTES)
+"""The routes, as an unserved path's error lists them."""
+KEYED_PATH = re.compile(r"/t/[^/]*/")
 CLOSED_KEYS_KEPT = 65536
 """Keys of ended trajectories remembered (their late requests answer 409 instead of 401)."""
 
@@ -51,28 +67,40 @@ def new_key() -> str:
 
 
 class Registry:
-    """The sessions of the running rollout, by key, and the keys of ended ones."""
+    """The sessions of the running rollout, by key and by sender id, and the keys of ended ones."""
 
     def __init__(self) -> None:
         self.sessions: dict[str, Session] = {}
+        self.callers: dict[str, Session] = {}
         self.closed: "OrderedDict[str, None]" = OrderedDict()
         self._lock = threading.Lock()
 
     def add(self, sessions: "list[Session]") -> None:
         with self._lock:
             self.sessions.update({s.key: s for s in sessions})
+            self.callers.update({s.caller_id: s for s in sessions})
 
     def retire(self, sessions: "list[Session]") -> None:
         with self._lock:
             for s in sessions:
                 self.sessions.pop(s.key, None)
+                self.callers.pop(s.caller_id, None)
                 self.closed[s.key] = None
             while len(self.closed) > CLOSED_KEYS_KEPT:
                 self.closed.popitem(last=False)
 
-    def get(self, key: str | None) -> Session:
+    def get(self, key: str | None, caller: str | None = None) -> Session:
+        """The session ``key`` names. ``caller``: the sender id a request carries (:mod:`.ownership`); a request
+        sent by another trajectory's agent is refused and fails the sender's trajectory (the key's record stays
+        clean)."""
         with self._lock:
             session = self.sessions.get(key or "")
+            if caller is not None and (session is None or caller != session.caller_id):
+                sender = self.callers.get(caller)
+                if sender is not None or session is not None:
+                    if sender is not None:
+                        sender.fail(("env_error", MIXED))
+                    raise RequestError(409, MIXED, code="trajectory_mixed")
             if session is None and key in self.closed:
                 raise RequestError(409, "this trajectory has ended; its key takes no more requests",
                                    code="trajectory_closed")
@@ -96,15 +124,18 @@ def build_app(registry: Registry, bridge: GenerationBridge, limits: Limits, mode
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        """An unserved path or method: what is served instead, the path's key never echoed."""
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        return JSONResponse(error_body(f"{request.method} {request.url.path}: {exc.detail}", kind),
-                            status_code=exc.status_code)
+        path = KEYED_PATH.sub("/t/<key>/", request.url.path)[:200]
+        message = (f"{request.method} {path} is not served; served: {', '.join(SERVED)} (each also under "
+                   "/t/<key>/v1, the trajectory's base URL)")
+        return JSONResponse(error_body(message, kind), status_code=exc.status_code)
 
     def key_of(request: Request, path_key: str | None) -> str | None:
         if path_key:
             return path_key
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        return token.strip() if scheme.lower() == "bearer" else None
+        return token.strip() if scheme.lower() == "bearer" else request.headers.get("x-api-key")
 
     async def body_of(request: Request) -> bytes:
         declared = request.headers.get("content-length")
@@ -119,20 +150,52 @@ def build_app(registry: Registry, bridge: GenerationBridge, limits: Limits, mode
             chunks.append(chunk)
         return b"".join(chunks)
 
-    async def complete(request: Request, path_key: str | None) -> Any:
+    async def place(request: Request, path_key: str | None,
+                    parse: Callable[[bytes, Session], tuple[Any, ChatRequest]]) -> Any:
+        """One model call, whichever API asks: ``(session, parsed request, chat request, reply)``, or the error
+        response."""
         session: Session | None = None
         try:
-            session = registry.get(key_of(request, path_key))
-            chat = parse_request(await body_of(request), limits)
-            placed = session.begin(chat)
+            caller = request.headers.get(CALLER_HEADER)
+            session = registry.get(key_of(request, path_key), caller)
+            parsed, chat = parse(await body_of(request), session)
+            placed = session.begin(chat, proven=caller == session.caller_id)
             reply = placed if isinstance(placed, Reply) else await generate(session, placed)
         except RequestError as exc:
             if session is not None and exc.status in (400, 413):
                 session.refuse(exc.message)
             return error(exc)
+        return session, parsed, chat, reply
+
+
+    def read_responses(body: bytes, session: Session) -> tuple[ResponsesRequest, ChatRequest]:
+        parsed = parse_responses(body, limits, session.recall)
+        return parsed, parsed.chat
+
+    def answering(parse: Callable[[bytes, Limits], ChatRequest], body: Callable[[Reply, ChatRequest, str], Any],
+                  events: Callable[[Reply, ChatRequest, str], Any]) -> Callable[[Request, str | None], Any]:
+        """The handler of an API whose request is a :class:`ChatRequest`: chat or legacy completions."""
+        async def handle(request: Request, path_key: str | None) -> Any:
+            placed = await place(request, path_key, lambda data, session: (None, parse(data, limits)))
+            if not isinstance(placed, tuple):
+                return placed
+            _, _, chat, reply = placed
+            if chat.stream:
+                return StreamingResponse(events(reply, chat, model_name), media_type="text/event-stream")
+            return JSONResponse(body(reply, chat, model_name))
+
+        return handle
+
+    async def respond(request: Request, path_key: str | None) -> Any:
+        placed = await place(request, path_key, read_responses)
+        if not isinstance(placed, tuple):
+            return placed
+        session, parsed, chat, reply = placed
+        rid = response_id()
+        session.remember(rid, parsed.history + [reply_message(reply)])
         if chat.stream:
-            return StreamingResponse(stream_events(reply, chat, model_name), media_type="text/event-stream")
-        return JSONResponse(completion_body(reply, chat, model_name))
+            return StreamingResponse(response_events(reply, parsed, model_name, rid), media_type="text/event-stream")
+        return JSONResponse(response_body(reply, parsed, model_name, rid))
 
     async def generate(session: Session, turn: Turn) -> Reply:
         future = bridge.submit(session.key, turn.prompt_ids, turn.max_new_tokens, turn.stop)
@@ -151,28 +214,33 @@ def build_app(registry: Registry, bridge: GenerationBridge, limits: Limits, mode
 
     async def models(request: Request, path_key: str | None) -> Any:
         try:
-            registry.get(key_of(request, path_key))
+            registry.get(key_of(request, path_key), request.headers.get(CALLER_HEADER))
         except RequestError as exc:
             return error(exc)
         return JSONResponse(models_body(model_name))
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> Any:
-        return await complete(request, None)
-
-    @app.post("/t/{key}/v1/chat/completions")
-    async def keyed_chat_completions(key: str, request: Request) -> Any:
-        return await complete(request, key)
-
-    @app.get("/v1/models")
-    async def list_models(request: Request) -> Any:
-        return await models(request, None)
-
-    @app.get("/t/{key}/v1/models")
-    async def keyed_models(key: str, request: Request) -> Any:
-        return await models(request, key)
-
+    handlers = {"/chat/completions": answering(parse_request, completion_body, stream_events), "/responses": respond,
+                "/completions": answering(parse_completion, text_completion_body, text_completion_events),
+                "/messages": answering(parse_messages, message_body, message_events),
+                "/models": models}
+    for method, path in ROUTES:  # each under /v1 and under the trajectory's own /t/<key>/v1
+        add_routes(app, method, path, handlers[path])
     return app
+
+
+def add_routes(app: Any, method: str, path: str, handler: Callable[[Any, str | None], Any]) -> None:
+    """``method /v1<path>`` (the key in the header) and ``method /t/<key>/v1<path>`` (the key in the path), both
+    served by ``handler(request, path_key)``."""
+    from fastapi import Request
+
+    async def bare(request: Request) -> Any:
+        return await handler(request, None)
+
+    async def keyed(key: str, request: Request) -> Any:
+        return await handler(request, key)
+
+    app.add_api_route(f"/v1{path}", bare, methods=[method])
+    app.add_api_route(f"/t/{{key}}/v1{path}", keyed, methods=[method])
 
 
 class AgentServer:

@@ -37,6 +37,8 @@ from ..rollout.config import RolloutConfig
 from ..rollout.generation import Generation, cut_at_stop
 from ..rollout.observations import EncodedObservation, ObservationEncoder
 from ..trajectory import Trajectory
+from .forcing import call_opening
+from .ownership import new_caller_id
 from .prompt import encode_conversation
 from .protocol import NAME, ChatRequest, Reply, RequestError, same_message
 
@@ -73,11 +75,13 @@ class Segment:
     tools: list[dict[str, Any]]
     busy: bool = False
     used: int = 0
+    text: str | None = None  # a legacy completions segment: the text the agent was given so far
 
 
 @dataclass
 class Turn:
-    """A model call a request asked for: the ids to continue and its budget."""
+    """A model call a request asked for: the ids to continue (the forced opening of a call last, if any) and its
+    budget."""
 
     segment: Segment
     prompt_ids: list[int]
@@ -85,6 +89,7 @@ class Turn:
     stop: list[str]
     last_of_budget: bool
     request: ChatRequest
+    forced: list[int] = field(default_factory=list)
 
 
 class Session:
@@ -98,52 +103,52 @@ class Session:
             ``stop_strings``).
         eos_token_ids: Every id that ends a turn.
         max_prompt_tokens: Longest prompt of a new segment (a longer one answers 400 ``context_length_exceeded``).
+        force_tool_choice: Open the turn with a call under ``tool_choice="required"`` or a named function
+            (:mod:`~trl_agentic.agents.forcing`); ``False``: serve them unforced.
     """
 
     def __init__(self, key: str, encoder: ObservationEncoder, config: RolloutConfig, eos_token_ids: list[int],
-                 max_prompt_tokens: int) -> None:
+                 max_prompt_tokens: int, force_tool_choice: bool = True) -> None:
         self.key, self.encoder, self.config = key, encoder, config
+        self.caller_id = new_caller_id()
         self.tokenizer = encoder.tokenizer
         self.eos_token_ids = eos_token_ids
         self.max_prompt_tokens = max_prompt_tokens
+        self._bos = list(self.tokenizer("", add_special_tokens=True)["input_ids"])  # a legacy prompt's start
+        self.force_tool_choice = force_tool_choice
         self.segments: list[Segment] = []
-        self.turns = self.requests = self.in_flight = 0
+        self.turns = self.requests = self.in_flight = self.unproven_requests = 0
         self.closed = False
         self.truncation: str | None = None
         self.failure: tuple[str, str] | None = None  # (stop reason, error)
         self.refusal: str | None = None  # the message of the first request refused
         self.events: Counter = Counter()
+        self._conversations: dict[str, list[dict[str, Any]]] = {}  # by the response ids given (Responses API)
         self.idle_since = time.monotonic()
         self._clock = 0
         self._lock = threading.Lock()
 
     # -- requests --------------------------------------------------------------------------------------------
-    def begin(self, request: ChatRequest) -> Turn | Reply:
-        """Place a request: a :class:`Turn` to generate, or, over budget, the :class:`Reply` to answer at once."""
+    def begin(self, request: ChatRequest, proven: bool = False) -> Turn | Reply:
+        """Place a request: a :class:`Turn` to generate, or, over budget, the :class:`Reply` to answer at once.
+        ``proven``: the request came with proof that this trajectory's agent sent it
+        (:mod:`~trl_agentic.agents.ownership`)."""
         with self._lock:
             self._check_open()
             self.requests += 1
+            self.unproven_requests += not proven
             cfg = self.config
             if self.truncation is not None or self.turns >= cfg.max_turns:
                 return self._over_budget(self.truncation or "max_turns")
-            segment, delta = self._extension(request)
-            if segment is None:
-                segment = self._new_segment(request)
-            elif delta is not None:
-                encoded, messages = delta
-                t = segment.trajectory
-                if len(t.completion_ids) + len(encoded.ids) >= cfg.max_completion_length:
-                    return self._over_budget("max_tokens")
-                t.completion_ids.extend(encoded.ids)
-                t.env_mask.extend([0] * len(encoded.ids))
-                t.logprobs.extend([0.0] * len(encoded.ids))
-                t.observations.append(encoded.text)
-                t.messages.extend(messages)
-                segment.history.extend(messages)
-                if encoded.observation_truncated:
-                    t.count("observation_truncated")
+            placed = self._place_text(request) if request.prompt is not None else self._place_chat(request)
+            if isinstance(placed, Reply):
+                return placed
+            segment = placed
             t = segment.trajectory
-            remaining = cfg.max_completion_length - len(t.completion_ids)
+            forced = self._opening(request)
+            remaining = cfg.max_completion_length - len(t.completion_ids) - len(forced)
+            if remaining <= 0:
+                return self._over_budget("max_tokens")
             max_new = min(cfg.max_tokens_per_turn, remaining, request.max_tokens or remaining)
             segment.busy = True
             self._clock += 1
@@ -151,7 +156,8 @@ class Session:
             self.turns += 1
             self.in_flight += 1
             stop = list(dict.fromkeys([*request.stop, *cfg.stop_strings]))
-            return Turn(segment, t.prompt_ids + t.completion_ids, max_new, stop, max_new == remaining, request)
+            return Turn(segment, t.prompt_ids + t.completion_ids + forced, max_new, stop, max_new == remaining, request,
+                        forced)
 
     def finish(self, turn: Turn, generation: Generation) -> Reply:
         """Record what the model sampled for ``turn`` (kept up to the first end id, stop string or budget) and the
@@ -168,16 +174,23 @@ class Session:
                 end, reason = turn.max_new_tokens, None
             ids = list(generation.ids[:end])
             logprobs = list(generation.logprobs[:end]) if generation.logprobs is not None else None
+            opened = len(t.completion_ids)  # the turn: the forced opening of a call (masked), then what was sampled
+            t.completion_ids.extend(turn.forced)
+            t.env_mask.extend([0] * len(turn.forced))
+            t.logprobs.extend([0.0] * len(turn.forced))
             start = len(t.completion_ids)
             t.generated_ids.append(list(generation.ids))
             t.completion_ids.extend(ids)
             t.env_mask.extend([1] * len(ids))
             t.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
             t.turn_spans.append((start, start + len(ids)))
-            t.actions.append(self._decode(ids))
+            t.actions.append(self._decode(turn.forced + ids))
             if reason is None and turn.last_of_budget and end == turn.max_new_tokens:
                 self._truncate("max_tokens")
-            message = self._message(turn, ids, t.prompt_ids + t.completion_ids[:start], reason == "stop")
+            message = self._message(turn, turn.forced + ids, t.prompt_ids + t.completion_ids[:opened],
+                                    reason == "stop")
+            if segment.text is not None:
+                segment.text += message["content"]
             segment.history.append(message)
             t.messages.append(message)
             finish = "length" if reason is None else ("tool_calls" if message.get("tool_calls") else "stop")
@@ -191,11 +204,27 @@ class Session:
             self.in_flight -= 1
             turn.segment.busy = False
 
+    def remember(self, response_id: str, conversation: list[dict[str, Any]]) -> None:
+        """Keep the conversation a response given to this trajectory ends (its ``previous_response_id``)."""
+        with self._lock:
+            self._conversations[response_id] = conversation
+
+    def recall(self, response_id: str) -> list[dict[str, Any]] | None:
+        """The conversation of a response given to this trajectory, ``None`` for any other id."""
+        with self._lock:
+            return self._conversations.get(response_id)
+
     def refuse(self, message: str) -> None:
         """A request was refused (400 or 413) with ``message``: counted as ``bad_request``, the first message kept."""
         with self._lock:
             self.events["bad_request"] += 1
             self.refusal = self.refusal or message
+
+    def excuse(self, seconds: float) -> None:
+        """Do not count ``seconds`` as idle (the agents' loop was blocked by another agent meanwhile)."""
+        if seconds > 0:
+            with self._lock:
+                self.idle_since += seconds
 
     def idle_seconds(self) -> float:
         """Seconds since the agent last got an answer (0 while one of its requests is being served); read without the
@@ -213,6 +242,17 @@ class Session:
             if failure is not None:
                 self.failure = failure
                 self.events[failure[0]] += 1
+            return True
+
+    def fail(self, failure: tuple[str, str]) -> bool:
+        """End the trajectory as failed, even after its agent returned (a verdict on the whole round,
+        :func:`~trl_agentic.agents.ownership.judge_round`), unless it has already failed. Returns whether it did."""
+        with self._lock:
+            self.closed = True
+            if self.failure is not None:
+                return False
+            self.failure = failure
+            self.events[failure[0]] += 1
             return True
 
     def trajectory(self, agent_output: Any = None) -> AgentTrajectory:
@@ -239,6 +279,17 @@ class Session:
                                    refusal=self.refusal)
 
     # -- helpers ---------------------------------------------------------------------------------------------
+    def _opening(self, request: ChatRequest) -> list[int]:
+        """The ids that open the turn with a call (:mod:`~trl_agentic.agents.forcing`), or none."""
+        if request.forced_call is None or not self.force_tool_choice:
+            return []
+        opening = call_opening(self.encoder, request.tools, request.forced_call)
+        if opening is None:
+            self.events["tool_choice_unforced"] += 1
+            return []
+        self.events["forced_call"] += 1
+        return list(self.tokenizer(opening, add_special_tokens=False)["input_ids"])
+
     def _check_open(self) -> None:
         if self.closed:
             raise RequestError(409, "this trajectory has ended (its agent returned, failed or timed out); its key "
@@ -253,12 +304,69 @@ class Session:
         self.events["over_budget_requests"] += 1
         return Reply("", [], "length", [], None, [], 0)
 
+    def _place_chat(self, request: ChatRequest) -> Segment | Reply:
+        """The segment a chat request continues (its new messages appended) or starts; over budget, the reply."""
+        segment, delta = self._extension(request)
+        if segment is None:
+            return self._new_segment(request)
+        if delta is not None:
+            encoded, messages = delta
+            if not self._append(segment, encoded.ids, encoded.text):
+                return self._over_budget("max_tokens")
+            segment.trajectory.messages.extend(messages)
+            segment.history.extend(messages)
+            if encoded.observation_truncated:
+                segment.trajectory.count("observation_truncated")
+        return segment
+
+    def _place_text(self, request: ChatRequest) -> Segment | Reply:
+        """The segment a legacy completion continues (:mod:`~trl_agentic.agents.completions`): the longest idle
+        one whose ids begin the prompt's ids token for token, the rest appended masked; else a new one."""
+        prompt = request.prompt or ""
+        ids = self._bos + self.encoder.tokenize_untrusted(prompt)
+        best, joined = None, False
+        for segment in self.segments:
+            if segment.text is None or segment.busy:
+                continue
+            held = segment.trajectory.prompt_ids + segment.trajectory.completion_ids
+            if len(ids) > len(held) and ids[:len(held)] == held:
+                if best is None or len(held) > len(best.trajectory.prompt_ids + best.trajectory.completion_ids):
+                    best = segment
+            joined = joined or (prompt.startswith(segment.text) and len(prompt) > len(segment.text))
+        if best is None:
+            if joined:  # the text continues a segment, its tokens do not: a new segment, never a re-tokenization
+                self.events["text_join_mismatch"] += 1
+            if len(ids) > self.max_prompt_tokens:
+                raise RequestError(400, f"the prompt is {len(ids)} tokens, over max_prompt_tokens="
+                                   f"{self.max_prompt_tokens}", "prompt", "context_length_exceeded")
+            t = Trajectory(prompt_ids=ids)
+            t.prompt = prompt
+            segment = Segment(t, history=[], tools=[], text=prompt)
+            self.segments.append(segment)
+            return segment
+        held = len(best.trajectory.prompt_ids) + len(best.trajectory.completion_ids)
+        if not self._append(best, ids[held:], prompt[len(best.text):] if prompt.startswith(best.text) else ""):
+            return self._over_budget("max_tokens")
+        best.text = prompt
+        return best
+
+    def _append(self, segment: Segment, ids: list[int], text: str) -> bool:
+        """Append what the agent added between turns, masked; ``False`` (nothing appended) past the budget."""
+        t = segment.trajectory
+        if len(t.completion_ids) + len(ids) >= self.config.max_completion_length:
+            return False
+        t.completion_ids.extend(ids)
+        t.env_mask.extend([0] * len(ids))
+        t.logprobs.extend([0.0] * len(ids))
+        t.observations.append(text)
+        return True
+
     def _extension(self, request: ChatRequest) -> tuple[Segment | None, tuple[EncodedObservation, list] | None]:
         """The segment this request continues (the longest idle match), and the delta of its new messages."""
         best: Segment | None = None
         for segment in self.segments:
             held = len(segment.history)
-            if segment.busy or segment.tools != request.tools or len(request.messages) <= held \
+            if segment.text is not None or segment.busy or segment.tools != request.tools or len(request.messages) <= held \
                     or not segment.trajectory.turn_spans or segment.history[-1]["role"] != "assistant":
                 continue  # busy, other tools, nothing new, or no recorded reply to continue from
             if any(m["role"] == "assistant" for m in request.messages[held:]):

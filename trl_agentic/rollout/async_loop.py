@@ -5,9 +5,10 @@ the caller already runs a loop (Jupyter, Colab) and ``asyncio.run`` would refuse
 
 Every wait on that loop has a deadline (:func:`wait`), and runs, while it waits, the calls the loop queued for the
 waiting thread (:func:`~trl_agentic.workers.run_on_caller_thread`: TRL's sync tools); their time does not count
-against the deadline. A loop that stopped answering (an ``async`` step that
-blocks it, e.g. ``time.sleep`` inside ``async def``) or whose thread died is abandoned, and the next call starts a
-fresh one: such an environment costs its batch's unfinished calls, never later batches. A ``KeyboardInterrupt`` in
+against the deadline. A :class:`~trl_agentic.loop_watch.LoopWatchdog` watches the loop: an ``async`` step that blocks
+it (e.g. ``time.sleep`` inside ``async def``) is reported to the calls that started it
+(:mod:`trl_agentic.rollout.env_calls`). A loop that stopped answering or whose thread died is abandoned, and the next
+call starts a fresh one: a block that outlasts the deadline costs its batch's unfinished calls, never later batches. A ``KeyboardInterrupt`` in
 the waiting thread (a real Ctrl-C) cancels the work on the loop and is re-raised at once.
 """
 
@@ -21,6 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Coroutine
 
+from ..loop_watch import BLOCK_AFTER_S, LoopWatchdog
 from ..workers import serve_caller_jobs, wake_caller
 
 logger = logging.getLogger(__name__)
@@ -38,6 +40,7 @@ class _Loop:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="trl-agentic-env-loop", daemon=True)
         self.thread.start()
+        self.watchdog = LoopWatchdog(self.loop, self.thread)
 
     def healthy(self) -> bool:
         """Alive and able to run a callback within ``_PING_S``."""
@@ -69,6 +72,7 @@ def _abandon(stale: _Loop) -> None:
     with _lock:
         if _current is stale:
             _current = None
+    stale.watchdog.stop()
     if stale.thread.is_alive() and not stale.loop.is_closed():
         try:
             stale.loop.call_soon_threadsafe(stale.loop.stop)
@@ -86,9 +90,11 @@ class Submitted:
     started: float
 
 
-def submit(coro: Coroutine[Any, Any, Any]) -> Submitted:
-    """Start ``coro`` on the background loop; :func:`wait` collects it."""
+def submit(coro: Coroutine[Any, Any, Any], timeout: float = BLOCK_AFTER_S) -> Submitted:
+    """Start ``coro`` on the background loop; :func:`wait` collects it. A coroutine that holds the loop for more
+    than ``min(timeout, BLOCK_AFTER_S)`` seconds counts as blocking it."""
     handle = _get_loop()
+    handle.watchdog.block_after = min(timeout, BLOCK_AFTER_S)
     return Submitted(asyncio.run_coroutine_threadsafe(coro, handle.loop), handle, time.monotonic())
 
 

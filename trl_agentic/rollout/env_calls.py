@@ -15,9 +15,12 @@ What a call can cost, and what a timeout can and cannot stop:
   (:func:`~trl_agentic.workers.run_on_caller_thread`), each under its own timeout; its async ``step`` is then not
   timed as a whole (it waits its turn for that thread).
 - An **async** method is cancelled at its timeout, which stops it at its next ``await``. An async method that
-  *blocks the loop* (``time.sleep`` or a busy loop inside ``async def``) cannot be preempted: the batch's deadline
-  then abandons the whole event loop, the calls of the batch that had not finished end with ``env_timeout``, and the
-  next batch runs on a fresh loop (:mod:`trl_agentic.rollout.async_loop`).
+  *blocks the loop* (``time.sleep``, a sync client or a busy loop inside ``async def``) cannot be preempted, but the
+  watchdog beside the loop (:mod:`trl_agentic.loop_watch`) names it: its trajectory ends with ``env_error`` and one
+  line saying where it blocked and to write it as a plain ``def`` or use an async client, and the time it held the
+  loop is not counted against the other calls' timeouts. A block that outlasts the batch's deadline abandons the
+  whole event loop: the calls of the batch that had not finished end with ``env_timeout`` naming the step that
+  blocked, and the next batch runs on a fresh loop (:mod:`trl_agentic.rollout.async_loop`).
 - Anything an environment raises, ``KeyboardInterrupt``, ``SystemExit`` and ``GeneratorExit`` included, and any
   ill-typed return value (:func:`~trl_agentic.environment.check_step_result`), ends that trajectory with
   ``env_error``. A real Ctrl-C reaches the main thread, which is not running environment code, and stops the run.
@@ -26,6 +29,7 @@ What a call can cost, and what a timeout can and cannot stop:
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import time
@@ -33,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..environment import check_reset_result, check_step_result
+from ..loop_watch import Block, owned_context, within
 from ..workers import run_in_thread, run_on_caller_thread
 from .async_loop import LoopTimeout, submit, wait
 
@@ -74,14 +79,18 @@ async def _invoke(env: Any, method: Method, arg: Any, timeout: float) -> Any:
     if inspect.iscoroutinefunction(fn):
         # on the caller's thread, an async step waits its turn for each sync tool: each tool call has its own timeout
         step_timeout = None if on_caller else timeout
-        result = await asyncio.wait_for(_contained(fn(*args, **kwargs)), step_timeout)
+        result = await within(_contained(fn(*args, **kwargs)), step_timeout)
     elif on_caller:
         result = await run_on_caller_thread(fn, *args, timeout=timeout, **kwargs)
     else:
         result = await run_in_thread(fn, *args, timeout=timeout, **kwargs)
         if inspect.isawaitable(result):  # a sync method that returned a coroutine
-            result = await asyncio.wait_for(_contained(result), timeout)
+            result = await within(_contained(result), timeout)
     return result
+
+
+_UNFINISHED = object()
+"""A call's result before it finishes."""
 
 
 def _env_name(env: Any) -> str:
@@ -118,22 +127,34 @@ class PendingCalls:
 
     def __init__(self, envs: list[Any], method: Method, args: list[Any], timeout: float) -> None:
         self.method, self.timeout = method, timeout
-        unfinished = EnvFailure("env_timeout", f"{method} did not finish: the event loop was blocked")
         skipped = [method == "close" and not hasattr(env, "close") for env in envs]
-        self._results: list[Any] = [None if skip else unfinished for skip in skipped]
+        self._results: list[Any] = [None if skip else _UNFINISHED for skip in skipped]
+        self._names = [f"{_env_name(env)}.{method}" for env in envs]
+        self._blocks: dict[int, Block] = {}  # written by the loop's watchdog thread
         self.seconds = 0.0
         self._submitted = None
         if envs:
-            self._submitted = submit(self._batch(envs, args, skipped))
+            self._submitted = submit(self._batch(envs, args, skipped), timeout)
 
     async def _batch(self, envs: list[Any], args: list[Any], skipped: list[bool]) -> None:
         started = time.monotonic()
 
         async def one(i: int) -> None:
-            self._results[i] = await call_one(envs[i], self.method, args[i], self.timeout)
+            result = await call_one(envs[i], self.method, args[i], self.timeout)
+            self._results[i] = self._blocked(i) or result
 
-        await asyncio.gather(*(one(i) for i, skip in enumerate(skipped) if not skip))
+        loop = asyncio.get_running_loop()
+        tasks = []
+        for i, skip in enumerate(skipped):
+            if not skip:  # each call's task reports a block of the loop it causes for its own index
+                report = functools.partial(self._blocks.setdefault, i)
+                tasks.append(loop.create_task(one(i), context=owned_context(report)))
+        await asyncio.gather(*tasks)
         self.seconds = time.monotonic() - started
+
+    def _blocked(self, i: int) -> EnvFailure | None:
+        block = self._blocks.get(i)
+        return None if block is None else EnvFailure("env_error", block.describe(self._names[i], "environment"))
 
     def results(self) -> list[Any]:
         if self._submitted is not None:
@@ -142,6 +163,11 @@ class PendingCalls:
             except LoopTimeout as exc:
                 logger.warning("environment %s calls: %s", self.method, exc)
             self._submitted = None
+            culprit = "".join(f" by {self._names[i]}" for i in sorted(self._blocks)[:1])
+            for i, result in enumerate(self._results):
+                if result is _UNFINISHED:
+                    self._results[i] = self._blocked(i) or EnvFailure(
+                        "env_timeout", f"{self.method} did not finish: the event loop was blocked{culprit}")
         return self._results
 
 
