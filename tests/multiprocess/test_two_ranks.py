@@ -12,10 +12,10 @@ import torch
 pytestmark = pytest.mark.multiprocess
 
 
-def _launch(tmp_path, tiny_model_dir, *extra):
+def _launch(tmp_path, tiny_model_dir, *extra, script="two_ranks.py"):
     if shutil.which("accelerate") is None:
         pytest.skip("accelerate CLI not on PATH")
-    script = Path(__file__).with_name("two_ranks.py")
+    script = Path(__file__).with_name(script)
     # accelerate 1.x's `--cpu` starts ONE process unless MPI is set up; its torchrun launcher (`--multi_gpu`) starts
     # two, which use gloo on CPU because the config says use_cpu=True.
     cmd = ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
@@ -26,7 +26,7 @@ def _launch(tmp_path, tiny_model_dir, *extra):
     assert proc.returncode == 0, proc.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{k}.json").read_text()) for k in range(2)]
     # trainer.end_training() stopped gloo's threads: none is left to race the interpreter's shutdown
-    assert [r["gloo_threads_after_end"] for r in ranks] == [[], []]
+    assert [r.get("gloo_threads_after_end", []) for r in ranks] == [[], []]
     return ranks
 
 
@@ -58,4 +58,16 @@ def test_ppo_two_processes_keep_critic_in_sync(tmp_path, tiny_model_dir):
     ranks = _launch(tmp_path, tiny_model_dir, "ppo")
     assert ranks[0]["generation_calls"] == ranks[1]["generation_calls"] == [3, 3]
     assert ranks[0]["critic_checksum"] == pytest.approx(ranks[1]["critic_checksum"], rel=1e-6)
+    assert ranks[0]["policy_checksum"] == pytest.approx(ranks[1]["policy_checksum"], rel=1e-9)
+
+
+def test_agents_train_on_two_processes(tmp_path, tiny_model_dir):
+    """``agent=`` on two processes, each with its own endpoint: rank 0's agents make one model call per run and
+    rank 1's three, yet both ranks make the same number of generation calls (rank 0 generates dummies while rank 1's
+    agents still run), every round's mask audit is 0, the logged turns are the global mean, and both policies end
+    equal (DDP averaged the gradients of different rollouts)."""
+    ranks = _launch(tmp_path, tiny_model_dir, script="agent_ranks.py")
+    assert ranks[0]["generation_calls"] == ranks[1]["generation_calls"] >= 2 * 3
+    assert ranks[0]["mask_audit"] == ranks[1]["mask_audit"] == [0.0, 0.0]
+    assert ranks[0]["turns_mean"] == ranks[1]["turns_mean"] == [2.0, 2.0]  # (1 + 3) / 2 over both ranks
     assert ranks[0]["policy_checksum"] == pytest.approx(ranks[1]["policy_checksum"], rel=1e-9)

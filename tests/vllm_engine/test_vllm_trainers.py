@@ -49,3 +49,35 @@ def test_colocate_training_syncs_weights_every_step(case, vllm_model_dir, tokeni
     # step 2 sampled with the weights after step 1: had they not been synced, the gap would be about the drift
     assert drift.after_step[1] > 10 * gap_after_step_1, (drift.after_step, [e["agentic/vllm_logprob_gap"] for e in logs])
     assert all(0.5 < entry["sampling/importance_sampling_ratio/mean"] < 2.0 for entry in logs)
+
+
+async def chat_agent(client, prompt, **row):
+    """Two model calls in one conversation, through the trajectory's endpoint."""
+    messages = [{"role": "user", "content": prompt}]
+    for _ in range(2):
+        reply = await client.chat.completions.create(model="policy", messages=messages, max_tokens=6)
+        messages += [{"role": "assistant", "content": reply.choices[0].message.content or ""},
+                     {"role": "user", "content": "again"}]
+    return messages[-2]["content"]
+
+
+def test_an_agent_trains_on_vllm_generation(vllm_model_dir, tokenizer, tmp_path, in_process_rank):
+    """``agent=`` with TRL's colocate vLLM as the policy behind the endpoint: every request of the round is generated
+    by vLLM (its sampling log-probs reach the batch), the recorded turns are what vLLM sampled (mask audit 0), and the
+    weights reach vLLM after the optimizer step."""
+    from datasets import Dataset
+
+    args = agentic_args(tmp_path, use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=0.3,
+                        vllm_max_model_length=256, max_steps=2, learning_rate=1e-2, max_turns=4,
+                        max_completion_length=96, max_tokens_per_turn=6, vllm_importance_sampling_correction=True)
+    rows = Dataset.from_list([{"prompt": row["prompt"]} for row in lookup_dataset(8)])
+    trainer = AgenticGRPOTrainer(model=vllm_model_dir, args=args, train_dataset=rows, processing_class=tokenizer,
+                                 reward_funcs=lambda completions, agent_output, **_: [
+                                     float(len(out or "")) / 20 for out in agent_output],
+                                 agent=chat_agent)
+    trainer.train()
+    logs = [entry for entry in trainer.state.log_history if "agentic/vllm_logprob_gap" in entry]
+    assert [entry["agentic/mask_audit"] for entry in logs] == [0.0, 0.0]
+    assert [entry["agentic/turns_mean"] for entry in logs] == [2.0, 2.0]
+    assert all(entry["agentic/vllm_logprob_gap"] < 0.05 for entry in logs)  # vLLM sampled what the trainer scores
+    assert all(0.5 < entry["sampling/importance_sampling_ratio/mean"] < 2.0 for entry in logs)
