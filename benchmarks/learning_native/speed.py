@@ -10,7 +10,7 @@ Both read ``run.py``'s settings (the same flags: ``--data``, ``--model``, ``--ma
 - ``eval``: ``trl_agentic.evaluate.evaluate`` (greedy, the environment_factory task) on the first ``--questions``
   held-out questions, once with ``prefix_caching=True`` (each turn prefills only its new tokens) and once with
   ``False`` (every turn prefills the whole conversation, as before issue 39 and as TRL's tool loop), the order
-  alternating over ``--repeats``. Per variant: seconds, prompt tokens prefilled and reused, decode steps, EM (the two
+  alternating over ``--repeats``. Per variant: seconds (wall and the process's CPU: steadier on a shared machine), prompt tokens prefilled and reused, decode steps, EM (the two
   must agree: the same greedy conversations), and the ideal seconds of the same work on this machine, measured in the
   same run (prefill at the measured fp32 GEMM rate, a decode step at the measured memory bandwidth:
   ``benchmarks/rollout_speed.py``'s :func:`ideal_seconds`).
@@ -85,19 +85,19 @@ def run_eval(args: argparse.Namespace) -> list[dict[str, Any]]:
     order = [variant for k in range(args.repeats) for variant in ((True, False) if k % 2 == 0 else (False, True))]
     for caching in order:
         generator = counted_generator(model, tokenizer, caching)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         report, trajectories = evaluate(model, tokenizer, task.environment, rows,
                                         native_task.outcome_reward(task.interface), greedy=True,
                                         batch_size=args.batch, show_progress=False, generator=generator,
                                         **task.budgets)
-        seconds = time.perf_counter() - start
+        seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
         steps = decode_steps(trajectories, args.batch)
-        row = {"prefix_caching": caching, "seconds": seconds, "em": report.accuracy,
+        row = {"prefix_caching": caching, "seconds": seconds, "cpu_seconds": cpu_seconds, "em": report.accuracy,
                "prefilled_tokens": generator.prefilled_tokens, "reused_tokens": generator.reused_tokens,
                "decode_steps": steps, "turns": report.mean_turns, "questions": len(rows), "batch": args.batch,
                **ideal_seconds(model, generator.prefilled_tokens, steps)}
         results.append(row)
-        print(f"eval prefix_caching={caching}: {seconds:.1f} s, EM {report.accuracy:.2f}, prefilled "
+        print(f"eval prefix_caching={caching}: {seconds:.1f} s ({cpu_seconds:.1f} s of CPU), EM {report.accuracy:.2f}, prefilled "
               f"{generator.prefilled_tokens} tokens (reused {generator.reused_tokens}), {steps} decode steps; "
               f"ideal prefill {row['ideal_prefill_s']:.1f} s + decode {row['ideal_decode_s']:.1f} s "
               f"(GEMM {row['gemm_gflops']:.1f} GFLOP/s, {row['bandwidth_gbs']:.1f} GB/s)", flush=True)
@@ -112,7 +112,8 @@ def run_step(args: argparse.Namespace) -> list[dict[str, Any]]:
         out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
         row = json.loads(out.strip().splitlines()[-1])
         results.append(row)
-        print(f"step prefix_caching={bool(caching)}: {row['step_s']:.1f} s (rollout {row['rollout_s']:.1f} s), "
+        print(f"step prefix_caching={bool(caching)}: {row['step_s']:.1f} s ({row['step_cpu_s']:.1f} s of CPU; rollout "
+              f"{row['rollout_s']:.1f} s), "
               f"{row['samples']} samples, peak RSS {row['peak_rss_gb']:.2f} GB "
               f"(gradient checkpointing {row['gradient_checkpointing']})", flush=True)
     return results
@@ -144,9 +145,10 @@ def step_child(args: argparse.Namespace) -> dict[str, Any]:
         return out
 
     trainer.rollout = timed
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     trainer.train()
     return {"prefix_caching": bool(args.caching), "step_s": time.perf_counter() - start,
+            "step_cpu_s": time.process_time() - cpu,
             "rollout_s": sum(rollout_seconds), "samples": args.samples,
             "gradient_checkpointing": args.gradient_checkpointing, "grad_accum": args.grad_accum,
             "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6}
