@@ -30,7 +30,6 @@ _EXPORTS: dict[str, str] = {
     # environments
     "Environment": "trl_agentic.environment",
     "StepResult": "trl_agentic.environment",
-    "StepInfo": "trl_agentic.environment",
     "TagEnvironment": "trl_agentic.tag_environment",
     "TagProtocol": "trl_agentic.tag_protocol",
     # rollouts
