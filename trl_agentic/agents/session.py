@@ -32,7 +32,7 @@ from collections import Counter
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ..native_tools import ensure_response_parser, parse_turn
+from ..environments.native_tools import ensure_response_parser, parse_turn
 from ..rollout.config import RolloutConfig
 from ..rollout.generation import Generation, cut_at_stop
 from ..rollout.observations import EncodedObservation, ObservationEncoder

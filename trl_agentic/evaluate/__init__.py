@@ -18,14 +18,14 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
-from ..environment import EnvironmentFactory
+from ..environments.base import EnvironmentFactory
+from ..environments.trl_environments import EMPTY_PROMPT, trl_rollout_environments
 from ..rewards.inputs import reward_inputs
 from ..rollout.config import RolloutConfig
 from ..rollout.engine import RolloutEngine
 from ..rollout.generation import Generator, HFGenerator, get_eos_token_ids
 from ..trainers.checks import check_response_parser
 from ..trajectory import Trajectory
-from ..trl_environments import EMPTY_PROMPT, trl_rollout_environments
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

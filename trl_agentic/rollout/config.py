@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
 from typing import Any, Literal, get_args
 
-from ..environment import check_stop_strings
+from ..environments.base import check_stop_strings
 from .observations import RolloutMode
 
 ROLLOUT_MODES: tuple[str, ...] = get_args(RolloutMode)

@@ -45,8 +45,14 @@ from ..algorithms.losses import aggregate_loss, clipped_policy_loss
 from ..algorithms.masked import masked_sum, zero_masked
 from ..compat import GRPOTrainerBoundary, TRLBatch, check_trl_version, trl_tool_chat_template, unwrap_for_generation
 from ..device import cpu_bf16_default
-from ..environment import EnvironmentFactory
-from ..native_tools import ensure_response_parser
+from ..environments.base import EnvironmentFactory
+from ..environments.native_tools import ensure_response_parser
+from ..environments.trl_environments import (
+    EMPTY_PROMPT,
+    from_trainer_kwargs,
+    trl_rollout_environments,
+    trl_trainer_kwargs,
+)
 from ..rewards.guard import guard_reward
 from ..rewards.inputs import reward_inputs
 from ..rollout.audit import unsampled_trained
@@ -57,7 +63,6 @@ from ..rollout.metrics import logprob_gap, metrics_from_sums, rollout_sums, trl_
 from ..rollout.vllm import TRLVLLMGenerator
 from ..trackers import trajectory_columns
 from ..trajectory import Trajectory, save_trajectories
-from ..trl_environments import EMPTY_PROMPT, from_trainer_kwargs, trl_rollout_environments, trl_trainer_kwargs
 from .checks import (
     DegenerateStepMonitor,
     DegenerateTrainingError,

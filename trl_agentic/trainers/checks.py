@@ -4,7 +4,7 @@ Each mistake below lets TRL's ``train()`` run to the end at loss 0 and grad norm
 ``env_error``, every reward is ``None``, so every advantage is 0), or fails deep inside TRL. The construction checks
 are pure functions of what the trainer is given; each raises one line that names the fix:
 
-- :func:`~trl_agentic.environment.check_environment_factory`: ``environment=`` is a class or a zero-argument factory, not an instance, and its
+- :func:`~trl_agentic.environments.base.check_environment_factory`: ``environment=`` is a class or a zero-argument factory, not an instance, and its
   declared ``stop_strings`` are a list (a string would stop at each of its characters);
 - :func:`check_prompt_column`: the dataset has the ``prompt`` column TRL's sampler reads;
 - :func:`check_rollout_mode`: native tool calls run in ``rollout_mode='chat'``;
@@ -25,7 +25,7 @@ import inspect
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..environment import check_environment_factory, environment_class
+from ..environments.base import check_environment_factory, environment_class
 from ..rewards.guard import is_reward_model
 
 # What TRL 1.16's GRPOTrainer passes every reward function, besides the dataset's columns (but "prompt") and our
@@ -69,7 +69,7 @@ def check_reset_parameters(environment: Any, dataset: Any, name: str = "train_da
     """``reset(**row)`` is called with the row's columns: a required parameter no column fills (a typo in a column
     name) would end every trajectory with ``env_error``. For TRL's ``environment_factory``, every environment class
     is checked, and a dict of factories needs the ``environment`` column that picks each row's."""
-    from ..trl_environments import TRLEnvironments
+    from ..environments.trl_environments import TRLEnvironments
 
     columns = _columns(dataset)
     if columns is None:
@@ -95,8 +95,8 @@ def check_reset_parameters(environment: Any, dataset: Any, name: str = "train_da
 def uses_native_tool_calls(environment: Any) -> bool:
     """Whether the environment's actions are native tool calls: TRL's ``tools=`` / ``environment_factory=``, or a
     class (or ``functools.partial`` of one) whose ``action_format`` is ``"message"``
-    (:class:`~trl_agentic.native_tools.ToolCallEnvironment`)."""
-    from ..trl_environments import TRLEnvironments
+    (:class:`~trl_agentic.environments.native_tools.ToolCallEnvironment`)."""
+    from ..environments.trl_environments import TRLEnvironments
 
     cls = environment_class(environment)
     return isinstance(environment, TRLEnvironments) or getattr(cls, "action_format", "text") == "message"
@@ -113,10 +113,10 @@ def check_rollout_mode(environment: Any, rollout_mode: str | None) -> None:
 
 def check_response_parser(environment: Any, processing_class: Any) -> None:
     """Native tool calls are parsed by the chat template's response template
-    (:func:`~trl_agentic.native_tools.ensure_response_parser`, which sets TRL's when the family is known): a
+    (:func:`~trl_agentic.environments.native_tools.ensure_response_parser`, which sets TRL's when the family is known): a
     template TRL knows none for would fail at the first rollout. Raises its one-line ``ValueError``."""
     if processing_class is not None and uses_native_tool_calls(environment):
-        from ..native_tools import ensure_response_parser
+        from ..environments.native_tools import ensure_response_parser
 
         ensure_response_parser(processing_class)
 
@@ -219,7 +219,7 @@ def run_construction_checks(environment: Any, args: Sequence[Any], kwargs: dict[
                             rollout_fields: Sequence[str] = ("trajectory",)) -> None:
     """Every construction check, on the arguments given to ``GRPOTrainer(*args, **kwargs)`` with an environment;
     ``rollout_fields``: the keyword arguments our rollout adds for the reward functions."""
-    from ..trl_environments import TRLEnvironments
+    from ..environments.trl_environments import TRLEnvironments
 
     given = keyword_arguments(args, kwargs)
     check_environment_factory(environment)

@@ -35,9 +35,9 @@ from ..algorithms.losses import clipped_value_loss, explained_variance
 from ..algorithms.masked import masked_mean, masked_whiten, zero_masked
 from ..algorithms.turns import broadcast_turns, gather_turn_values, turn_ids_from_spans, turn_mask
 from ..compat import TRLBatch, post_init_with_one_generation
-from .critic import CriticGradients, SharedValueHead, ValueModel
 from ..renamed import renamed_arguments
 from .base import AgenticConfig, AgenticTrainer
+from .critic import CriticGradients, SharedValueHead, ValueModel
 from .round import Round, row_advantages
 
 

@@ -25,7 +25,7 @@ What changes with our engine (each listed, with the option that turns it off, in
 every tool call, ``reset`` and the factory run under a timeout (``tool_timeout``, ``env_timeout``); a ``reset``,
 factory or tool that raises or hangs costs its rollout (or its call) alone instead of the batch; an instance whose
 ``reset`` or method raised or outlived its timeout is dropped instead of serving another rollout; every tool's schema
-is read at construction (:func:`~trl_agentic.native_tools.check_tool_schema`), so a tool without a docstring or type
+is read at construction (:func:`~trl_agentic.environments.native_tools.check_tool_schema`), so a tool without a docstring or type
 hints is refused before training instead of failing the first rollout.
 """
 
@@ -36,7 +36,7 @@ import inspect
 import threading
 from typing import Any, Callable, Sequence
 
-from .environment import StepResult
+from .base import StepResult
 from .native_tools import ToolCallEnvironment, check_tool_schema, tool_methods
 
 EMPTY_PROMPT: list[dict[str, str]] = [{"role": "user", "content": ""}]
@@ -52,7 +52,7 @@ class TRLEnvironments:
         tool_timeout: Seconds one tool call may take.
         concurrent_sync_tools: Run sync tools concurrently on worker threads instead of one after another on the
             rollout's thread (TRL's way; ``reset`` and the factory always run there).
-        answer_malformed_calls, check_argument_types: As :class:`~trl_agentic.native_tools.ToolCallEnvironment`'s
+        answer_malformed_calls, check_argument_types: As :class:`~trl_agentic.environments.native_tools.ToolCallEnvironment`'s
             (both off: TRL's behaviour).
     """
 
