@@ -60,6 +60,10 @@ class AgentTrajectory(Trajectory):
     requests: int = 0
     refusal: str | None = None
 
+    def training_rows(self) -> list[Trajectory]:
+        """Its segments, one training sequence each (itself, one masked token, when it never called the model)."""
+        return self.segments or [self]
+
     def to_dict(self) -> dict[str, Any]:
         data = super().to_dict()
         data["segments"] = [segment.to_dict() for segment in self.segments]
