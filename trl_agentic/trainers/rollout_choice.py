@@ -22,7 +22,6 @@ from typing import Any, Protocol
 
 from ..agents.runner import Agent, AgentRollout
 from ..agents.seam import AgentSeam
-from ..compat import trl_tool_chat_template
 from ..environments.base import EnvironmentFactory
 from ..environments.native_tools import ensure_response_parser
 from ..environments.trl_environments import TRLEnvironments, trl_environments_of, trl_trainer_kwargs
@@ -33,7 +32,6 @@ from ..rollout.engine_seams import EngineSeam, TRLToolsSeam
 from ..rollout.generation import Generator
 from ..rollout.seam import RolloutSeam
 from .checks import check_agent_arguments, check_environment_arguments, check_response_parser, uses_native_tool_calls
-from .config import AgenticConfig
 
 
 @dataclass(frozen=True)
@@ -129,6 +127,8 @@ class EnvironmentChoice:
     def trainer_kwargs(self, kwargs: dict[str, Any], config_class: type) -> dict[str, Any]:
         """As given; an :class:`~trl_agentic.trainers.config.AgenticConfig` is copied with chat rollouts for native
         tool calls (a :class:`~trl_agentic.environments.native_tools.ToolCallEnvironment`)."""
+        from .config import AgenticConfig  # here: evaluate imports this module, and it never imports TRL
+
         args = kwargs.get("args")
         if uses_native_tool_calls(self.environment) and isinstance(args, AgenticConfig):
             args = copy.copy(args)
@@ -168,6 +168,8 @@ class TRLToolsChoice:
     def trainer_config(self, config: RolloutConfig, processing_class: Any) -> RolloutConfig:
         """With the chat template TRL's ``GRPOTrainer`` renders tool rollouts with (TRL swaps Qwen3's for its
         training variant), once the tokenizer has a response template."""
+        from ..compat import trl_tool_chat_template  # here: evaluate imports this module, and it never imports TRL
+
         ensure_response_parser(processing_class)
         template = trl_tool_chat_template(processing_class)
         if template is not None:
