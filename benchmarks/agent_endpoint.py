@@ -11,7 +11,7 @@ processor to write, in turn ``k`` of ``--turns``, a ``lookup`` tool call (or, la
 (``HFGenerator``), budgets and seeds:
 
 - **environment**: :class:`~trl_agentic.rollout.engine.RolloutEngine` with a
-  :class:`~trl_agentic.native_tools.ToolCallEnvironment` of the ``lookup`` tool (native tool calls: the schema in the
+  :class:`~trl_agentic.environments.native_tools.ToolCallEnvironment` of the ``lookup`` tool (native tool calls: the schema in the
   prompt, each turn parsed by the chat template's response template), one ``generate`` call per turn for all
   trajectories;
 - **agent**: :class:`~trl_agentic.agents.AgentRollout` with an ``async`` agent written with the OpenAI SDK (the same
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from trl_agentic.agents import Agent, AgentRollout
-    from trl_agentic.native_tools import ToolCallEnvironment
+    from trl_agentic.environments.native_tools import ToolCallEnvironment
     from trl_agentic.rollout.config import RolloutConfig
     from trl_agentic.rollout.engine import RolloutEngine
     from trl_agentic.rollout.generation import HFGenerator, get_eos_token_ids

@@ -51,7 +51,7 @@ class FixedObservation:
         self.n, self.turns = 0, row["turns"]
 
     def step(self, action):
-        from trl_agentic.environment import StepResult
+        from trl_agentic.environments.base import StepResult
 
         self.n += 1
         return StepResult(observation=self.text, reward=0.0, terminated=self.n >= self.turns)

@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 from transformers import TrainerCallback
 
-from trl_agentic.environment import StepResult
+from trl_agentic.environments.base import StepResult
 from trl_agentic.rollout.generation import Generation
 
 

@@ -48,7 +48,7 @@ def test_trainer_uses_vllm_seam_once_per_turn_and_syncs_once_per_step(tiny_model
                                  environment=lambda: EchoEnvironment(turns=3))
     fake = FakeVLLMGeneration(tokenizer)
     trainer.use_vllm, trainer.vllm_generation, trainer._last_loaded_step = True, fake, -1
-    trainer.rollout_engine.generator = TRLVLLMGenerator(trainer)  # the generator is built once, at construction
+    trainer.rollout_seam.engine.generator = TRLVLLMGenerator(trainer)  # the generator is built once, at construction
     trainer.vllm_importance_sampling_correction = True
     trainer.model.train()
     logged = {}

@@ -1,5 +1,7 @@
 """The package's import graph has no circles: every ``import`` of a ``trl_agentic`` module by another, at module level
-or inside a function, is an edge, and no module reaches itself."""
+or inside a function, is an edge, and no module reaches itself; nor does any folder (``trl_agentic/agents/``,
+``trl_agentic/trainers/``, ...: a folder imports another when one of its modules does; a module at the package's top
+level is a folder of its own)."""
 
 from __future__ import annotations
 
@@ -38,6 +40,17 @@ def import_graph() -> dict[str, set[str]]:
     return graph
 
 
+def folder_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Each folder of the package (``trl_agentic.<first name>``) and the other folders its modules import."""
+    def folder(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    folders: dict[str, set[str]] = {folder(name): set() for name in graph}
+    for name, targets in graph.items():
+        folders[folder(name)] |= {folder(t) for t in targets} - {folder(name)}
+    return folders
+
+
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     """The strongly connected components of more than one module (Tarjan)."""
     index: dict[str, int] = {}
@@ -72,6 +85,10 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_import_graph_has_no_circles():
     assert circles(import_graph()) == []
+
+
+def test_the_folders_import_each_other_without_circles():
+    assert circles(folder_graph(import_graph())) == []
 
 
 def test_the_detector_finds_a_circle():

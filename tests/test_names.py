@@ -7,7 +7,7 @@ import ast
 import re
 from pathlib import Path
 
-from trl_agentic.environment import StepResult
+from trl_agentic.environments.base import StepResult
 from trl_agentic.trajectory import STOP_REASONS, TRUNCATING
 
 PACKAGE = Path(__file__).resolve().parents[1] / "trl_agentic"
@@ -95,7 +95,7 @@ def test_truncated_has_one_meaning():
     fields = [f"{path}:{node.name}" for path, text in _sources() for node in ast.walk(ast.parse(text))
               if isinstance(node, ast.ClassDef) for item in node.body
               if isinstance(item, ast.AnnAssign) and getattr(item.target, "id", None) == "truncated"]
-    assert fields == ["environment.py:StepResult"], fields
+    assert fields == ["environments/base.py:StepResult"], fields
     assert StepResult(truncated=True).truncated
 
 

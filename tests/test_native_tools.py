@@ -12,7 +12,7 @@ from conventions import build_convention
 from helpers import ScriptedGenerator
 
 from trl_agentic.compat import trl_tool_chat_template
-from trl_agentic.native_tools import ToolCallEnvironment, ensure_response_parser, parse_turn
+from trl_agentic.environments.native_tools import ToolCallEnvironment, ensure_response_parser, parse_turn
 from trl_agentic.rollout.config import RolloutConfig
 from trl_agentic.rollout.engine import RolloutEngine
 from trl_agentic.rollout.metrics import metrics_from_sums, rollout_sums, trl_tool_metrics

@@ -36,7 +36,7 @@ def test_no_deprecated_aliases():
     import pytest
 
     import trl_agentic.rewards
-    from trl_agentic.environment import StepResult
+    from trl_agentic.environments.base import StepResult
     from trl_agentic.rollout.config import RolloutConfig
 
     with pytest.raises(TypeError, match="done"):

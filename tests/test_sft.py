@@ -10,6 +10,7 @@ from conventions import CONVENTIONS, build_convention
 from helpers import ScriptedGenerator, even_rows_right
 
 from trl_agentic import TagEnvironment
+from trl_agentic.environments.tag_protocol import SEARCH_R1_TAGS
 from trl_agentic.rollout.config import RolloutConfig
 from trl_agentic.rollout.engine import RolloutEngine
 from trl_agentic.rollout.observations import ObservationEncoder
@@ -21,7 +22,6 @@ from trl_agentic.sft import (
     trajectory_to_sft_example,
     transcript_to_trajectory,
 )
-from trl_agentic.tag_protocol import SEARCH_R1_TAGS
 from trl_agentic.toy import LookupEnvironment, lookup_reward, make_lookup_dataset
 from trl_agentic.toy.task import LOOKUP_TAGS
 from trl_agentic.trajectory import Trajectory

@@ -54,7 +54,7 @@ def test_the_gguf_model_is_an_instruct_model_with_chatml(smollm2):
 
 
 def test_a_demonstration_replays_as_the_template_renders_it(smollm2, factory):
-    from trl_agentic.native_tools import tool_methods
+    from trl_agentic.environments.native_tools import tool_methods
     from trl_agentic.sft import sft_dataset
 
     tokenizer, _ = smollm2
@@ -83,9 +83,9 @@ def test_one_native_tool_rollout(smollm2, factory):
     environment's tools, every trained token was sampled, each turn's tokens decode to its action, and the messages
     hold one assistant message per turn."""
     from trl_agentic import run_rollouts
-    from trl_agentic.native_tools import tool_methods
+    from trl_agentic.environments.native_tools import tool_methods
+    from trl_agentic.environments.trl_environments import TRLEnvironments
     from trl_agentic.rollout.audit import unsampled_trained
-    from trl_agentic.trl_environments import TRLEnvironments
 
     tokenizer, model = smollm2
     torch.manual_seed(0)

@@ -165,11 +165,11 @@ def test_lookup_answers_only_the_asked_key():
     ("<fail>x</fail>", {"tool": ["fail"], "tool_error": 1}),
 ])
 def test_step_info_holds_the_typed_keys_as_counts(action, expected):
-    """``StepResult.info``: the keys the library reads (:class:`~trl_agentic.environment.StepInfo`) are ints (counts)
+    """``StepResult.info``: the keys the library reads (:class:`~trl_agentic.environments.base.StepInfo`) are ints (counts)
     and ``tool`` a list, whatever the tool reported."""
     import asyncio
 
-    from trl_agentic.environment import StepInfo
+    from trl_agentic.environments.base import StepInfo
     from trl_agentic.tools import ToolOutput
 
     def fail(query: str) -> str:

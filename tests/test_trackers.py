@@ -39,7 +39,7 @@ def test_completions_table_reaches_trackio_offline(tiny_model_dir, tokenizer, tm
                         run_name="tables")
     trainer = AgenticGRPOTrainer(model=tiny_model_dir, reward_funcs=composite, args=args, train_dataset=data,
                                  processing_class=tokenizer, environment=LookupEnvironment)
-    trainer.rollout_engine.generator = even_rows_right(tokenizer, list(data))  # scripted: lookups, then answers
+    trainer.rollout_seam.engine.generator = even_rows_right(tokenizer, list(data))  # scripted: lookups, then answers
     trainer.train()  # transformers' trackio callback finishes the run
 
     (path,) = glob.glob(str(tmp_path / "out" / "completions" / "*.parquet"))

@@ -135,7 +135,7 @@ def test_trl_tools_example_trains(qwen, tmp_path, trainer_name):
 
 
 def test_dict_factory_picks_the_rows_environment(qwen):
-    from trl_agentic.trl_environments import TRLEnvironments
+    from trl_agentic.environments.trl_environments import TRLEnvironments
 
     class Other:
         def reset(self, **row):
@@ -217,9 +217,9 @@ def test_batch_equals_trl_tool_loop(qwen, tmp_path):
 def test_reset_text_joins_the_last_user_message_and_a_failing_reset_costs_its_rollout(qwen):
     from helpers import ScriptedGenerator
 
+    from trl_agentic.environments.trl_environments import TRLEnvironments
     from trl_agentic.rollout.config import RolloutConfig
     from trl_agentic.rollout.engine import RolloutEngine
-    from trl_agentic.trl_environments import TRLEnvironments
 
     class Quiz:
         def reset(self, level=None, **row):
@@ -411,9 +411,9 @@ def test_evaluation_gives_reward_functions_what_training_gives_them(qwen, tmp_pa
     from trl import GRPOConfig
 
     from trl_agentic import AgenticGRPOTrainer
+    from trl_agentic.environments.trl_environments import TRLEnvironments
     from trl_agentic.evaluate import evaluate
     from trl_agentic.rollout.generation import HFGenerator
-    from trl_agentic.trl_environments import TRLEnvironments
 
     class Quiz(IncrementEnv):
         def reset(self, target, **kwargs) -> str:

@@ -28,10 +28,10 @@ _EXPORTS: dict[str, str] = {
     "AgenticPPOTrainer": "trl_agentic.trainers.ppo",
     "AgenticPPOConfig": "trl_agentic.trainers.ppo",
     # environments
-    "Environment": "trl_agentic.environment",
-    "StepResult": "trl_agentic.environment",
-    "TagEnvironment": "trl_agentic.tag_environment",
-    "TagProtocol": "trl_agentic.tag_protocol",
+    "Environment": "trl_agentic.environments.base",
+    "StepResult": "trl_agentic.environments.base",
+    "TagEnvironment": "trl_agentic.environments.tag_environment",
+    "TagProtocol": "trl_agentic.environments.tag_protocol",
     # rollouts
     "Trajectory": "trl_agentic.trajectory",
     "RolloutConfig": "trl_agentic.rollout.config",

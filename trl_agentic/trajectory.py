@@ -107,6 +107,11 @@ class Trajectory:
     def num_observation_tokens(self) -> int:
         return len(self.env_mask) - self.num_agent_tokens
 
+    def training_rows(self) -> list["Trajectory"]:
+        """The sequences the loss trains on for this run: the run itself (an agent's run: its segments,
+        :meth:`~trl_agentic.agents.session.AgentTrajectory.training_rows`)."""
+        return [self]
+
     def agent_segments(self) -> list[list[int]]:
         """The sampled ids of each turn, read back through ``turn_spans``."""
         return [self.completion_ids[start:end] for start, end in self.turn_spans]

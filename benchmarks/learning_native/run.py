@@ -110,7 +110,7 @@ class NativeTask(learning.Task):
     same factory or tools the trainers receive), and native tool-call demonstrations."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        from trl_agentic.trl_environments import TRLEnvironments
+        from trl_agentic.environments.trl_environments import TRLEnvironments
 
         super().__init__(args)
         if args.transfer is not None:  # the same interface and budgets over the other task's corpus and questions

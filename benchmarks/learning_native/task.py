@@ -103,7 +103,7 @@ def search_function(tool: Any) -> Callable[[str], str]:
 def tool_schemas(interface: str, tool: Any) -> list[Callable[..., Any]]:
     """The tools the model is shown for ``interface`` (``"environment"`` and ``"agent"``: the methods of an
     instance, in TRL's order, by name; ``"tools"``: the standalone search)."""
-    from trl_agentic.native_tools import tool_methods
+    from trl_agentic.environments.native_tools import tool_methods
 
     if interface in ("environment", "agent"):
         return tool_methods(SearchEnvironment(tool))

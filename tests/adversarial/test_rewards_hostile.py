@@ -101,3 +101,29 @@ def test_garbage_configuration_gives_one_line_errors(tokenizer, tmp_path):
 
     with pytest.raises(ValueError, match="rollout_mode must be 'text' or 'chat'"):
         agentic_args(tmp_path, rollout_mode="json")
+
+
+def test_evaluation_cleans_rewards_as_training_does(tokenizer):
+    """Evaluation scores through the guard training uses (``rewards/guard.guard_reward``): an infinite or NaN reward
+    is unscorable, and a reward function that raises on one completion costs that completion, not the evaluation.
+    Before: ``inf`` was reported as a reward (and made ``mean_reward`` infinite), and a raise ended the evaluation."""
+    from helpers import even_rows_right
+
+    from trl_agentic.evaluate import evaluate
+    from trl_agentic.toy import LookupEnvironment, lookup_reward, make_lookup_dataset
+
+    rows = make_lookup_dataset(4, seed=1)
+    keys = [row["key"] for row in rows]
+
+    def hostile(completions, key, **kwargs):
+        if keys[2] in key:  # raises on any batch that holds row 2's completion
+            raise ValueError("cannot parse row 2")
+        scores = lookup_reward(completions=completions, **kwargs)
+        return [float("inf") if k == keys[1] else float("nan") if k == keys[3] else s for k, s in zip(key, scores)]
+
+    report, trajectories = evaluate(None, tokenizer, LookupEnvironment, rows, hostile, samples_per_row=1,
+                                    generator=even_rows_right(tokenizer, rows), batch_size=4, max_turns=3,
+                                    max_completion_length=60, show_progress=False)
+    assert len(trajectories) == 4
+    assert report.rewards == [1.0, None, None, None]
+    assert report.successes == [1, 0, 0, 0] and report.mean_reward == 1.0

@@ -12,9 +12,9 @@ from conventions import build_convention
 from helpers import ScriptedGenerator
 from test_trl_environments import IncrementEnv, _config, call, increment_dataset, scripted
 
+from trl_agentic.environments.trl_environments import TRLEnvironments
 from trl_agentic.rollout.config import RolloutConfig
 from trl_agentic.rollout.engine import RolloutEngine
-from trl_agentic.trl_environments import TRLEnvironments
 
 
 @pytest.fixture(scope="module")

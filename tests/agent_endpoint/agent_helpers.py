@@ -80,11 +80,11 @@ def agent_trainer(qwen, tmp_path, trainer_name, agent, turns, **extra):
         args = config(AgenticPPOConfig, tmp_path, beta=0.05, **extra)
         args.num_generations = 1
         trainer = AgenticPPOTrainer(args=args, **kwargs)
-    runs, run = [], trainer.agent_rollout.run
+    runs, run = [], trainer.rollout_seam.runner.run
 
     def keep(*args, **kw):
         runs.extend(run(*args, **kw))
         return runs[-len(args[0]):]
 
-    trainer.agent_rollout.run = keep
+    trainer.rollout_seam.runner.run = keep
     return trainer, runs

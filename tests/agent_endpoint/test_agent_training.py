@@ -23,8 +23,8 @@ class Recording:
 def recorded_generator(trainer):
     """Wrap the trainer's generator (built once, at construction) so that every generated output is kept (the
     reference of token exactness)."""
-    trainer.generator = Recording(trainer.generator)
-    return [trainer.generator]
+    trainer.rollout_seam.generator = Recording(trainer.rollout_seam.generator)
+    return [trainer.rollout_seam.generator]
 
 
 @pytest.mark.parametrize("trainer_name", ["grpo", "ppo"])

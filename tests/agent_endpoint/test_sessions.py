@@ -159,7 +159,7 @@ def test_logprobs_come_back_when_the_backend_reports_them(qwen):
 def test_an_agent_records_what_the_engine_records_for_the_same_task(qwen):
     """The same tool task as a ToolCallEnvironment through the engine and as an SDK agent through the endpoint: the
     same prompt ids, completion ids and masks, token for token."""
-    from trl_agentic.native_tools import ToolCallEnvironment
+    from trl_agentic.environments.native_tools import ToolCallEnvironment
     from trl_agentic.rollout.config import RolloutConfig
     from trl_agentic.rollout.engine import RolloutEngine
 

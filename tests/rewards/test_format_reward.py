@@ -2,8 +2,8 @@ import re
 
 import pytest
 
+from trl_agentic.environments.tag_protocol import TagProtocol
 from trl_agentic.rewards import RETOOL_TAGS, SEARCH_R1_TAGS, FormatReward, check_format
-from trl_agentic.tag_protocol import TagProtocol
 
 
 def search_r1_is_valid(text: str) -> bool:

@@ -2,6 +2,7 @@
 
 import pytest
 
+from trl_agentic.environments.tag_protocol import TagProtocol
 from trl_agentic.rewards import (
     Component,
     CompositeReward,
@@ -10,7 +11,6 @@ from trl_agentic.rewards import (
     LinearSchedule,
     MathAnswerReward,
 )
-from trl_agentic.tag_protocol import TagProtocol
 
 
 def test_composite_reward_in_plain_grpo_trainer(tiny_model_dir, tokenizer, tmp_path):

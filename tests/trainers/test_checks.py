@@ -45,7 +45,7 @@ def test_native_tool_calls_without_a_response_template_are_refused(tiny_model_di
     (the toy ChatML) failed at the first rollout; it fails at construction with the line TRL's tools= path gives."""
     import functools
 
-    from trl_agentic.native_tools import ToolCallEnvironment
+    from trl_agentic.environments.native_tools import ToolCallEnvironment
 
     def calculate(expression: str) -> str:
         """Evaluate an arithmetic expression.

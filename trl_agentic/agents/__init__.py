@@ -14,9 +14,10 @@ or any framework given its base URL and key), and every model call is recorded t
 - :mod:`~trl_agentic.agents.server`: the FastAPI app on 127.0.0.1, per-trajectory keys;
 - :mod:`~trl_agentic.agents.ownership`: which agent sent a request; trajectories that mixed fail;
 - :mod:`~trl_agentic.agents.runner`: the rollout (agents, timeouts, trajectories);
+- :mod:`~trl_agentic.agents.seam`: the agents behind the rollout seam the trainers and ``evaluate`` call
+  (:mod:`~trl_agentic.rollout.seam`; a run's training rows are its segments, one row each);
 - :mod:`~trl_agentic.agents.agent_loop`: the agents' event loop, watched for blocking agents;
-- :mod:`~trl_agentic.agents.metrics`: what an agent round logs (its training rows are laid out by
-  :func:`~trl_agentic.trainers.round.training_rows`, one per segment).
+- :mod:`~trl_agentic.agents.metrics`: what an agent round logs, from counts over its runs.
 """
 
 from .protocol import Limits

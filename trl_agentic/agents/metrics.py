@@ -1,4 +1,4 @@
-"""What an agent round adds to the logged metrics: ``agentic/agent/*_per_trajectory``.
+"""What an agent round adds to the logged metrics: ``agentic/agent/*_per_trajectory``, from counts over the runs.
 
 A round of agent runs is laid out as training rows by the trainers' common code
 (:func:`~trl_agentic.trainers.round.training_rows`): one row per segment, the reward and GRPO's advantage per run.
@@ -10,20 +10,30 @@ Reward metrics and the completions table are per row.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
-from typing import Any
 
-import torch
+from .session import AgentTrajectory
 
 AGENT_EVENTS = ("bad_request", "template_fallback", "over_budget_requests", "no_model_calls", "malformed_tool_call",
                 "forced_call", "tool_choice_unforced", "text_join_mismatch")
+AGENT_COUNTS = ("segments", "requests", *AGENT_EVENTS)
+"""What :func:`agent_sums` counts, in the order the metrics are logged."""
 
 
-def agent_metrics(runs: Sequence[Any], accelerator: Any) -> dict[str, float]:
-    """``agentic/agent/*_per_trajectory`` over all processes: segments, requests and the endpoint's events."""
-    local = [len(runs), sum(len(t.segments) for t in runs), sum(t.requests for t in runs)]
-    local += [sum(t.events.get(e, 0) for t in runs) for e in AGENT_EVENTS]
-    total = accelerator.gather(torch.tensor([local], dtype=torch.float, device=accelerator.device)).sum(0).tolist()
-    n = max(total[0], 1.0)
-    return {f"agentic/agent/{name}_per_trajectory": value / n
-            for name, value in zip(("segments", "requests", *AGENT_EVENTS), total[1:])}
+def agent_sums(runs: Sequence[AgentTrajectory]) -> Counter:
+    """This process's counts: ``agent/<name>`` for the segments, the requests and the endpoint's events (summable
+    over processes)."""
+    sums: Counter = Counter()
+    for t in runs:
+        sums["agent/segments"] += len(t.segments)
+        sums["agent/requests"] += t.requests
+        for event in AGENT_EVENTS:
+            sums[f"agent/{event}"] += t.events.get(event, 0)
+    return sums
+
+
+def agent_metrics(sums: Counter) -> dict[str, float]:
+    """``agentic/agent/*_per_trajectory`` from :func:`agent_sums` over every process (``count``: the runs)."""
+    n = max(sums["count"], 1)
+    return {f"agentic/agent/{name}_per_trajectory": sums[f"agent/{name}"] / n for name in AGENT_COUNTS}

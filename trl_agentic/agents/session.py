@@ -32,7 +32,7 @@ from collections import Counter
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ..native_tools import ensure_response_parser, parse_turn
+from ..environments.native_tools import ensure_response_parser, parse_turn
 from ..rollout.config import RolloutConfig
 from ..rollout.generation import Generation, cut_at_stop
 from ..rollout.observations import EncodedObservation, ObservationEncoder
@@ -59,6 +59,10 @@ class AgentTrajectory(Trajectory):
     agent_output: Any = None
     requests: int = 0
     refusal: str | None = None
+
+    def training_rows(self) -> list[Trajectory]:
+        """Its segments, one training sequence each (itself, one masked token, when it never called the model)."""
+        return self.segments or [self]
 
     def to_dict(self) -> dict[str, Any]:
         data = super().to_dict()

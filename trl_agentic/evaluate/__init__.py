@@ -1,9 +1,10 @@
 """Evaluation with the engine the trainers use: accuracy, pass@k and how the agent behaves.
 
-For each dataset row, ``samples_per_row`` trajectories are rolled out (greedy or sampled) with
-:func:`~trl_agentic.rollout.engine.run_rollouts`' engine, scored by a TRL reward function (which receives the
-completions, ``trajectory`` and every dataset column, as in training), and a sample counts as a success when its
-reward is at least ``success_threshold``.
+For each dataset row, ``samples_per_row`` trajectories are rolled out (greedy or sampled) through the rollout seam
+the trainers use (:mod:`~trl_agentic.rollout.seam`: the engine with our environments or TRL's, or agents through the
+endpoint), scored by a TRL reward function (which receives the completions, ``trajectory`` and every dataset column,
+as in training, and whose bad values cost one completion, as in training), and a sample counts as a success when
+its reward is at least ``success_threshold``.
 
 pass@k is the unbiased estimator of Chen et al. 2021 ("Evaluating Large Language Models Trained on Code",
 arXiv 2107.03374): with ``n`` samples of a row of which ``c`` succeed,
@@ -18,14 +19,15 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
-from ..environment import EnvironmentFactory
+from ..environments.base import EnvironmentFactory
+from ..rewards.guard import guard_reward
 from ..rewards.inputs import reward_inputs
 from ..rollout.config import RolloutConfig
-from ..rollout.engine import RolloutEngine
 from ..rollout.generation import Generator, HFGenerator, get_eos_token_ids
+from ..rollout.seam import RolloutSeam, Runs
 from ..trainers.checks import check_response_parser
+from ..trainers.rollout_choice import EnvironmentChoice, SeamParts, choose_rollout
 from ..trajectory import Trajectory
-from ..trl_environments import EMPTY_PROMPT, trl_rollout_environments
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -84,26 +86,27 @@ class EvaluationReport:
                 f"truncated {self.truncation_rate:.2f}  ({self.num_rows} rows x {self.samples_per_row})")
 
 
-def score_trajectories(
+def score_rollout(
     reward_func: Callable[..., Sequence[float | None]],
-    trajectories: Sequence[Trajectory],
+    seam: RolloutSeam,
     rows: Sequence[dict[str, Any]],
+    runs: Runs,
     processing_class: Any,
     prompt_column: str = "prompt",
-    environments: Sequence[Any] | None = None,
-    prompts: Sequence[Any] | None = None,
 ) -> list[float | None]:
-    """Call a TRL reward function as the trainers do (:func:`~trl_agentic.rewards.inputs.reward_inputs`:
-    ``prompts`` and ``completions`` as TRL builds them, ``completion_ids``, ``trajectory``, ``environments`` for
-    TRL's ``environment_factory`` and every dataset column as a list). ``prompts`` replaces the trajectories' own
-    (agents: the rows' prompts, what each agent was given)."""
-    prompts, completions, extras = reward_inputs(trajectories, processing_class, environments, prompts)
+    """Call a TRL reward function on the ``runs`` a rollout seam returned for ``rows`` as the trainers do
+    (:func:`~trl_agentic.rewards.inputs.reward_inputs`: ``prompts`` and ``completions`` as TRL builds them,
+    ``completion_ids``, every dataset column but the prompt as a list, and what the rollout adds: ``trajectory``,
+    ``environments`` for TRL's ``environment_factory``, ``agent_output`` for agents), through the guard training
+    uses (:func:`~trl_agentic.rewards.guard.guard_reward`): a value that is not a finite number is ``None``, and a
+    function that raises costs the completions it raises on, not the evaluation."""
+    trajectories, environments = runs
+    prompts, completions, extras = reward_inputs(seam, rows, trajectories, environments, processing_class)
     columns = {key: [row.get(key) for row in rows] for key in rows[0] if key != prompt_column} if rows else {}
     for key in extras[0] if extras else ():
         columns[key] = [extra[key] for extra in extras]
-    rewards = reward_func(prompts=prompts, completions=completions,
-                          completion_ids=[t.completion_ids for t in trajectories], **columns)
-    return [None if r is None or (isinstance(r, float) and math.isnan(r)) else float(r) for r in rewards]
+    return guard_reward(reward_func)(prompts=prompts, completions=completions,
+                                     completion_ids=[t.completion_ids for t in trajectories], **columns)
 
 
 def evaluate(
@@ -158,6 +161,8 @@ def evaluate(
     config = RolloutConfig.from_arguments(config, config_kwargs)
     if any(not 1 <= kk <= samples_per_row for kk in k):
         raise ValueError(f"each k must be between 1 and samples_per_row={samples_per_row}, got {list(k)}")
+    if agent is not None and environment is not None:
+        raise ValueError("pass either environment= or agent=, not both")
     check_response_parser(environment, processing_class)
     rows = [dict(row) for row in rows]
     if generator is None:
@@ -165,15 +170,9 @@ def evaluate(
         generation_config.do_sample = not greedy
         generator = HFGenerator(model, processing_class, generation_config, return_logprobs=greedy,
                                 keep_cache=config.prefix_caching)
-    if agent is not None:  # trl_agentic.agents: the agent talks to the endpoint, as in training (issue 34)
-        if environment is not None:
-            raise ValueError("pass either environment= or agent=, not both")
-        from ..agents.runner import AgentRollout
-
-        eos = get_eos_token_ids(processing_class, getattr(generator, "generation_config", None))
-        runner = AgentRollout(agent, processing_class, config, eos)
-    else:
-        engine = RolloutEngine(generator, processing_class, environment, config)
+    eos = get_eos_token_ids(processing_class, getattr(generator, "generation_config", None))
+    choice = choose_rollout(environment, agent, {}) or EnvironmentChoice(environment)  # None: the engine refuses it
+    seam = choice.seam(SeamParts(processing_class, config, generator, eos, prompt_column=prompt_column))
     expanded = [row for row in rows for _ in range(samples_per_row)]
     batches = range(0, len(expanded), batch_size)
     if show_progress:
@@ -184,20 +183,10 @@ def evaluate(
     rewards: list[float | None] = []
     for start in batches:
         chunk = expanded[start : start + batch_size]
-        envs, prompts = None, None
-        if agent is not None:
-            done = runner.run(chunk, generator)
-            chunk = [{**row, "agent_output": t.agent_output} for row, t in zip(chunk, done)]
-            prompts = [row.get(prompt_column) for row in chunk]
-        else:
-            envs = trl_rollout_environments(environment, chunk)
-            done = engine.run([row.get(prompt_column, EMPTY_PROMPT) if envs else row[prompt_column] for row in chunk],
-                              chunk, environments=envs)
-        trajectories += done
-        rewards += score_trajectories(reward_func, done, chunk, processing_class, prompt_column,
-                                      None if envs is None else [env.instance for env in envs], prompts)
-    if agent is not None:
-        runner.close()
+        done = seam.run(chunk)
+        trajectories += done[0]
+        rewards += score_rollout(reward_func, seam, chunk, done, processing_class, prompt_column)
+    seam.close()
     return _report(rows, samples_per_row, list(k), success_threshold, trajectories, rewards), trajectories
 
 

@@ -11,7 +11,7 @@
 Nothing here imports an optional extra at import time (math-verify is imported on first use).
 """
 
-from ..tag_protocol import RETOOL_TAGS, SEARCH_R1_TAGS, TagProtocol
+from ..environments.tag_protocol import RETOOL_TAGS, SEARCH_R1_TAGS, TagProtocol
 from .base import OBSERVATION_TAGS, RewardFunc, RewardFunction, Sample, make_samples
 from .composite import Component, CompositeReward, progressive_reward
 from .format import FormatReport, FormatReward, ProtocolFormatReward, check_format

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..tag_protocol import ANY_TOOL_TAGS
+from ..environments.tag_protocol import ANY_TOOL_TAGS
 from .text import strip_blocks
 
 if TYPE_CHECKING:

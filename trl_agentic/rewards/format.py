@@ -1,6 +1,6 @@
 """Format shaping: how well a completion follows the tag protocol, as a score in [0, 1].
 
-The protocol (configurable tag names, :class:`~trl_agentic.tag_protocol.TagProtocol`)::
+The protocol (configurable tag names, :class:`~trl_agentic.environments.tag_protocol.TagProtocol`)::
 
     think -> (tool call -> observation -> think)* -> answer
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..tag_protocol import RETOOL_TAGS, SEARCH_R1_TAGS, TagProtocol
+from ..environments.tag_protocol import RETOOL_TAGS, SEARCH_R1_TAGS, TagProtocol
 from .base import RewardFunction, Sample
 
 __all__ = ["FormatReport", "FormatReward", "ProtocolFormatReward", "RETOOL_TAGS", "SEARCH_R1_TAGS", "TagProtocol",

@@ -15,7 +15,8 @@ TRL 1.16 builds them for the same episodes:
   has one (``parse_response``), else the decoded text (TRL's ``_generate`` on a ``rollout_func``'s ids).
 
 The rollout adds ``trajectory`` (and, for TRL's ``environment_factory``, ``environments``: each rollout's
-environment instance) beside the dataset columns.
+environment instance; for an agent, ``agent_output``) beside the dataset columns
+(:meth:`~trl_agentic.rollout.seam.RolloutSeam.reward_inputs`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..rollout.observations import is_conversational
+from ..rollout.seam import RolloutSeam
 from ..trajectory import Trajectory
 
 
@@ -48,15 +50,13 @@ def reward_completions(trajectories: Sequence[Trajectory], processing_class: Any
     return completions
 
 
-def reward_inputs(trajectories: Sequence[Trajectory], processing_class: Any, environments: Sequence[Any] | None = None,
-                  prompts: Sequence[Any] | None = None) -> tuple[list[Any], list[Any], list[dict[str, Any]]]:
-    """``prompts``, ``completions`` and, per trajectory, the keyword arguments the rollout adds to its dataset row
-    (``trajectory``, and ``environments`` when ``environments`` is given). ``prompts`` replaces the trajectories'
-    own (an agent's trajectory holds the messages it sent; its reward functions get the row's prompt, as TRL gives a
-    ``rollout_func``'s)."""
-    prompts = [t.prompt for t in trajectories] if prompts is None else list(prompts)
-    extras: list[dict[str, Any]] = [{"trajectory": t} for t in trajectories]
-    if environments is not None:
-        for extra, environment in zip(extras, environments):
-            extra["environments"] = environment
-    return prompts, reward_completions(trajectories, processing_class), extras
+def reward_inputs(seam: RolloutSeam, rows: Sequence[dict[str, Any]], runs: Sequence[Trajectory],
+                  environments: Sequence[Any] | None,
+                  processing_class: Any) -> tuple[list[Any], list[Any], list[dict[str, Any]]]:
+    """``prompts``, ``completions`` and, per run, the keyword arguments the rollout adds to its dataset row, for the
+    runs a rollout seam returned for ``rows`` (with ``environments``, TRL's instances):
+    :meth:`~trl_agentic.rollout.seam.RolloutSeam.reward_inputs` (the prompt with the text ``reset()`` returned for
+    the engine's runs, the row's prompt for an agent's, as TRL gives a ``rollout_func``'s) and
+    :func:`reward_completions`."""
+    prompts, extras = seam.reward_inputs(rows, runs, environments)
+    return prompts, reward_completions(runs, processing_class), extras

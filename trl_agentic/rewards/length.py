@@ -26,7 +26,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Literal
 
-from ..tag_protocol import ANY_TOOL_TAGS, TagProtocol
+from ..environments.tag_protocol import ANY_TOOL_TAGS, TagProtocol
 from .base import RewardFunction, Sample
 from .text import find_blocks
 

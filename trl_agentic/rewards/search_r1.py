@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..tag_protocol import SEARCH_R1_TAGS, TagProtocol
+from ..environments.tag_protocol import SEARCH_R1_TAGS, TagProtocol
 from .base import RewardFunction, Sample, golds_as_list
 from .format import check_format
 from .text import find_blocks, last_block

@@ -16,7 +16,7 @@ Calls are read, by priority:
 
 1. from ``trajectory.turn_infos``: ``tool`` (the name called), ``invalid`` (the action could not be parsed as a
    call), ``unknown_tool`` (it named a tool that does not exist, as
-   :class:`~trl_agentic.tag_environment.TagEnvironment` reports); the arguments are the action's tool block. A tool
+   :class:`~trl_agentic.environments.tag_environment.TagEnvironment` reports); the arguments are the action's tool block. A tool
    that ran but failed (``tool_error``) is not penalized;
 2. else, when chat messages carry ``tool_calls`` (TRL's own tool loop), from those; a tool message whose content
    is an ``{"error": ...}`` marks its call invalid;
@@ -34,7 +34,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..tag_protocol import ANY_TOOL_TAGS, TagProtocol
+from ..environments.tag_protocol import ANY_TOOL_TAGS, TagProtocol
 from .base import RewardFunction, Sample
 from .text import strip_blocks
 

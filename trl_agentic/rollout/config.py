@@ -1,7 +1,7 @@
 """The settings of a rollout, declared once.
 
 :class:`RolloutFields` declares the fields that are not TRL's (budgets per turn, protocol, timeouts), with their
-``--help``; the trainers' configs (:class:`~trl_agentic.trainers.base.AgenticConfig`) and the evaluation command line
+``--help``; the trainers' configs (:class:`~trl_agentic.trainers.config.AgenticConfig`) and the evaluation command line
 (:class:`~trl_agentic.evaluate.cli.EvaluateArguments`) inherit them. :class:`RolloutConfig` is what the engine runs
 with: those fields plus TRL's ``max_completion_length`` and ``chat_template_kwargs``, validated, every value
 resolved. :meth:`RolloutConfig.from_fields` builds it from any object carrying the fields.
@@ -13,14 +13,14 @@ from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
 from typing import Any, Literal, get_args
 
-from ..environment import check_stop_strings
+from ..environments.base import check_stop_strings
 from .observations import RolloutMode
 
 ROLLOUT_MODES: tuple[str, ...] = get_args(RolloutMode)
 
 ROLLOUT_DEFAULTS: dict[str, Any] = {"rollout_mode": "text", "max_turns": 4, "max_tokens_per_turn": 256}
 """The values of the fields left unset (``None``), unless native tool calls imply others
-(:meth:`~trl_agentic.trainers.base.AgenticConfig.use_tool_loop_defaults`)."""
+(:meth:`~trl_agentic.trainers.config.AgenticConfig.use_tool_loop_defaults`)."""
 
 
 @dataclass

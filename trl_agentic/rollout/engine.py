@@ -7,7 +7,7 @@ For a batch of prompts the engine creates one environment per trajectory, then l
     Environment.step(action) for all of them, concurrently, each under a timeout
         -> observation tokenized as untrusted text (text mode) or as a chat-message delta (chat mode) (mask 0)
 
-Native tool calls (:mod:`trl_agentic.native_tools`): for a :class:`~trl_agentic.native_tools.ToolCallEnvironment`
+Native tool calls (:mod:`trl_agentic.environments.native_tools`): for a :class:`~trl_agentic.environments.native_tools.ToolCallEnvironment`
 the prompt is rendered with its tools' schemas, each turn is parsed by the chat template's response template and
 ``step`` receives the assistant message; its tool messages come back as one chat-template delta.
 
@@ -42,8 +42,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from ..environment import EnvironmentFactory, check_environment_factory, check_stop_strings
-from ..native_tools import native_tools, parse_turn
+from ..environments.base import EnvironmentFactory, check_environment_factory, check_stop_strings
+from ..environments.native_tools import native_tools, parse_turn
 from ..trajectory import StopReason, Trajectory
 from .config import RolloutConfig
 from .env_calls import EnvFailure, PendingCalls, call_all, start_all
@@ -280,7 +280,7 @@ class RolloutEngine:
 
     def _action(self, t: Trajectory, env: Any) -> str | dict[str, Any]:
         """What ``step`` receives: the turn's text, or, for an environment with native tools, the assistant message
-        parsed by the chat template's response template (:func:`~trl_agentic.native_tools.parse_turn`)."""
+        parsed by the chat template's response template (:func:`~trl_agentic.environments.native_tools.parse_turn`)."""
         tools = native_tools(env)
         if tools is None:
             return t.actions[-1]

@@ -22,7 +22,7 @@ What a call can cost, and what a timeout can and cannot stop:
   whole event loop: the calls of the batch that had not finished end with ``env_timeout`` naming the step that
   blocked, and the next batch runs on a fresh loop (:mod:`trl_agentic.rollout.async_loop`).
 - Anything an environment raises, ``KeyboardInterrupt``, ``SystemExit`` and ``GeneratorExit`` included, and any
-  ill-typed return value (:func:`~trl_agentic.environment.check_step_result`), ends that trajectory with
+  ill-typed return value (:func:`~trl_agentic.environments.base.check_step_result`), ends that trajectory with
   ``env_error``. A real Ctrl-C reaches the main thread, which is not running environment code, and stops the run.
 """
 
@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..environment import check_reset_result, check_step_result
+from ..environments.base import check_reset_result, check_step_result
 from ..loop_watch import Block, owned_context, within
 from ..workers import run_in_thread, run_on_caller_thread
 from .async_loop import LoopTimeout, submit, wait

@@ -20,9 +20,9 @@ import warnings
 from collections.abc import Iterable
 from typing import Any
 
-from ..environment import EnvironmentFactory
+from ..environments.base import EnvironmentFactory
+from ..environments.tag_protocol import SEARCH_R1_TAGS, TagProtocol
 from ..rollout.config import RolloutConfig
-from ..tag_protocol import SEARCH_R1_TAGS, TagProtocol
 from ..trajectory import Trajectory
 from .demonstrations import transcript_to_trajectory
 

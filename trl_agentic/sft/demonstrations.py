@@ -13,7 +13,7 @@ Demonstrations come as TRL's prompt-completion rows (``{"prompt", "completion"}`
 - text mode: ``completion`` is the text after the prompt, turns ended by the protocol's stop strings (``</search>``,
   ``</answer>``), each tool call followed by its observation block (``\\n\\n<information>...</information>\\n\\n``;
   whitespace around the block belongs to the observation), split by
-  :meth:`~trl_agentic.tag_protocol.TagProtocol.split_transcript`. With ``environment=`` the observations are left out
+  :meth:`~trl_agentic.environments.tag_protocol.TagProtocol.split_transcript`. With ``environment=`` the observations are left out
   and the environment computes them (the demonstration is replayed against the real tool).
 - chat mode: ``completion`` is a list of messages: ``assistant`` messages are the actions, the message after each
   (role ``observation_role``) its observation. Or an OpenAI-style tool-calling trace (assistant messages with
@@ -26,12 +26,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..environment import EnvironmentFactory, StepResult
+from ..environments.base import EnvironmentFactory, StepResult
+from ..environments.tag_protocol import SEARCH_R1_TAGS, TagProtocol
 from ..rollout.config import RolloutConfig
 from ..rollout.engine import RolloutEngine
 from ..rollout.generation import Generation
 from ..rollout.observations import ObservationEncoder
-from ..tag_protocol import SEARCH_R1_TAGS, TagProtocol
 from ..trajectory import Trajectory
 from .errors import DemonstrationError
 from .tool_traces import ScriptedToolEnvironment, is_tool_trace, split_tool_messages
@@ -208,7 +208,7 @@ def transcript_to_trajectory(
     """A demonstration written as TRL's prompt-completion pair, as a :class:`~trl_agentic.Trajectory`.
 
     ``completion`` is text (``rollout_mode="text"``, split with
-    :meth:`~trl_agentic.tag_protocol.TagProtocol.split_transcript`) or a list of messages (``rollout_mode="chat"``:
+    :meth:`~trl_agentic.environments.tag_protocol.TagProtocol.split_transcript`) or a list of messages (``rollout_mode="chat"``:
     assistant messages alternating with observation messages). With ``environment=`` the
     observations are computed by replaying the actions against it (a text transcript then leaves them out);
     otherwise they are read from the transcript. See :func:`demonstration_to_trajectory` for the other arguments.

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..environment import EnvironmentFactory
+from ..environments.base import EnvironmentFactory
 from ..evaluate import EvaluationReport, evaluate
 from ..trajectory import Trajectory
 

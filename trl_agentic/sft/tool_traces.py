@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..environment import StepResult
-from ..native_tools import ToolCallEnvironment
+from ..environments.base import StepResult
+from ..environments.native_tools import ToolCallEnvironment
 from ..rollout.observations import ObservationEncoder
 from .errors import DemonstrationError
 

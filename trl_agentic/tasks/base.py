@@ -12,9 +12,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..environment import EnvironmentFactory
+from ..environments.base import EnvironmentFactory
+from ..environments.tag_protocol import TagProtocol
 from ..rewards.base import RewardFunc
-from ..tag_protocol import TagProtocol
 
 
 def has_chat_template(processing_class: Any) -> bool:

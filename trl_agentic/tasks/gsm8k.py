@@ -20,8 +20,8 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..environments.tag_protocol import TagProtocol
 from ..errors import TaskConfigError
-from ..tag_protocol import TagProtocol
 from .base import Task
 
 PYTHON_SYSTEM_PROMPT = """\
@@ -133,7 +133,7 @@ def make_task(args: GSM8KToolsArguments, max_completion_length: int = 1024) -> T
     except ValueError as exc:
         raise TaskConfigError(f"--answer_sources {args.answer_sources}: {exc}") from None
     if args.tool == "calculator_native":
-        from ..native_tools import ToolCallEnvironment
+        from ..environments.native_tools import ToolCallEnvironment
 
         # the chat template shows calculate's schema and writes the calls; the reward is the answer's correctness
         # (tool errors are counted in the rollout metrics, agentic/tool_error_per_trajectory)
@@ -160,8 +160,8 @@ def make_task(args: GSM8KToolsArguments, max_completion_length: int = 1024) -> T
 def _tag_tool(args: GSM8KToolsArguments, protocol: TagProtocol, correct: Any,
               max_completion_length: int) -> tuple[Any, list[Any], list[Any]]:
     """The tag forms: the environment serving ``<code>`` or ``<calc>``, the composite reward, the tool to close."""
+    from ..environments.tag_environment import TagEnvironment
     from ..rewards import Component, CompositeReward, LengthPenalty, ProtocolFormatReward, ToolUseReward
-    from ..tag_environment import TagEnvironment
 
     tag = next(iter(protocol.tools))
     if args.tool == "python":

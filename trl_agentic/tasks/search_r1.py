@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..environments.tag_protocol import SEARCH_R1_TAGS
 from ..errors import TaskConfigError
-from ..tag_protocol import SEARCH_R1_TAGS
 from .base import Task
 
 # Search-R1's instruction (scripts/data_process/qa_search_train_merge.py, make_prefix, template 'base').
@@ -120,8 +120,8 @@ def build_retriever(args: SearchR1Arguments) -> Any:
 
 def make_task(args: SearchR1Arguments, retriever: Any = None) -> Task:
     """The Search-R1 :class:`Task`; ``retriever`` defaults to :func:`build_retriever` of ``args``."""
+    from ..environments.tag_environment import TagEnvironment
     from ..rewards import QAReward, SearchR1Reward
-    from ..tag_environment import TagEnvironment
     from ..tools import SearchTool
 
     if args.reward not in ("searchr1", "em", "f1"):

@@ -61,7 +61,7 @@ class ToolOutput:
 
     def as_info(self) -> dict[str, Any]:
         """The counts the library reads (``tool_error``, ``tool_timeout``, ``observation_truncated``:
-        :class:`~trl_agentic.environment.StepInfo`), merged with :attr:`info`; ready to go into ``StepResult.info``."""
+        :class:`~trl_agentic.environments.base.StepInfo`), merged with :attr:`info`; ready to go into ``StepResult.info``."""
         out = dict(self.info)
         out["tool_error"] = int(self.error or self.timeout)
         out["tool_timeout"] = int(self.timeout)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from ..tag_environment import TagEnvironment
-from ..tag_protocol import TagProtocol
+from ..environments.tag_environment import TagEnvironment
+from ..environments.tag_protocol import TagProtocol
 
 LOOKUP_TAGS = TagProtocol(think=None, tools={"lookup": "result"}, answer="answer")
 """The lookup task's protocol: ``<lookup>`` -> ``<result>``, ``<answer>``."""

@@ -1,188 +1,59 @@
-"""What both trainers share: the config fields of a run with rollouts, and the stages of a generation round.
+"""What both trainers share: the stages of a generation round with rollouts.
 
 :class:`AgenticTrainer` is TRL's ``GRPOTrainer`` (through :class:`~trl_agentic.compat.GRPOTrainerBoundary`) plus the
 stages a round of our own is made of; :class:`~trl_agentic.AgenticGRPOTrainer` and
 :class:`~trl_agentic.AgenticPPOTrainer` are siblings that compose them in their ``training_batch``, read top to
 bottom in one file each:
 
-1. :meth:`~AgenticTrainer.rollout`: one run per dataset row (the engine, or an agent through the endpoint);
+1. :meth:`~AgenticTrainer.rollout`: one run per dataset row, through the rollout seam
+   (:mod:`~trl_agentic.rollout.seam`: the engine with our environments or TRL's, or agents through the endpoint);
 2. :meth:`~AgenticTrainer.score`: TRL's reward functions on each run (what they receive:
    :func:`~trl_agentic.rewards.inputs.reward_inputs`, shared with evaluation);
-3. :meth:`~AgenticTrainer.build_round`: the runs as training rows and TRL's batch (padding and masks only);
+3. :meth:`~AgenticTrainer.build_round`: the runs' training rows and TRL's batch (padding and masks only);
 4. :meth:`~AgenticTrainer.add_logps`: the model forwards a round needs (old, reference and vLLM's log-probs);
 5. the algorithm's advantages (the sibling's own);
-6. :meth:`~AgenticTrainer.round_metrics` and the sibling's, logged once (:meth:`~AgenticTrainer.log_metrics`), then
-   :meth:`~AgenticTrainer.record`.
+6. :meth:`~AgenticTrainer.round_metrics` (computed from values gathered in one call,
+   :meth:`~AgenticTrainer.gather_round_values`) and the sibling's, logged once (:meth:`~AgenticTrainer.log_metrics`),
+   then :meth:`~AgenticTrainer.record`.
 
-State: built once per run (in ``__init__``): the environment factory or agent, the rollout settings
+State: built once per run (in ``__init__``, the kind of rollout chosen once by
+:func:`~trl_agentic.trainers.rollout_choice.choose_rollout`): the rollout settings
 (:class:`~trl_agentic.rollout.config.RolloutConfig`), the generator (transformers' ``generate`` with its stop-criteria
-cache, or TRL's vLLM backend), the engine (:class:`~trl_agentic.rollout.engine.RolloutEngine`: its observation
-encoder's template probes), the degenerate-run monitor.
+cache, or TRL's vLLM backend), the rollout seam (the engine, :class:`~trl_agentic.rollout.engine.RolloutEngine`, with
+its observation encoder's template probes, or the agents' endpoint), the degenerate-run monitor.
 Per round: everything in :class:`~trl_agentic.trainers.round.Round`. Across rounds: only the global step whose
 weights vLLM holds, and the monitor's count of unscorable rounds in a row.
 """
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import os
-import warnings
-from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from accelerate.utils import gather_object
-from trl import GRPOConfig
 
-from ..agents.checks import prepare_agent_kwargs
-from ..agents.runner import AgentRollout
 from ..algorithms.advantages import combined_rewards, nanstd
 from ..algorithms.importance import importance_ratio, vllm_importance_sampling_ratio
 from ..algorithms.kl import kl_penalty
 from ..algorithms.losses import aggregate_loss, clipped_policy_loss
 from ..algorithms.masked import masked_sum, zero_masked
-from ..compat import GRPOTrainerBoundary, TRLBatch, check_trl_version, trl_tool_chat_template, unwrap_for_generation
-from ..device import cpu_bf16_default
-from ..environment import EnvironmentFactory
-from ..native_tools import ensure_response_parser
-from ..rewards.guard import guard_reward
+from ..compat import GRPOTrainerBoundary, TRLBatch, check_trl_version, unwrap_for_generation
+from ..environments.base import EnvironmentFactory
 from ..rewards.inputs import reward_inputs
-from ..rollout.audit import unsampled_trained
-from ..rollout.config import ROLLOUT_DEFAULTS, RolloutConfig, RolloutFields
-from ..rollout.engine import RolloutEngine
+from ..rollout.config import RolloutConfig
 from ..rollout.generation import Generator, HFGenerator
-from ..rollout.metrics import logprob_gap, metrics_from_sums, rollout_sums, trl_tool_metrics
+from ..rollout.seam import RolloutSeam, Runs
 from ..rollout.vllm import TRLVLLMGenerator
 from ..trackers import trajectory_columns
 from ..trajectory import Trajectory, save_trajectories
-from ..trl_environments import EMPTY_PROMPT, from_trainer_kwargs, trl_rollout_environments, trl_trainer_kwargs
-from .checks import (
-    DegenerateStepMonitor,
-    DegenerateTrainingError,
-    check_response_parser,
-    keyword_arguments,
-    run_construction_checks,
-    uses_native_tool_calls,
-)
+from .checks import DegenerateStepMonitor, DegenerateTrainingError, keyword_arguments
+from .config import AgenticConfig
+from .rollout_choice import SeamParts, choose_rollout
 from .round import Round, pad, row_advantages, row_count, training_rows, trl_completion_rows, values_of_rows
+from .round_metrics import RoundValues, metrics_of_round, round_values
 
 CLIPPED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")  # the loss types of AgenticTrainer.clipped_loss
-
-
-@dataclass
-class AgenticConfig(GRPOConfig, RolloutFields):
-    """``GRPOConfig`` plus what every run with rollouts has: the rollout fields (:class:`RolloutFields`, declared
-    once), what the loss trains on, where trajectories go, TRL's tool options and when to stop a run that trains
-    nothing. :class:`~trl_agentic.AgenticGRPOConfig` and :class:`~trl_agentic.AgenticPPOConfig` add their own."""
-
-    mask_observations: bool = field(
-        default=True,
-        metadata={"help": "Mask observation tokens out of the loss (default). False trains on them too, as in "
-                  "Search-R1's masking ablation."},
-    )
-    mask_truncated_trajectories: bool = field(
-        default=False,
-        metadata={"help": "Exclude trajectories that did not end on their own (budget, environment truncation or "
-                  "failure) from the loss."},
-    )
-    trajectory_dir: str | None = field(
-        default=None,
-        metadata={"help": "Append every rollout, with its rewards and advantage, to <dir>/trajectories-rank<k>.jsonl."},
-    )
-    max_degenerate_steps: int = field(
-        default=3,
-        metadata={"help": "Stop training after this many generation rounds in a row in which no completion could be "
-                  "scored (every trajectory ended env_error/env_timeout, or every reward was None): such a round "
-                  "trains nothing. The error quotes the first failure and where the trajectories are. 0: never stop."},
-    )
-    concurrent_sync_tools: bool = field(
-        default=False,
-        metadata={"help": "TRL's tools=/environment_factory=: run sync tools concurrently on worker threads. Default "
-                  "(TRL's): one after another on the training thread, where a tool may use signal.alarm or a "
-                  "thread-bound resource (a sqlite connection opened in __init__); only for thread-safe tools."},
-    )
-    answer_malformed_tool_calls: bool = field(
-        default=False,
-        metadata={"help": "TRL's tools=/environment_factory=: answer a tool call the response template cannot parse "
-                  "with {'error': ...} and let the model try again. Default (TRL's): the rollout ends at that turn."},
-    )
-    check_tool_argument_types: bool = field(
-        default=False,
-        metadata={"help": "TRL's tools=/environment_factory=: answer an argument whose JSON type differs from the "
-                  "tool's schema with {'error': ...} before the tool runs. Default (TRL's): the tool is called with "
-                  "it."},
-    )
-
-    def __post_init__(self) -> None:
-        # Rollout fields left unset take the generic defaults now, and TRL's tool-loop values if the trainer turns out
-        # to run TRL's tools=/environment_factory= (:meth:`use_tool_loop_defaults`).
-        self._unset_rollout_fields = tuple(name for name in ROLLOUT_DEFAULTS if getattr(self, name) is None)
-        for name in self._unset_rollout_fields:
-            setattr(self, name, ROLLOUT_DEFAULTS[name])
-        if self.activation_checkpointing is None:  # TRL's default sets the name transformers deprecates: pass the new
-            self.activation_checkpointing = self.gradient_checkpointing  # one, so no FutureWarning nobody can act on
-        self.bf16 = cpu_bf16_default(self.bf16, self.fp16, self.use_cpu)  # TRL's bf16=True, but not on a CPU
-        super().__post_init__()
-        self.rollout_config()  # validates the rollout fields
-        if isinstance(self.max_degenerate_steps, bool) or not isinstance(self.max_degenerate_steps, int) \
-                or self.max_degenerate_steps < 0:
-            raise ValueError(f"max_degenerate_steps must be an integer >= 0 (0: never stop), got "
-                             f"{self.max_degenerate_steps!r}")
-        if self.use_vllm and self.vllm_enable_sleep_mode and self.max_turns > 1:
-            warnings.warn(
-                "vllm_enable_sleep_mode=True: TRL puts vLLM to sleep (level 2) after every generate call, so each turn "
-                "of a multi-turn rollout pushes the weights again and loses the prefix cache of the earlier turns; "
-                "keep the default False unless GPU memory forces it.",
-                stacklevel=3,
-            )
-        if not self.mask_observations:
-            warnings.warn(
-                "mask_observations=False: observation tokens (tool output) are trained on, as in Search-R1's "
-                "ablation, which lowered its results; keep the default unless you are reproducing it.",
-                stacklevel=3,
-            )
-
-    def rollout_config(self) -> RolloutConfig:
-        """What the engine runs with (validated; ``max_tokens_per_turn`` clamped to ``max_completion_length``)."""
-        return RolloutConfig.from_fields(self)
-
-    def use_tool_loop_defaults(self, trl_tools: bool) -> None:
-        """Native tool calls imply chat rollouts: the rollout fields left unset take the values that make a TRL script
-        behave as in TRL. ``rollout_mode`` becomes ``"chat"``; with TRL's ``tools=``/``environment_factory=``
-        (``trl_tools``) also TRL's tool-loop budgets: one turn may use all of ``max_completion_length``, and at most
-        ``max_tool_calling_iterations + 1`` model turns (no turn limit when that is unset: the token budget ends the
-        rollout). Fields the user set are kept (an explicit ``rollout_mode='text'`` is refused later)."""
-        unset = getattr(self, "_unset_rollout_fields", ())
-        values: dict[str, Any] = {"rollout_mode": "chat"}
-        if trl_tools:
-            iterations = getattr(self, "max_tool_calling_iterations", None)
-            values["max_tokens_per_turn"] = self.max_completion_length
-            values["max_turns"] = iterations + 1 if iterations is not None else self.max_completion_length
-        for name, value in values.items():
-            if name in unset:
-                setattr(self, name, value)
-
-    @classmethod
-    def for_trl_tools(cls, args: Any, model: Any = None) -> "AgenticConfig":
-        """The config of a run of TRL's ``tools=`` / ``environment_factory=``, with TRL's tool-loop budgets in the
-        rollout fields left unset (:meth:`use_tool_loop_defaults`). ``None`` gives TRL's default config as ``cls``,
-        named as TRL names it (``"<model name>-GRPO"``, ``-PPO`` for PPO's); a TRL ``GRPOConfig`` becomes a ``cls``
-        with the same values; an agentic config is copied (the caller's object is left as it was)."""
-        if isinstance(args, AgenticConfig):
-            args = copy.copy(args)
-        elif args is None:
-            name = model if isinstance(model, str) else getattr(getattr(model, "config", None), "name_or_path", "")
-            kind = cls.__name__.removeprefix("Agentic").removesuffix("Config")  # GRPO or PPO
-            args = cls(output_dir=f"{str(name).split('/')[-1]}-{kind}")
-        else:
-            names = {f.name for f in dataclasses.fields(cls) if f.init}
-            values = {f.name: getattr(args, f.name) for f in dataclasses.fields(args) if f.init and f.name in names}
-            values["generation_batch_size"] = None  # derived again from steps_per_generation (TRL rejects both set)
-            args = cls(**values)
-        args.use_tool_loop_defaults(trl_tools=True)
-        return args
 
 
 class AgenticTrainer(GRPOTrainerBoundary):
@@ -207,52 +78,34 @@ class AgenticTrainer(GRPOTrainerBoundary):
                  task: Any = None, **kwargs: Any) -> None:
         check_trl_version()
         kwargs = keyword_arguments(args, kwargs)  # GRPOTrainer's arguments, all by name
-        if agent is not None:  # an agent of any framework, through an OpenAI-compatible endpoint (agents/)
-            agent = prepare_agent_kwargs(agent, environment, kwargs)
-        native = from_trainer_kwargs(kwargs, environment)  # TRL's tools= / environment_factory=, run by our engine
-        if native is not None:  # args, get_reward columns, reward_weights, train_dataset: as TRL derives them
-            environment = native
-            kwargs["args"] = self.config_class.for_trl_tools(kwargs.get("args"), kwargs.get("model"))
-            kwargs = trl_trainer_kwargs(native, kwargs)
-        elif uses_native_tool_calls(environment) and isinstance(kwargs.get("args"), AgenticConfig):
-            kwargs["args"] = copy.copy(kwargs["args"])  # a ToolCallEnvironment implies chat rollouts
-            kwargs["args"].use_tool_loop_defaults(trl_tools=False)
-        self.environment, self.task = environment, task
-        if environment is not None:
-            fields = ("trajectory", "environments") if native is not None else ("trajectory",)
-            run_construction_checks(environment, (), kwargs, fields)  # trainers/checks.py: fail before training
-            if kwargs.get("rollout_func") is not None:
-                raise ValueError("pass either environment= or rollout_func=, not both")
-            funcs = kwargs.get("reward_funcs")
-            kwargs["reward_funcs"] = ([guard_reward(f) for f in funcs] if isinstance(funcs, (list, tuple))
-                                      else guard_reward(funcs))
-        elif agent is None:
+        choice = choose_rollout(environment, agent, kwargs)  # trainers/rollout_choice.py: the one choice of kind
+        if choice is None:
             self._check_trl_config(kwargs.get("args"))
+        else:  # checked, rewards guarded; TRL's tools= / environment_factory=: as TRL's __init__ derives them
+            kwargs = choice.trainer_kwargs(kwargs, self.config_class)
+        self.task = task
         super().__init__(**kwargs)
-        self.has_rollouts = environment is not None or agent is not None
         self._vllm_weights_step = -1  # the global step whose weights vLLM holds
-        self.rollout_engine: RolloutEngine | None = None
-        self.agent_rollout: AgentRollout | None = None
-        if self.has_rollouts:
+        self.rollout_seam: RolloutSeam | None = None
+        if choice is not None:
             self._check_agentic_args()
             self.degenerate_monitor = DegenerateStepMonitor(self.args.max_degenerate_steps, self.args.trajectory_dir)
-            settings = self.args.rollout_config()
-            check_response_parser(environment, self.processing_class)  # native tool calls: a response template
-            if native is not None:
-                ensure_response_parser(self.processing_class)
-                self.tools = native.all_tools()  # TRL's attribute: the standalone tools and every environment's methods
-                template = trl_tool_chat_template(self.processing_class)  # TRL swaps Qwen3's for its training variant
-                if template is not None:
-                    settings.chat_template_kwargs["chat_template"] = template
+            settings = choice.trainer_config(self.args.rollout_config(), self.processing_class)
             self.generator = self._generator(settings)
-            if agent is not None:
-                self.agent_rollout = AgentRollout(agent, self.processing_class, settings, self.eos_token_ids)
-            else:
-                self.rollout_engine = RolloutEngine(self.generator, self.processing_class, environment, settings,
-                                                    self._sync_any, eos_token_ids=self.eos_token_ids,
-                                                    sync_max=self._sync_max)
+            self.rollout_seam = choice.seam(SeamParts(self.processing_class, settings, self.generator,
+                                                      self.eos_token_ids, self._sync_any, self._sync_max,
+                                                      self.accelerator.num_processes > 1))
+            self.set_trl_attributes(None)
         if self.beta != 0.0 and getattr(self.args, "kl_estimator", "k3") != "k3":
             self._check_clipped_loss_settings()
+
+    def set_trl_attributes(self, environments: list[Any] | None) -> None:
+        """The one place TRL's public attributes that our rollout stands in for are set (TRL's tool loop never
+        runs): ``tools``, what TRL's ``__init__`` would hold (TRL's tools and every environment's methods; ``[]``
+        without them, TRL's value), and ``environments``, this process's environment instances of the round
+        (TRL's ``environment_factory``; ``None`` without one, TRL's value), which TRL's reward call also reads."""
+        self.tools = self.rollout_seam.tools
+        self.environments = environments
 
     def _check_trl_config(self, args: Any) -> None:
         """Without rollouts the trainer is TRL's: settings that only act on rollouts are refused."""
@@ -287,7 +140,7 @@ class AgenticTrainer(GRPOTrainerBoundary):
         batch's advantages are left at 0 for the sibling's step to set. A round in which nothing could be scored
         counts towards ``max_degenerate_steps`` (:class:`~trl_agentic.trainers.checks.DegenerateStepMonitor`)."""
         runs, environments = self.rollout(rows)
-        if self.agent_rollout is not None and self.model.training:
+        if self.model.training:
             self.stop_if_refused(runs)
         prompts, completions, run_rewards = self.score(rows, runs, environments)
         round_ = self.build_round(rows, runs, run_rewards, prompts, completions)
@@ -299,49 +152,39 @@ class AgenticTrainer(GRPOTrainerBoundary):
                 raise DegenerateTrainingError(stop)
         return round_
 
-    def stop_if_refused(self, runs: list[Any]) -> None:
-        """Raise :class:`~trl_agentic.trainers.checks.DegenerateTrainingError` when no agent run of the round (on any
-        process) reached the model and the endpoint refused some of their requests
-        (:meth:`~trl_agentic.trainers.checks.DegenerateStepMonitor.observe_refusals`)."""
-        local = [sum(any(s.turn_spans for s in t.segments) for t in runs),
+    def stop_if_refused(self, runs: list[Trajectory]) -> None:
+        """Raise :class:`~trl_agentic.trainers.checks.DegenerateTrainingError` when no run of the round (on any
+        process) reached the model and its endpoint refused some requests (agents; no endpoint refuses an engine
+        run: :meth:`~trl_agentic.trainers.checks.DegenerateStepMonitor.observe_refusals`)."""
+        local = [sum(any(row.turn_spans for row in t.training_rows()) for t in runs),
                  sum(t.events.get("bad_request", 0) for t in runs)]
         total = self.accelerator.gather(torch.tensor([local], device=self.accelerator.device)).sum(0).tolist()
-        first = next((t.refusal for t in runs if t.refusal), None)
-        stop = self.degenerate_monitor.observe_refusals(int(total[0]), int(total[1]), first)
+        refusal = self.rollout_seam.refusal(runs)
+        stop = self.degenerate_monitor.observe_refusals(int(total[0]), int(total[1]), refusal)
         if stop is not None:
             raise DegenerateTrainingError(stop)
 
-    def rollout(self, rows: list[dict[str, Any]]) -> tuple[list[Trajectory], list[Any] | None]:
-        """1. One run per row: the engine's episode (each row's columns reach the environment's ``reset``), or an
-        agent's run against the endpoint. Returns the runs and, for TRL's ``tools=``/``environment_factory=``, each
-        run's environment instance (TRL's ``trainer.environments``; ``None`` otherwise)."""
+    def rollout(self, rows: list[dict[str, Any]]) -> Runs:
+        """1. One run per row through the rollout seam (:mod:`~trl_agentic.rollout.seam`, chosen at construction:
+        the engine's episode, each row's columns reaching the environment's ``reset``, or an agent's run against
+        the endpoint), with vLLM's weights brought up to date first. Returns the runs and TRL's
+        ``trainer.environments`` of the round (:meth:`set_trl_attributes`)."""
         if self.use_vllm and self.state.global_step != self._vllm_weights_step:
             self.vllm_generation.sync_weights()  # the policy moved since vLLM last got its weights
             self._vllm_weights_step = self.state.global_step
-        if self.agent_rollout is not None:  # agents/runner.py: one agent run per row, against the endpoint
-            runs = self.agent_rollout.run(rows, self.generator, self._sync_any,
-                                          self.accelerator.num_processes > 1)
-            return runs, None
-        envs = trl_rollout_environments(self.environment, rows)  # TRL's tools= / environment_factory=
-        prompts = copy.deepcopy([row.get("prompt", EMPTY_PROMPT) if envs else row["prompt"] for row in rows])
-        runs = self.rollout_engine.run(prompts, [dict(row) for row in rows], environments=envs)
-        if envs is None:
-            return runs, None
-        self.environments = [env.instance for env in envs]  # TRL's attribute: this process's rollouts' instances
-        return runs, self.environments
+        runs, environments = self.rollout_seam.run(rows)
+        self.set_trl_attributes(environments)
+        return runs, environments
 
     def score(self, rows: list[dict[str, Any]], runs: list[Trajectory],
               environments: list[Any] | None) -> tuple[list[Any], list[Any], torch.Tensor]:
-        """2. TRL's reward functions on every run, with TRL's keyword arguments, ``trajectory`` (and
-        ``agent_output`` for agents, ``environments`` for TRL's environments), built by
+        """2. TRL's reward functions on every run, with TRL's keyword arguments and what the rollout adds
+        (``trajectory``; ``agent_output`` for agents, ``environments`` for TRL's environments), built by
         :func:`~trl_agentic.rewards.inputs.reward_inputs` as in evaluation. A run whose environment (or agent) failed
         carries no learning signal: it is unscorable (NaN) for every function. Returns the prompts and completions
         the functions received (this process's) and the (R_global, num_reward_funcs) rewards."""
-        agent = self.agent_rollout is not None
-        given_prompts = copy.deepcopy([row["prompt"] for row in rows]) if agent else None
-        prompts, completions, extras = reward_inputs(runs, self.processing_class, environments, given_prompts)
-        if agent:
-            extras = [{**extra, "agent_output": t.agent_output} for extra, t in zip(extras, runs)]
+        prompts, completions, extras = reward_inputs(self.rollout_seam, rows, runs, environments,
+                                                     self.processing_class)
         reward_rows = [{**row, **extra} for row, extra in zip(rows, extras)]
         completion_ids = [list(t.completion_ids) for t in runs]
         rewards = self.trl_rewards(reward_rows, prompts, completions, completion_ids)
@@ -350,17 +193,13 @@ class AgenticTrainer(GRPOTrainerBoundary):
 
     def build_round(self, rows: list[dict[str, Any]], runs: list[Trajectory], run_rewards: torch.Tensor,
                     prompts: list[Any], completions: list[Any]) -> Round:
-        """3. The runs as training rows (one per run; an agent run that rewrote its history gives one per segment,
-        and padding rows make every process's count equal and divisible by ``steps_per_generation``:
-        :func:`~trl_agentic.trainers.round.training_rows`) and TRL's batch of them (:meth:`build_batch`)."""
-        rows_of_runs = [getattr(t, "segments", None) for t in runs]
-        if any(rows_of_runs) or self.agent_rollout is not None:
-            multiple = self.args.steps_per_generation if self.model.training else 1
-            local = sum(max(1, len(segments or [])) for segments in rows_of_runs)
-            count = row_count(local, self._sync_max, multiple)
-            trajectories, owners = training_rows(runs, count, self._pad_id())
-        else:
-            trajectories, owners = list(runs), list(range(len(runs)))
+        """3. The runs' training rows (:meth:`~trl_agentic.Trajectory.training_rows`: one per engine run, one per
+        segment of an agent run), with padding rows that make every process's count equal and divisible by
+        ``steps_per_generation`` (:func:`~trl_agentic.trainers.round.training_rows`; none when each run is one
+        row and the processes have as many runs), and TRL's batch of them (:meth:`build_batch`)."""
+        multiple = self.args.steps_per_generation if self.model.training else 1
+        count = row_count(sum(len(t.training_rows()) for t in runs), self._sync_max, multiple)
+        trajectories, owners = training_rows(runs, count, self._pad_id())
         offset = self.accelerator.process_index * len(runs)
         local_rewards = run_rewards[offset: offset + len(runs)]
         row_rewards = values_of_rows(local_rewards, owners, torch.nan)
@@ -436,96 +275,19 @@ class AgenticTrainer(GRPOTrainerBoundary):
 
     # -- metrics ------------------------------------------------------------------------------------------------
     def round_metrics(self, round_: Round) -> dict[str, float]:
-        """A round's metrics that do not depend on the algorithm, over all processes: the rollout's (``agentic/*``,
-        TRL's ``tools/*``), TRL's lengths (``completions/*``; the tokens are counted in ``num_tokens``), the mask
-        audit, and with vLLM the sampling gap and TRL's importance-sampling metrics."""
-        metrics = self.rollout_metrics(round_.runs)
-        metrics.update(self.length_metrics(round_.trajectories, round_.batch))
-        metrics["agentic/mask_audit"] = self.mask_audit(round_)
-        batch = round_.batch
-        if batch.old_logps is not None and batch.sampling_logps is not None:
-            metrics.update(self.sampling_metrics(batch))
+        """A round's metrics that do not depend on the algorithm, over all processes
+        (:func:`~trl_agentic.trainers.round_metrics.metrics_of_round`: the rollout's, TRL's lengths, the mask audit,
+        vLLM's sampling gaps), from this process's values (:func:`~trl_agentic.trainers.round_metrics.round_values`)
+        gathered once (:meth:`gather_round_values`); the round's tokens are added to TRL's ``num_tokens``."""
+        local = round_values(round_, self.rollout_seam, self.args.mask_observations)
+        metrics, tokens = metrics_of_round(self.gather_round_values(local), self.rollout_seam, self.accelerator.device)
+        self.count_tokens(tokens)
         return metrics
 
-    def rollout_metrics(self, runs: list[Trajectory]) -> dict[str, float]:
-        """``agentic/*`` (:mod:`~trl_agentic.rollout.metrics`) and, whenever the trainer has TRL's tools, TRL's
-        ``tools/call_frequency`` and ``tools/failure_frequency``; for agents ``agentic/agent/*``."""
-        total: Counter = Counter()
-        for sums in gather_object([rollout_sums(runs)]):
-            total.update(sums)
-        metrics = metrics_from_sums(total)
-        if getattr(self, "tools", None):
-            metrics.update(trl_tool_metrics(total))
-        if self.agent_rollout is not None:
-            from ..agents.metrics import agent_metrics
-
-            metrics.update(agent_metrics(runs, self.accelerator))
-        return metrics
-
-    def length_metrics(self, trajectories: list[Trajectory], batch: TRLBatch) -> dict[str, float]:
-        """TRL's length metrics (``grpo_trainer.py`` ``_generate``, l. 2276-2310), over all processes, and the
-        round's tokens added to TRL's ``num_tokens``: a completion's length counts its sampled (trained) tokens; it is
-        clipped when its trajectory did not end on its own (:attr:`~trl_agentic.Trajectory.truncated`: a turn,
-        token or environment budget cut it). TRL's test, a last token that is neither an end id nor the pad id,
-        would call clipped every trajectory that ends at a stop string such as ``</answer>``."""
-        device = self.accelerator.device
-        lengths = self.accelerator.gather(batch.loss_mask.sum(dim=1).to(device)).float()
-        prompt_tokens = self.accelerator.gather(torch.tensor([len(t.prompt_ids) for t in trajectories], device=device))
-        self.count_tokens(int((prompt_tokens.sum() + lengths.sum()).item()))
-        clipped = self.accelerator.gather(torch.tensor([t.truncated for t in trajectories], device=device))
-        terminated = lengths[~clipped] if (~clipped).any() else torch.zeros(1, device=device)
-        return {
-            "completions/mean_length": lengths.mean().item(),
-            "completions/min_length": lengths.min().item(),
-            "completions/max_length": lengths.max().item(),
-            "completions/clipped_ratio": clipped.float().mean().item(),
-            "completions/mean_terminated_length": terminated.mean().item(),
-            "completions/min_terminated_length": terminated.min().item(),
-            "completions/max_terminated_length": terminated.max().item(),
-        }
-
-    def mask_audit(self, round_: Round) -> float:
-        """Trained positions the model did not sample, over all processes (:mod:`trl_agentic.rollout.audit`): must be
-        0. With ``mask_observations=False`` observation positions are allowed. The end ids are the engine's."""
-        rollouts = self.rollout_engine if self.rollout_engine is not None else self.agent_rollout
-        trained = round_.batch.loss_mask.bool().cpu().tolist()
-        bad = 0
-        for row, t in zip(trained, round_.trajectories):
-            if not self.args.mask_observations:
-                row = [flag and (i >= len(t.env_mask) or t.env_mask[i] == 1) for i, flag in enumerate(row)]
-            bad += unsampled_trained(t, row, rollouts.eos_token_ids)
-        return float(self.accelerator.gather(torch.tensor([bad], device=self.accelerator.device)).sum().item())
-
-    def sampling_metrics(self, batch: TRLBatch) -> dict[str, float]:
-        """With vLLM, over trained tokens and all processes: our ``agentic/vllm_logprob_gap`` (mean |delta| per
-        token, :func:`~trl_agentic.rollout.metrics.logprob_gap`) and ``_max``, and TRL's metrics (``grpo_trainer.py``
-        l. 2860-2897): ``sampling/sampling_logp_difference/{mean,max}`` (mean over processes of each process's mean,
-        as TRL) and, with the correction, ``sampling/importance_sampling_ratio/{min,mean,max}``."""
-        device, mask = self.accelerator.device, batch.loss_mask
-        mean, largest = logprob_gap(batch.old_logps, batch.sampling_logps, mask)
-        count = float(mask.sum())
-        total = self.accelerator.gather(torch.tensor([[mean * count, count, largest]], device=device))
-        metrics = {"agentic/vllm_logprob_gap": (total[:, 0].sum() / total[:, 1].sum().clamp(min=1.0)).item(),
-                   "agentic/vllm_logprob_gap_max": total[:, 2].max().item()}
-        ratio = batch.data.get("importance_sampling_ratio")
-        if ratio is None:
-            return metrics
-        mask = mask.bool()
-        delta = torch.abs(batch.old_logps - batch.sampling_logps)
-        delta = delta[mask & ~torch.isnan(delta)]
-        zero = torch.tensor(0.0, device=device)
-        mean, largest = (delta.mean(), delta.max()) if delta.numel() else (zero, zero)
-        metrics["sampling/sampling_logp_difference/mean"] = self.accelerator.gather(mean).mean().item()
-        metrics["sampling/sampling_logp_difference/max"] = self.accelerator.gather(largest).max().item()
-        flat = ratio.flatten() if ratio.size(1) == 1 else ratio[mask]
-        stats = torch.stack([flat.min(), flat.mean(), flat.max()]) if flat.numel() else torch.zeros(3, device=device)
-        gathered = self.accelerator.gather(stats.unsqueeze(0))
-        kept = gathered[~torch.isnan(gathered).any(dim=1)]
-        kept = kept if kept.numel() else torch.full((1, 3), torch.nan, device=device)
-        metrics["sampling/importance_sampling_ratio/min"] = kept[:, 0].min().item()
-        metrics["sampling/importance_sampling_ratio/mean"] = kept[:, 1].mean().item()
-        metrics["sampling/importance_sampling_ratio/max"] = kept[:, 2].max().item()
-        return metrics
+    def gather_round_values(self, local: RoundValues) -> list[RoundValues]:
+        """The one collective call of a round's metrics: every process's values, in rank order. Every rank calls it
+        once per round (from :meth:`round_metrics`), whatever its rollout kind or settings."""
+        return gather_object([local])
 
     def reward_metrics(self, rewards_per_func: torch.Tensor) -> dict[str, float]:
         """TRL's per-round reward metrics (``grpo_trainer.py`` l. 2820-2830) over the training rows of every

@@ -4,14 +4,20 @@ Each mistake below lets TRL's ``train()`` run to the end at loss 0 and grad norm
 ``env_error``, every reward is ``None``, so every advantage is 0), or fails deep inside TRL. The construction checks
 are pure functions of what the trainer is given; each raises one line that names the fix:
 
-- :func:`~trl_agentic.environment.check_environment_factory`: ``environment=`` is a class or a zero-argument factory, not an instance, and its
-  declared ``stop_strings`` are a list (a string would stop at each of its characters);
+- :func:`~trl_agentic.environments.base.check_environment_factory`: ``environment=`` is a class or a zero-argument
+  factory, not an instance, and its declared ``stop_strings`` are a list (a string would stop at each of its
+  characters);
 - :func:`check_prompt_column`: the dataset has the ``prompt`` column TRL's sampler reads;
 - :func:`check_rollout_mode`: native tool calls run in ``rollout_mode='chat'``;
 - :func:`check_response_parser`: native tool calls have a response template to parse them with;
 - :func:`check_reset_parameters`: every required parameter of ``reset()`` is a dataset column (and a dict
   ``environment_factory`` has the ``environment`` column);
+- :meth:`~trl_agentic.agents.runner.Agent.check_columns`: every required parameter of an agent is a dataset column;
 - :func:`check_reward_signatures`: each reward function can bind the keyword arguments TRL passes it.
+
+:func:`check_environment_arguments` (our environments and TRL's) and :func:`check_agent_arguments` run them on a
+trainer's arguments, each dataset and the reward functions through :func:`check_datasets_and_rewards`; the kind of
+rollout (:mod:`~trl_agentic.trainers.rollout_choice`) picks which.
 
 What only training can show (the environment fails on every row, a reward returns ``None`` for everything) is
 watched by :class:`DegenerateStepMonitor`: ``max_degenerate_steps`` generation rounds in a row in which no
@@ -22,10 +28,10 @@ whose every request the endpoint refused (:meth:`DegenerateStepMonitor.observe_r
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from ..environment import check_environment_factory, environment_class
+from ..environments.base import check_environment_factory, environment_class
 from ..rewards.guard import is_reward_model
 
 # What TRL 1.16's GRPOTrainer passes every reward function, besides the dataset's columns (but "prompt") and our
@@ -37,7 +43,8 @@ class DegenerateTrainingError(RuntimeError):
     """Training stopped: no completion could be scored for ``max_degenerate_steps`` rounds in a row."""
 
 
-def _columns(dataset: Any) -> list[str] | None:
+def dataset_columns(dataset: Any) -> list[str] | None:
+    """A dataset's columns (``None``: not known, or a ``DatasetDict``, of which TRL wants one split)."""
     columns = getattr(dataset, "column_names", None)
     if isinstance(columns, dict):  # a DatasetDict: TRL wants one split
         return None
@@ -46,7 +53,7 @@ def _columns(dataset: Any) -> list[str] | None:
 
 def check_prompt_column(dataset: Any, name: str = "train_dataset") -> None:
     """TRL's sampler reads each row's ``prompt``; a dataset without it fails inside TRL with ``KeyError``."""
-    columns = _columns(dataset)
+    columns = dataset_columns(dataset)
     if columns is not None and "prompt" not in columns:
         hint = next((c for c in ("question", "query", "problem", "input", "text", "instruction") if c in columns), None)
         fix = f"dataset.rename_column({hint!r}, 'prompt')" if hint else "dataset.map(lambda row: {'prompt': ...})"
@@ -69,9 +76,9 @@ def check_reset_parameters(environment: Any, dataset: Any, name: str = "train_da
     """``reset(**row)`` is called with the row's columns: a required parameter no column fills (a typo in a column
     name) would end every trajectory with ``env_error``. For TRL's ``environment_factory``, every environment class
     is checked, and a dict of factories needs the ``environment`` column that picks each row's."""
-    from ..trl_environments import TRLEnvironments
+    from ..environments.trl_environments import TRLEnvironments
 
-    columns = _columns(dataset)
+    columns = dataset_columns(dataset)
     if columns is None:
         return
     if isinstance(environment, TRLEnvironments):
@@ -95,8 +102,8 @@ def check_reset_parameters(environment: Any, dataset: Any, name: str = "train_da
 def uses_native_tool_calls(environment: Any) -> bool:
     """Whether the environment's actions are native tool calls: TRL's ``tools=`` / ``environment_factory=``, or a
     class (or ``functools.partial`` of one) whose ``action_format`` is ``"message"``
-    (:class:`~trl_agentic.native_tools.ToolCallEnvironment`)."""
-    from ..trl_environments import TRLEnvironments
+    (:class:`~trl_agentic.environments.native_tools.ToolCallEnvironment`)."""
+    from ..environments.trl_environments import TRLEnvironments
 
     cls = environment_class(environment)
     return isinstance(environment, TRLEnvironments) or getattr(cls, "action_format", "text") == "message"
@@ -113,10 +120,10 @@ def check_rollout_mode(environment: Any, rollout_mode: str | None) -> None:
 
 def check_response_parser(environment: Any, processing_class: Any) -> None:
     """Native tool calls are parsed by the chat template's response template
-    (:func:`~trl_agentic.native_tools.ensure_response_parser`, which sets TRL's when the family is known): a
+    (:func:`~trl_agentic.environments.native_tools.ensure_response_parser`, which sets TRL's when the family is known): a
     template TRL knows none for would fail at the first rollout. Raises its one-line ``ValueError``."""
     if processing_class is not None and uses_native_tool_calls(environment):
-        from ..native_tools import ensure_response_parser
+        from ..environments.native_tools import ensure_response_parser
 
         ensure_response_parser(processing_class)
 
@@ -126,7 +133,7 @@ def check_reward_signatures(reward_funcs: Any, dataset: Any, extra_fields: Itera
     log_extra=..., log_metric=..., <every dataset column but prompt>=..., <extra_fields>=...)``; one that cannot
     take these would fail on every call, leaving every reward ``None``."""
     funcs = reward_funcs if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
-    columns = _columns(dataset)
+    columns = dataset_columns(dataset)
     passed = [*TRL_REWARD_KWARGS, *extra_fields, *[c for c in columns or () if c not in ("prompt", "completion")]]
     for func in funcs:
         if is_reward_model(func) or not callable(func):
@@ -215,22 +222,51 @@ def keyword_arguments(args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, 
     return {name: value for name, value in bound.items() if name != "self"}
 
 
-def run_construction_checks(environment: Any, args: Sequence[Any], kwargs: dict[str, Any],
-                            rollout_fields: Sequence[str] = ("trajectory",)) -> None:
-    """Every construction check, on the arguments given to ``GRPOTrainer(*args, **kwargs)`` with an environment;
-    ``rollout_fields``: the keyword arguments our rollout adds for the reward functions."""
-    from ..trl_environments import TRLEnvironments
+def datasets_of(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The datasets among ``GRPOTrainer``'s keyword arguments, by name: ``train_dataset``, ``eval_dataset`` (each
+    ``eval_dataset[<key>]`` of a dict); those not given are left out."""
+    given = {"train_dataset": kwargs.get("train_dataset")}
+    evals = kwargs.get("eval_dataset")
+    given.update({f"eval_dataset[{k!r}]": v for k, v in evals.items()} if isinstance(evals, dict)
+                 else {"eval_dataset": evals})
+    return {name: dataset for name, dataset in given.items() if dataset is not None}
 
-    given = keyword_arguments(args, kwargs)
+
+def check_datasets_and_rewards(kwargs: dict[str, Any], reward_fields: Sequence[str],
+                               check_dataset: Callable[[Any, str], None]) -> None:
+    """``check_dataset(dataset, name)`` on every dataset of ``GRPOTrainer``'s keyword arguments ``kwargs``, then
+    the reward functions' signatures against the training columns and ``reward_fields`` (the keyword arguments the
+    rollout adds)."""
+    for name, dataset in datasets_of(kwargs).items():
+        check_dataset(dataset, name)
+    check_reward_signatures(kwargs.get("reward_funcs"), kwargs.get("train_dataset"), extra_fields=reward_fields)
+
+
+def check_environment_arguments(environment: Any, kwargs: dict[str, Any], reward_fields: Sequence[str]) -> None:
+    """Every construction check of a run with an environment (ours or TRL's), on ``GRPOTrainer``'s keyword
+    arguments ``kwargs``; ``reward_fields``: the keyword arguments the rollout adds for the reward functions."""
+    from ..environments.trl_environments import TRLEnvironments
+
     check_environment_factory(environment)
-    check_rollout_mode(environment, getattr(given.get("args"), "rollout_mode", None))
-    datasets = {"train_dataset": given.get("train_dataset")}
-    evals = given.get("eval_dataset")
-    datasets.update({f"eval_dataset[{k!r}]": v for k, v in evals.items()} if isinstance(evals, dict)
-                    else {"eval_dataset": evals})
-    for name, dataset in datasets.items():
-        if dataset is not None:
-            if not isinstance(environment, TRLEnvironments):  # TRL's environments may write the prompt in reset()
-                check_prompt_column(dataset, name)
-            check_reset_parameters(environment, dataset, name)
-    check_reward_signatures(given.get("reward_funcs"), datasets["train_dataset"], extra_fields=rollout_fields)
+    check_rollout_mode(environment, getattr(kwargs.get("args"), "rollout_mode", None))
+
+    def check_dataset(dataset: Any, name: str) -> None:
+        if not isinstance(environment, TRLEnvironments):  # TRL's environments may write the prompt in reset()
+            check_prompt_column(dataset, name)
+        check_reset_parameters(environment, dataset, name)
+
+    check_datasets_and_rewards(kwargs, reward_fields, check_dataset)
+
+
+def check_agent_arguments(agent: Any, kwargs: dict[str, Any], reward_fields: Sequence[str]) -> None:
+    """Every construction check of a run with ``agent=`` (an :class:`~trl_agentic.agents.runner.Agent`), on
+    ``GRPOTrainer``'s keyword arguments ``kwargs``; ``reward_fields``: the keyword arguments the rollout adds."""
+    if getattr(kwargs.get("args"), "zero_variance_groups", "keep") == "dynamic_sampling":
+        raise ValueError("zero_variance_groups='dynamic_sampling' is not supported with agent=; use 'keep' or "
+                         "'std_floor'")
+
+    def check_dataset(dataset: Any, name: str) -> None:
+        check_prompt_column(dataset, name)
+        agent.check_columns(dataset_columns(dataset), name)
+
+    check_datasets_and_rewards(kwargs, reward_fields, check_dataset)

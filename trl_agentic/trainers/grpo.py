@@ -19,7 +19,8 @@ import torch
 from ..algorithms.advantages import frac_reward_zero_std, group_advantages, zero_std_groups
 from ..algorithms.kl import KL_ESTIMATORS
 from ..compat import TRLBatch
-from .base import AgenticConfig, AgenticTrainer
+from .base import AgenticTrainer
+from .config import AgenticConfig
 from .round import Round, values_of_rows
 from .zero_variance import merge_rounds, pick_groups
 
@@ -28,7 +29,7 @@ ZERO_VARIANCE_POLICIES = ("keep", "std_floor", "dynamic_sampling")
 
 @dataclass
 class AgenticGRPOConfig(AgenticConfig):
-    """``GRPOConfig`` plus multi-turn rollout settings (:class:`~trl_agentic.trainers.base.AgenticConfig`) and
+    """``GRPOConfig`` plus multi-turn rollout settings (:class:`~trl_agentic.trainers.config.AgenticConfig`) and
     GRPO's own.
 
     KL (``beta``, ``kl_estimator``), a *loss* term here, on agent tokens only, with ``r = logp_ref - logp`` at tokens
@@ -126,7 +127,7 @@ class AgenticGRPOTrainer(AgenticTrainer):
            reward spread (:meth:`dynamic_sampling`);
         7. the metrics, logged once; TRL's completions table; the trajectories to ``trajectory_dir``.
         """
-        if not self.has_rollouts:
+        if self.rollout_seam is None:
             return super().training_batch(rows)
         round_ = self.generation_round(rows)
         advantages, metrics = self.advantages(round_)

@@ -35,9 +35,10 @@ from ..algorithms.losses import clipped_value_loss, explained_variance
 from ..algorithms.masked import masked_mean, masked_whiten, zero_masked
 from ..algorithms.turns import broadcast_turns, gather_turn_values, turn_ids_from_spans, turn_mask
 from ..compat import TRLBatch, post_init_with_one_generation
-from .critic import CriticGradients, SharedValueHead, ValueModel
 from ..renamed import renamed_arguments
-from .base import AgenticConfig, AgenticTrainer
+from .base import AgenticTrainer
+from .config import AgenticConfig
+from .critic import CriticGradients, SharedValueHead, ValueModel
 from .round import Round, row_advantages
 
 
@@ -49,7 +50,7 @@ from .round import Round, row_advantages
 })
 @dataclass
 class AgenticPPOConfig(AgenticConfig):
-    """``GRPOConfig`` plus multi-turn rollout settings (:class:`~trl_agentic.trainers.base.AgenticConfig`) and PPO's
+    """``GRPOConfig`` plus multi-turn rollout settings (:class:`~trl_agentic.trainers.config.AgenticConfig`) and PPO's
     own.
 
     Batches: each generation round rolls out ``per_device_train_batch_size * gradient_accumulation_steps *
@@ -165,7 +166,7 @@ class AgenticPPOTrainer(AgenticTrainer):
         super().__init__(*args, **kwargs)
         if not isinstance(self.args, AgenticPPOConfig):
             raise TypeError(f"AgenticPPOTrainer needs args=AgenticPPOConfig(...), got {type(self.args).__name__}")
-        if not self.has_rollouts:
+        if self.rollout_seam is None:
             raise ValueError("AgenticPPOTrainer trains on rollouts: pass environment= (or TRL's tools=, or agent=)")
         self._check_clipped_loss_settings()
         self.critic = self._build_critic(value_model, peft_config)

@@ -5,7 +5,8 @@ A round is ``rows -> runs -> rewards -> training rows -> batch -> advantages``; 
 stage to the next. :func:`pad` and :func:`trl_completion_rows` build the tensors of TRL's batch
 (:class:`~trl_agentic.compat.TRLBatch`) from the trajectories exactly as TRL builds them from a ``rollout_func``'s
 lists (``grpo_trainer.py``, l. 2440-2480); ``tests/test_round.py`` pins them against TRL's own ``GRPOTrainer`` fed
-the same trajectories. :func:`training_rows` lays out runs whose agents rewrote their history as several rows.
+the same trajectories. :func:`training_rows` lays out the runs' training rows (several for an agent that rewrote
+its history).
 """
 from __future__ import annotations
 
@@ -71,12 +72,12 @@ def padding_row(token_id: int) -> Trajectory:
 
 
 def training_rows(runs: Sequence[Trajectory], count: int, token_id: int) -> tuple[list[Trajectory], list[int]]:
-    """Every segment of every run as a training row (a run without segments is its own row), in order, then padding
-    rows up to ``count``; and each row's run index (-1 for padding)."""
+    """The training rows of every run (:meth:`~trl_agentic.Trajectory.training_rows`: the run itself, or an agent
+    run's segments), in order, then padding rows up to ``count``; and each row's run index (-1 for padding)."""
     out, owners = [], []
     for i, run in enumerate(runs):
-        for segment in getattr(run, "segments", None) or [run]:
-            out.append(segment)
+        for row in run.training_rows():
+            out.append(row)
             owners.append(i)
     if len(out) > count:
         raise ValueError(f"{len(out)} segments do not fit in {count} rows")

@@ -27,7 +27,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from ...tag_protocol import ANY_TOOL_TAGS, TagProtocol
+from ...environments.tag_protocol import ANY_TOOL_TAGS, TagProtocol
 from ..base import RewardFunction, Sample, golds_as_list
 from ..text import last_block, last_boxed, last_number
 from .deadline import DeadlineExceeded, DeadlinePool, WorkerFailed

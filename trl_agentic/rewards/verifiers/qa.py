@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Literal
 
-from ...tag_protocol import SEARCH_R1_TAGS, TagProtocol
+from ...environments.tag_protocol import SEARCH_R1_TAGS, TagProtocol
 from ..base import RewardFunction, Sample, golds_as_list
 from ..text import last_block
 

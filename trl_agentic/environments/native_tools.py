@@ -34,8 +34,8 @@ import asyncio
 import inspect
 from typing import Any, Callable, Sequence
 
-from .environment import StepResult
-from .tools.base import call_tool, tool_error
+from ..tools.base import call_tool, tool_error
+from .base import StepResult
 
 RESERVED_METHODS = ("reset", "get_reward")
 """Methods of a TRL environment that are not tools (TRL 1.16's contract)."""
@@ -86,7 +86,7 @@ def parse_turn(processing_class: Any, ids: Sequence[int], prefix: Sequence[int],
     """The assistant message of one turn: TRL's ``parse_response`` (``content``, and ``tool_calls`` with arguments
     typed by the tools' schemas). When the turn holds a call the parser cannot read, TRL falls back to plain text;
     the message then also carries ``"malformed"``: the parser's error."""
-    from .compat import parse_response
+    from ..compat import parse_response
 
     inner = getattr(ensure_response_parser(processing_class), "tokenizer", processing_class)
     message = parse_response(inner, ids, prefix, tools)

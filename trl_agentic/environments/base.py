@@ -19,7 +19,7 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Sequence, TypedDict
 
-from .renamed import renamed_arguments
+from ..renamed import renamed_arguments
 
 
 class StepInfo(TypedDict, total=False):
@@ -58,7 +58,7 @@ class StepResult:
     Attributes:
         observation: Text appended after the model's action (masked out of training); ``None`` appends nothing. In
             chat mode also a list of messages (``{"role": "tool", "name": ..., "content": ...}``, what
-            :class:`~trl_agentic.native_tools.ToolCallEnvironment` returns; a content is text, or a list of content
+            :class:`~trl_agentic.environments.native_tools.ToolCallEnvironment` returns; a content is text, or a list of content
             parts as a tool returned it), rendered together by the chat template.
         reward: Turn-level reward of this action, a finite number (reward functions read it as
             ``trajectory.turn_rewards``).
@@ -86,7 +86,7 @@ class Environment:
         action_format: What :meth:`step` receives: ``"text"``, the turn's text (decoded without special tokens);
             or ``"message"``, the assistant message the chat template's response template parsed from it
             (``content``, ``tool_calls``), with the environment's ``tools`` rendered in the prompt
-            (:class:`~trl_agentic.native_tools.ToolCallEnvironment`).
+            (:class:`~trl_agentic.environments.native_tools.ToolCallEnvironment`).
     """
 
     stop_strings: Sequence[str] = ()

@@ -1,7 +1,7 @@
 """A ready-made environment for tag protocols (Search-R1, ReTool): tags map to Python callables.
 
 The model writes ``<search>query</search>`` or ``<code>...</code>``; the environment calls the tool mapped to that
-tag and returns its output wrapped in the observation tag of the :class:`~trl_agentic.tag_protocol.TagProtocol`
+tag and returns its output wrapped in the observation tag of the :class:`~trl_agentic.environments.tag_protocol.TagProtocol`
 (``<information>`` as in Search-R1, ``<interpreter>`` as in ReTool). ``<answer>...</answer>`` ends the episode
 (``terminated``). Generation stops after each closing tool tag and after the closing answer tag
 (``protocol.stop_strings``). An action with neither a tool call nor an answer gets a corrective message.
@@ -19,9 +19,9 @@ import re
 import warnings
 from typing import Any, Callable, Mapping
 
-from .environment import Environment, StepResult
+from ..tools.base import ToolOutput, call_tool, tool_error
+from .base import Environment, StepResult
 from .tag_protocol import TagProtocol
-from .tools.base import ToolOutput, call_tool, tool_error
 
 _WARNED: set[tuple[str, str, str]] = set()  # (tag, tool, kind of failure): each warned once per process
 

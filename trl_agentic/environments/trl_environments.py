@@ -25,7 +25,7 @@ What changes with our engine (each listed, with the option that turns it off, in
 every tool call, ``reset`` and the factory run under a timeout (``tool_timeout``, ``env_timeout``); a ``reset``,
 factory or tool that raises or hangs costs its rollout (or its call) alone instead of the batch; an instance whose
 ``reset`` or method raised or outlived its timeout is dropped instead of serving another rollout; every tool's schema
-is read at construction (:func:`~trl_agentic.native_tools.check_tool_schema`), so a tool without a docstring or type
+is read at construction (:func:`~trl_agentic.environments.native_tools.check_tool_schema`), so a tool without a docstring or type
 hints is refused before training instead of failing the first rollout.
 """
 
@@ -36,7 +36,7 @@ import inspect
 import threading
 from typing import Any, Callable, Sequence
 
-from .environment import StepResult
+from .base import StepResult
 from .native_tools import ToolCallEnvironment, check_tool_schema, tool_methods
 
 EMPTY_PROMPT: list[dict[str, str]] = [{"role": "user", "content": ""}]
@@ -52,7 +52,7 @@ class TRLEnvironments:
         tool_timeout: Seconds one tool call may take.
         concurrent_sync_tools: Run sync tools concurrently on worker threads instead of one after another on the
             rollout's thread (TRL's way; ``reset`` and the factory always run there).
-        answer_malformed_calls, check_argument_types: As :class:`~trl_agentic.native_tools.ToolCallEnvironment`'s
+        answer_malformed_calls, check_argument_types: As :class:`~trl_agentic.environments.native_tools.ToolCallEnvironment`'s
             (both off: TRL's behaviour).
     """
 
@@ -189,16 +189,6 @@ class TRLEnvironment(ToolCallEnvironment):
             self.source.release(self._name, self.instance)
 
 
-def trl_rollout_environments(environment: Any, rows: Sequence[dict[str, Any]]) -> list[TRLEnvironment] | None:
-    """For TRL's ``tools=`` / ``environment_factory=`` (a :class:`TRLEnvironments`), one rollout environment per row,
-    after TRL's check of the rows' ``environment`` names: the caller passes them to the engine and hands each one's
-    ``instance`` to the reward functions (``environments=``). ``None`` for any other environment."""
-    if not isinstance(environment, TRLEnvironments):
-        return None
-    environment.check_rows(rows)
-    return [environment() for _ in rows]
-
-
 def _get_reward_function(cls: type) -> Callable[..., list[float | None]]:
     """TRL's ``get_reward`` column: the reward of each rollout whose environment is exactly ``cls``."""
     if inspect.iscoroutinefunction(cls.get_reward):
@@ -215,18 +205,12 @@ def _get_reward_function(cls: type) -> Callable[..., list[float | None]]:
     return get_reward
 
 
-def from_trainer_kwargs(kwargs: dict[str, Any], environment: Any) -> TRLEnvironments | None:
-    """Take TRL's ``tools`` and ``environment_factory`` out of a trainer's keyword arguments (so that TRL's own
-    tool loop never sees them), with the tool options of its ``args`` (``env_timeout / 2`` per tool call); ``None``
-    when neither was given."""
-    tools, factory = kwargs.pop("tools", None), kwargs.pop("environment_factory", None)
-    if not tools and factory is None:
+def trl_environments_of(tools: Any, environment_factory: Any, args: Any) -> TRLEnvironments | None:
+    """TRL's ``tools`` and ``environment_factory`` of a trainer's arguments as one :class:`TRLEnvironments`, with
+    the tool options of its ``args`` (``env_timeout / 2`` per tool call); ``None`` when neither was given."""
+    if not tools and environment_factory is None:
         return None
-    if environment is not None:
-        raise ValueError("pass either environment= (a trl_agentic Environment) or TRL's tools=/environment_factory=, "
-                         "not both")
-    args = kwargs.get("args")
-    return TRLEnvironments(tools, factory, tool_timeout=getattr(args, "env_timeout", 60.0) / 2,
+    return TRLEnvironments(tools, environment_factory, tool_timeout=getattr(args, "env_timeout", 60.0) / 2,
                            concurrent_sync_tools=getattr(args, "concurrent_sync_tools", False),
                            answer_malformed_calls=getattr(args, "answer_malformed_tool_calls", False),
                            check_argument_types=getattr(args, "check_tool_argument_types", False))
@@ -234,15 +218,15 @@ def from_trainer_kwargs(kwargs: dict[str, Any], environment: Any) -> TRLEnvironm
 
 def trl_trainer_kwargs(native: TRLEnvironments, kwargs: dict[str, Any]) -> dict[str, Any]:
     """The keyword arguments of ``GRPOTrainer`` with what TRL 1.16's ``__init__`` derives from ``tools`` /
-    ``environment_factory``, for a trainer that runs them through our engine (TRL never sees them); ``args`` is
-    already the trainer's config (:meth:`~trl_agentic.trainers.base.AgenticConfig.for_trl_tools`):
+    ``environment_factory``, for a trainer that runs them through our engine (TRL never sees them: they are left
+    out); ``args`` is already the trainer's config (:meth:`~trl_agentic.trainers.config.AgenticConfig.for_trl_tools`):
 
     - ``reward_funcs``: the user's, then one ``get_reward`` column per environment class that has one, with weight
       1 after the user's ``reward_weights`` (whose length TRL checks against the user's functions alone);
     - ``train_dataset``: optional with one ``environment_factory`` whose ``reset()`` writes the prompt: TRL's
       placeholder rows (one empty user message each, one generation round's worth) and ``max_steps`` required.
     """
-    kwargs = dict(kwargs)
+    kwargs = {name: value for name, value in kwargs.items() if name not in ("tools", "environment_factory")}
     args = kwargs["args"]
     funcs = kwargs.get("reward_funcs")
     funcs = [] if funcs is None else list(funcs) if isinstance(funcs, (list, tuple)) else [funcs]

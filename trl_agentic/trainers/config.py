@@ -1,0 +1,130 @@
+"""The config of a run with rollouts: ``GRPOConfig`` plus the rollout fields and what both trainers add
+(:class:`AgenticConfig`; :class:`~trl_agentic.AgenticGRPOConfig` and :class:`~trl_agentic.AgenticPPOConfig` extend
+it)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+from trl import GRPOConfig
+
+from ..device import cpu_bf16_default
+from ..rollout.config import ROLLOUT_DEFAULTS, RolloutConfig, RolloutFields
+
+
+@dataclass
+class AgenticConfig(GRPOConfig, RolloutFields):
+    """``GRPOConfig`` plus what every run with rollouts has: the rollout fields (:class:`RolloutFields`, declared
+    once), what the loss trains on, where trajectories go, TRL's tool options and when to stop a run that trains
+    nothing. :class:`~trl_agentic.AgenticGRPOConfig` and :class:`~trl_agentic.AgenticPPOConfig` add their own."""
+
+    mask_observations: bool = field(
+        default=True,
+        metadata={"help": "Mask observation tokens out of the loss (default). False trains on them too, as in "
+                  "Search-R1's masking ablation."},
+    )
+    mask_truncated_trajectories: bool = field(
+        default=False,
+        metadata={"help": "Exclude trajectories that did not end on their own (budget, environment truncation or "
+                  "failure) from the loss."},
+    )
+    trajectory_dir: str | None = field(
+        default=None,
+        metadata={"help": "Append every rollout, with its rewards and advantage, to <dir>/trajectories-rank<k>.jsonl."},
+    )
+    max_degenerate_steps: int = field(
+        default=3,
+        metadata={"help": "Stop training after this many generation rounds in a row in which no completion could be "
+                  "scored (every trajectory ended env_error/env_timeout, or every reward was None): such a round "
+                  "trains nothing. The error quotes the first failure and where the trajectories are. 0: never stop."},
+    )
+    concurrent_sync_tools: bool = field(
+        default=False,
+        metadata={"help": "TRL's tools=/environment_factory=: run sync tools concurrently on worker threads. Default "
+                  "(TRL's): one after another on the training thread, where a tool may use signal.alarm or a "
+                  "thread-bound resource (a sqlite connection opened in __init__); only for thread-safe tools."},
+    )
+    answer_malformed_tool_calls: bool = field(
+        default=False,
+        metadata={"help": "TRL's tools=/environment_factory=: answer a tool call the response template cannot parse "
+                  "with {'error': ...} and let the model try again. Default (TRL's): the rollout ends at that turn."},
+    )
+    check_tool_argument_types: bool = field(
+        default=False,
+        metadata={"help": "TRL's tools=/environment_factory=: answer an argument whose JSON type differs from the "
+                  "tool's schema with {'error': ...} before the tool runs. Default (TRL's): the tool is called with "
+                  "it."},
+    )
+
+    def __post_init__(self) -> None:
+        # Rollout fields left unset take the generic defaults now, and TRL's tool-loop values if the trainer turns out
+        # to run TRL's tools=/environment_factory= (:meth:`use_tool_loop_defaults`).
+        self._unset_rollout_fields = tuple(name for name in ROLLOUT_DEFAULTS if getattr(self, name) is None)
+        for name in self._unset_rollout_fields:
+            setattr(self, name, ROLLOUT_DEFAULTS[name])
+        if self.activation_checkpointing is None:  # TRL's default sets the name transformers deprecates: pass the new
+            self.activation_checkpointing = self.gradient_checkpointing  # one, so no FutureWarning nobody can act on
+        self.bf16 = cpu_bf16_default(self.bf16, self.fp16, self.use_cpu)  # TRL's bf16=True, but not on a CPU
+        super().__post_init__()
+        self.rollout_config()  # validates the rollout fields
+        if isinstance(self.max_degenerate_steps, bool) or not isinstance(self.max_degenerate_steps, int) \
+                or self.max_degenerate_steps < 0:
+            raise ValueError(f"max_degenerate_steps must be an integer >= 0 (0: never stop), got "
+                             f"{self.max_degenerate_steps!r}")
+        if self.use_vllm and self.vllm_enable_sleep_mode and self.max_turns > 1:
+            warnings.warn(
+                "vllm_enable_sleep_mode=True: TRL puts vLLM to sleep (level 2) after every generate call, so each turn "
+                "of a multi-turn rollout pushes the weights again and loses the prefix cache of the earlier turns; "
+                "keep the default False unless GPU memory forces it.",
+                stacklevel=3,
+            )
+        if not self.mask_observations:
+            warnings.warn(
+                "mask_observations=False: observation tokens (tool output) are trained on, as in Search-R1's "
+                "ablation, which lowered its results; keep the default unless you are reproducing it.",
+                stacklevel=3,
+            )
+
+    def rollout_config(self) -> RolloutConfig:
+        """What the engine runs with (validated; ``max_tokens_per_turn`` clamped to ``max_completion_length``)."""
+        return RolloutConfig.from_fields(self)
+
+    def use_tool_loop_defaults(self, trl_tools: bool) -> None:
+        """Native tool calls imply chat rollouts: the rollout fields left unset take the values that make a TRL script
+        behave as in TRL. ``rollout_mode`` becomes ``"chat"``; with TRL's ``tools=``/``environment_factory=``
+        (``trl_tools``) also TRL's tool-loop budgets: one turn may use all of ``max_completion_length``, and at most
+        ``max_tool_calling_iterations + 1`` model turns (no turn limit when that is unset: the token budget ends the
+        rollout). Fields the user set are kept (an explicit ``rollout_mode='text'`` is refused later)."""
+        unset = getattr(self, "_unset_rollout_fields", ())
+        values: dict[str, Any] = {"rollout_mode": "chat"}
+        if trl_tools:
+            iterations = getattr(self, "max_tool_calling_iterations", None)
+            values["max_tokens_per_turn"] = self.max_completion_length
+            values["max_turns"] = iterations + 1 if iterations is not None else self.max_completion_length
+        for name, value in values.items():
+            if name in unset:
+                setattr(self, name, value)
+
+    @classmethod
+    def for_trl_tools(cls, args: Any, model: Any = None) -> "AgenticConfig":
+        """The config of a run of TRL's ``tools=`` / ``environment_factory=``, with TRL's tool-loop budgets in the
+        rollout fields left unset (:meth:`use_tool_loop_defaults`). ``None`` gives TRL's default config as ``cls``,
+        named as TRL names it (``"<model name>-GRPO"``, ``-PPO`` for PPO's); a TRL ``GRPOConfig`` becomes a ``cls``
+        with the same values; an agentic config is copied (the caller's object is left as it was)."""
+        if isinstance(args, AgenticConfig):
+            args = copy.copy(args)
+        elif args is None:
+            name = model if isinstance(model, str) else getattr(getattr(model, "config", None), "name_or_path", "")
+            kind = cls.__name__.removeprefix("Agentic").removesuffix("Config")  # GRPO or PPO
+            args = cls(output_dir=f"{str(name).split('/')[-1]}-{kind}")
+        else:
+            names = {f.name for f in dataclasses.fields(cls) if f.init}
+            values = {f.name: getattr(args, f.name) for f in dataclasses.fields(args) if f.init and f.name in names}
+            values["generation_batch_size"] = None  # derived again from steps_per_generation (TRL rejects both set)
+            args = cls(**values)
+        args.use_tool_loop_defaults(trl_tools=True)
+        return args

@@ -1,0 +1,161 @@
+"""A round's metrics that do not depend on the algorithm, computed from values.
+
+:func:`round_values` reads this process's values off a round (:class:`RoundValues`: the rollout's counts, the
+lengths, the mask audit's count, vLLM's sampling gaps); the trainer gathers every process's in one collective call
+(:meth:`~trl_agentic.trainers.base.AgenticTrainer.gather_round_values`); :func:`metrics_of_round` computes the
+metrics from them. Each metric is computed from the gathered values as before with one gather per value: the same
+tensors, on the same device, so the figures (TRL's among them) are equal bit for bit.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..rollout.audit import unsampled_trained
+from ..rollout.metrics import logprob_gap
+from ..rollout.seam import RolloutSeam
+from .round import Round
+
+
+@dataclass
+class SamplingValues:
+    """This process's sampling gaps with vLLM, over its trained tokens.
+
+    Attributes:
+        gap: (1, 3) ``[mean |delta| * tokens, tokens, max |delta|]`` of ``log pi_train - log pi_sample``.
+        correction: With vLLM's importance-sampling correction, TRL's values of this process: the mean and max of
+            ``|delta|`` (0-d each; 0 without tokens) and ``[min, mean, max]`` of the ratio; else ``None``.
+    """
+
+    gap: torch.Tensor
+    correction: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None
+
+
+@dataclass
+class RoundValues:
+    """This process's values a round's metrics are computed from (on the CPU, each tensor of its batch's dtype).
+
+    Attributes:
+        sums: The rollout seam's counts over the runs (:meth:`~trl_agentic.rollout.seam.RolloutSeam.sums`).
+        lengths: Trained tokens per training row.
+        prompt_tokens: Prompt tokens per training row.
+        clipped: Per training row, whether its trajectory did not end on its own (TRL's clipped completions).
+        unsampled_trained: Trained positions the model did not sample (the mask audit).
+        sampling: With vLLM's sampling log-probs, its gaps; else ``None``.
+    """
+
+    sums: Counter
+    lengths: torch.Tensor
+    prompt_tokens: torch.Tensor
+    clipped: torch.Tensor
+    unsampled_trained: int
+    sampling: SamplingValues | None
+
+
+def round_values(round_: Round, seam: RolloutSeam, mask_observations: bool) -> RoundValues:
+    """This process's :class:`RoundValues` of a round (its batch as the sibling's step left it). The mask audit
+    (:mod:`trl_agentic.rollout.audit`) checks the trained positions against the seam's end ids; with
+    ``mask_observations=False`` observation positions are allowed."""
+    batch = round_.batch
+    bad = 0
+    for row, t in zip(batch.loss_mask.bool().cpu().tolist(), round_.trajectories):
+        if not mask_observations:
+            row = [flag and (i >= len(t.env_mask) or t.env_mask[i] == 1) for i, flag in enumerate(row)]
+        bad += unsampled_trained(t, row, seam.eos_token_ids)
+    sampling = None
+    if batch.old_logps is not None and batch.sampling_logps is not None:
+        sampling = sampling_values(batch)
+    return RoundValues(
+        sums=seam.sums(round_.runs),
+        lengths=batch.loss_mask.sum(dim=1).cpu(),
+        prompt_tokens=torch.tensor([len(t.prompt_ids) for t in round_.trajectories]),
+        clipped=torch.tensor([t.truncated for t in round_.trajectories]),
+        unsampled_trained=bad,
+        sampling=sampling,
+    )
+
+
+def sampling_values(batch: Any) -> SamplingValues:
+    """This process's :class:`SamplingValues` of a batch with vLLM's sampling log-probs (``TRLBatch``)."""
+    mask = batch.loss_mask
+    mean, largest = logprob_gap(batch.old_logps, batch.sampling_logps, mask)
+    count = float(mask.sum())
+    gap = torch.tensor([[mean * count, count, largest]])
+    ratio = batch.data.get("importance_sampling_ratio")
+    if ratio is None:
+        return SamplingValues(gap=gap, correction=None)
+    mask = mask.bool()
+    delta = torch.abs(batch.old_logps - batch.sampling_logps)
+    delta = delta[mask & ~torch.isnan(delta)]
+    zero = torch.tensor(0.0, device=delta.device)
+    delta_mean, delta_max = (delta.mean(), delta.max()) if delta.numel() else (zero, zero)
+    flat = ratio.flatten() if ratio.size(1) == 1 else ratio[mask]
+    stats = torch.stack([flat.min(), flat.mean(), flat.max()]) if flat.numel() else torch.zeros(3, device=flat.device)
+    return SamplingValues(gap=gap, correction=(delta_mean.cpu(), delta_max.cpu(), stats.cpu()))
+
+
+def metrics_of_round(everyone: Sequence[RoundValues], seam: RolloutSeam,
+                     device: torch.device) -> tuple[dict[str, float], int]:
+    """The metrics of a round from every process's values, in rank order (a pure function), and the round's prompt
+    and completion tokens (TRL's ``num_tokens``):
+
+    - the rollout seam's own (``agentic/*``; TRL's ``tools/*``; ``agentic/agent/*``) from the summed counts;
+    - TRL's length metrics (``grpo_trainer.py`` ``_generate``, l. 2276-2310): a completion's length counts its
+      sampled (trained) tokens; it is clipped when its trajectory did not end on its own
+      (:attr:`~trl_agentic.Trajectory.truncated`: a turn, token or environment budget cut it). TRL's test, a last
+      token that is neither an end id nor the pad id, would call clipped every trajectory that ends at a stop
+      string such as ``</answer>``;
+    - ``agentic/mask_audit``: trained positions the model did not sample; must be 0;
+    - with vLLM, ``agentic/vllm_logprob_gap`` (mean |delta| per token, :func:`~trl_agentic.rollout.metrics.
+      logprob_gap`) and ``_max``, and TRL's metrics (``grpo_trainer.py`` l. 2860-2897):
+      ``sampling/sampling_logp_difference/{mean,max}`` (mean over processes of each process's mean, as TRL) and,
+      with the correction, ``sampling/importance_sampling_ratio/{min,mean,max}``.
+    """
+    total: Counter = Counter()
+    for values in everyone:
+        total.update(values.sums)
+    metrics = seam.metrics(total)
+    lengths = torch.cat([v.lengths for v in everyone]).to(device).float()
+    prompt_tokens = torch.cat([v.prompt_tokens for v in everyone]).to(device)
+    tokens = int((prompt_tokens.sum() + lengths.sum()).item())
+    clipped = torch.cat([v.clipped for v in everyone]).to(device)
+    terminated = lengths[~clipped] if (~clipped).any() else torch.zeros(1, device=device)
+    metrics.update({
+        "completions/mean_length": lengths.mean().item(),
+        "completions/min_length": lengths.min().item(),
+        "completions/max_length": lengths.max().item(),
+        "completions/clipped_ratio": clipped.float().mean().item(),
+        "completions/mean_terminated_length": terminated.mean().item(),
+        "completions/min_terminated_length": terminated.min().item(),
+        "completions/max_terminated_length": terminated.max().item(),
+    })
+    metrics["agentic/mask_audit"] = float(sum(v.unsampled_trained for v in everyone))
+    sampling = [v.sampling for v in everyone if v.sampling is not None]
+    if sampling:
+        metrics.update(sampling_metrics(sampling, device))
+    return metrics, tokens
+
+
+def sampling_metrics(everyone: Sequence[SamplingValues], device: torch.device) -> dict[str, float]:
+    """vLLM's sampling metrics from every process's :class:`SamplingValues` (see :func:`metrics_of_round`)."""
+    total = torch.cat([v.gap for v in everyone]).to(device)
+    metrics = {"agentic/vllm_logprob_gap": (total[:, 0].sum() / total[:, 1].sum().clamp(min=1.0)).item(),
+               "agentic/vllm_logprob_gap_max": total[:, 2].max().item()}
+    corrections = [v.correction for v in everyone if v.correction is not None]
+    if not corrections:
+        return metrics
+    means, largest, stats = (torch.stack(column).to(device) for column in zip(*corrections))
+    metrics["sampling/sampling_logp_difference/mean"] = means.mean().item()
+    metrics["sampling/sampling_logp_difference/max"] = largest.max().item()
+    gathered = stats
+    kept = gathered[~torch.isnan(gathered).any(dim=1)]
+    kept = kept if kept.numel() else torch.full((1, 3), torch.nan, device=device)
+    metrics["sampling/importance_sampling_ratio/min"] = kept[:, 0].min().item()
+    metrics["sampling/importance_sampling_ratio/mean"] = kept[:, 1].mean().item()
+    metrics["sampling/importance_sampling_ratio/max"] = kept[:, 2].max().item()
+    return metrics
