@@ -5,6 +5,7 @@ root machine this test replays them as uid 65534 with the system interpreter (sk
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
@@ -17,6 +18,30 @@ import pytest
 import trl_agentic.tools as tools_pkg
 
 SYSTEM_PYTHON = "/usr/bin/python3"
+PACKAGE_ROOT = Path(tools_pkg.__file__).parent.parent
+
+
+def modules_tools_imports() -> set[Path]:
+    """The package's files that `trl_agentic.tools` imports, directly or not, outside its own folder: followed
+    through the relative imports, so that the copy below never lags behind the code (it once missed a new module)."""
+    seen: set[Path] = set()
+    todo = list((PACKAGE_ROOT / "tools").rglob("*.py"))
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom) or node.level == 0:
+                continue
+            base = path.parent
+            for _ in range(node.level - 1):
+                base = base.parent
+            target = base.joinpath(*node.module.split(".")) if node.module else base
+            for candidate in (target.with_suffix(".py"), target / "__init__.py"):
+                if candidate.exists() and candidate.resolve().is_relative_to(PACKAGE_ROOT.resolve()):
+                    todo.append(candidate)
+    return {path for path in seen if "tools" not in path.relative_to(PACKAGE_ROOT).parts}
 
 SCRIPT = r"""
 import json, os, socket, sys, time
@@ -64,7 +89,11 @@ def test_sandbox_as_unprivileged_user():
         shutil.copytree(
             Path(tools_pkg.__file__).parent, package / "tools", ignore=shutil.ignore_patterns("__pycache__")
         )
-        shutil.copy(Path(tools_pkg.__file__).parent.parent / "workers.py", package / "workers.py")
+        for module in modules_tools_imports():
+            if module != PACKAGE_ROOT / "__init__.py":
+                destination = package / module.relative_to(PACKAGE_ROOT)
+                destination.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(module, destination)
         (Path(tmp) / "check.py").write_text(SCRIPT)
         secret_dir = tempfile.mkdtemp(prefix="trl_agentic_nonroot_home_")
         os.chmod(secret_dir, 0o777)
