@@ -75,7 +75,9 @@ def commands(tmp: Path, data: Path, model: Path, adapter: Path) -> dict[str, lis
             ["benchmarks/learning_native/speed.py", "eval", *learning, "--out", str(tmp / "speed"), "--max-turns", "3",
              "--questions", "2", "--batch", "2", "--repeats", "2"],
             ["benchmarks/learning_native/speed.py", "step", *learning, "--out", str(tmp / "speed"), "--max-turns", "3",
-             "--samples", "2"]],
+             "--samples", "2"],
+            ["benchmarks/learning_native/speed.py", "decode", *learning, "--out", str(tmp / "speed"), "--batch", "2",
+             "--context", "8", "--steps", "2"]],
         "rollout_speed_trl": [["benchmarks/rollout_speed.py", "trl", "--turns", "1", "2", "--steps", "1", *TINY_QWEN,
                                "--batch", "4", "--group", "2", "--json", str(tmp / "trl.json")]],
         "critic_memory": [["benchmarks/critic_memory.py", *TINY_QWEN, "--batch", "1", "--length", "16",
@@ -375,8 +377,9 @@ def test_learning_native_run(runs):
 
 def test_learning_native_speed(runs):
     """Evaluation with the KV cache kept and without, alternating: the same EM, fewer tokens prefilled with it, the
-    machine's ideal beside each; one GRPO step per variant, each in its own process, with its peak memory."""
-    _, evaluation, step = outputs(runs, "learning_native_speed")
+    machine's ideal beside each; one GRPO step per variant, each in its own process, with its peak memory; a decode
+    step with transformers' cache and with the preallocated one, beside its matrix products and its floor."""
+    _, evaluation, step, decode = outputs(runs, "learning_native_speed")
     lines = [line for line in evaluation.splitlines() if line.startswith("eval ")]
     assert [line.split(":")[0] for line in lines] == ["eval prefix_caching=True", "eval prefix_caching=False",
                                                       "eval prefix_caching=False", "eval prefix_caching=True"]
@@ -388,6 +391,10 @@ def test_learning_native_speed(runs):
     assert (cached["reused_tokens"] > 0) == (cached["turns"] > 1)  # the tiny random model may never call a tool
     steps = [line for line in step.splitlines() if line.startswith("step ")]
     assert len(steps) == 2 and all(re.search(rf"peak RSS {NUMBER} GB", line) for line in steps)
+    assert re.search(rf"^decode step, DynamicCache: {NUMBER} ms of CPU at batch 2, 8 positions$", decode, re.M)
+    assert re.search(rf"^decode step, preallocated: {NUMBER} ms of CPU", decode, re.M)
+    assert re.search(rf"^its matrix products alone: {NUMBER} ms; floor \(weights read once at {NUMBER} GB/s\)",
+                     decode, re.M)
 
 
 def test_cpu_bf16(runs):

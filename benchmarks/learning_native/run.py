@@ -328,7 +328,9 @@ def provenance(argv: list[str] | None) -> dict[str, Any]:
                            text=True).stdout.strip()
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
-    return {"command": "python benchmarks/learning_native/run.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+    script = Path(sys.argv[0]).resolve()
+    script = script.relative_to(ROOT) if script.is_relative_to(ROOT) else Path("benchmarks/learning_native/run.py")
+    return {"command": f"python {script} " + " ".join(argv if argv is not None else sys.argv[1:]),
             "commit": commit + ("+changes" if dirty else ""),
             "machine": {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
                         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,

@@ -3,6 +3,7 @@ side by side, against this machine's limit? (issue 39)
 
     python benchmarks/learning_native/speed.py eval --out runs/native/s0 [--questions 100] [--batch 8]
     python benchmarks/learning_native/speed.py step --out runs/native/s0 [--samples 16] [--grad-accum 4]
+    python benchmarks/learning_native/speed.py decode [--batch 8] [--context 800]
 
 Both read ``run.py``'s settings (the same flags: ``--data``, ``--model``, ``--max-turns``, ...) and the SFT adapter
 ``<out>/sft/adapter`` (``run.py --stages sft`` writes it), merged, as the RL stages start from it.
@@ -18,6 +19,13 @@ Both read ``run.py``'s settings (the same flags: ``--data``, ``--model``, ``--ma
   benchmark's settings) of ``--samples`` samples, per variant: the step's seconds, the rollout's, and the peak
   resident memory of the process over the step, with gradient checkpointing as configured (``--gradient-checkpointing``
   / ``--no-gradient-checkpointing``); each variant in its own process (peak memory is per process).
+
+- ``decode``: where a decode step's time goes, on the base model: ``--steps`` forward passes of one token per row
+  at ``--batch`` rows over ``--context`` cached positions, with transformers' ``DynamicCache`` (a concatenation per
+  step) and with the preallocated layers the generator uses (``rollout/prefix_cache.PreallocatedLayer``); beside
+  them the step's floor (the weights read once at the measured copy bandwidth) and the time of the step's matrix
+  products alone (every linear layer and the LM head at ``--batch`` rows, as PyTorch runs them here). CPU seconds
+  of this process (one thread), steadier than wall time on a shared machine.
 
 Prints one line per measurement and writes ``<out>/speed_<command>.json``.
 """
@@ -47,7 +55,9 @@ from benchmarks.rollout_speed import ideal_seconds  # noqa: E402
 def make_parser() -> argparse.ArgumentParser:
     p = native.make_parser()
     p.description = __doc__
-    p.add_argument("command", choices=("eval", "step", "step-child"))
+    p.add_argument("command", choices=("eval", "step", "step-child", "decode"))
+    p.add_argument("--context", type=int, default=800, help="decode: cached positions per row")
+    p.add_argument("--steps", type=int, default=8, help="decode: decode steps timed (after one warm-up)")
     p.add_argument("--questions", type=int, default=100, help="eval: held-out questions")
     p.add_argument("--batch", type=int, default=8, help="eval: trajectories per generation batch")
     p.add_argument("--repeats", type=int, default=1, help="eval: runs of each variant, alternating")
@@ -154,6 +164,51 @@ def step_child(args: argparse.Namespace) -> dict[str, Any]:
             "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6}
 
 
+def run_decode(args: argparse.Namespace) -> list[dict[str, Any]]:
+    import torch
+    from transformers import DynamicCache
+
+    from trl_agentic.rollout.prefix_cache import preallocated_cache
+
+    _, model = learning.load_base(args.model, args.device)
+    ids = torch.randint(100, model.config.vocab_size - 1, (args.batch, args.context))
+    results = []
+    for name, make in (("DynamicCache", DynamicCache), ("preallocated", lambda: preallocated_cache(
+            args.context + args.steps + 2))):
+        with torch.no_grad():
+            cache = make()
+            model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            mask = torch.ones(args.batch, args.context + 1, dtype=torch.long)
+            token = ids[:, -1:]
+            seconds = []
+            for step in range(args.steps + 1):
+                cpu = time.process_time()
+                model(input_ids=token, attention_mask=mask, past_key_values=cache, use_cache=True, logits_to_keep=1)
+                if step:  # the first is a warm-up
+                    seconds.append(time.process_time() - cpu)
+                mask = torch.cat([mask, torch.ones(args.batch, 1, dtype=torch.long)], dim=1)
+        results.append({"cache": name, "step_cpu_s": sorted(seconds)[len(seconds) // 2]})
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    x = {m.in_features: torch.randn(args.batch, m.in_features) for m in linears}
+    with torch.no_grad():
+        for m in linears:
+            m(x[m.in_features])
+        cpu = time.process_time()
+        for _ in range(3):
+            for m in linears:
+                m(x[m.in_features])
+        matmul = (time.process_time() - cpu) / 3
+    ideal = ideal_seconds(model, 0, 1)
+    row = {"batch": args.batch, "context": args.context, "floor_s": ideal["ideal_decode_s"],
+           "bandwidth_gbs": ideal["bandwidth_gbs"], "matmuls_cpu_s": matmul, "steps": results}
+    for r in results:
+        print(f"decode step, {r['cache']}: {r['step_cpu_s'] * 1e3:.0f} ms of CPU at batch {args.batch}, "
+              f"{args.context} positions", flush=True)
+    print(f"its matrix products alone: {matmul * 1e3:.0f} ms; floor (weights read once at "
+          f"{ideal['bandwidth_gbs']:.1f} GB/s): {ideal['ideal_decode_s'] * 1e3:.0f} ms", flush=True)
+    return [row]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
     if args.model == native.MODEL:
@@ -162,7 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "step-child":
         print(json.dumps(step_child(args)))
         return 0
-    results = run_eval(args) if args.command == "eval" else run_step(args)
+    run = {"eval": run_eval, "step": run_step, "decode": run_decode}[args.command]
+    results = run(args)
+    args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"speed_{args.command}.json"
     path.write_text(json.dumps({"results": results, **native.provenance(argv)}, indent=1))
     print(f"wrote {path}")
