@@ -11,6 +11,7 @@ import pytest
 import torch
 from conventions import build_convention
 from helpers import agentic_args, lookup_dataset, ppo_args
+from peft import LoraConfig
 from transformers import TrainerCallback
 
 from trl_agentic import AgenticGRPOTrainer, AgenticPPOTrainer
@@ -27,11 +28,11 @@ def agent_tokens_reward(completions, trajectory, **kwargs):
     return [t.num_agent_tokens / 10 for t in trajectory]
 
 
-def _grpo(tmp_path, tiny_model_dir, tokenizer, **overrides):
+def _grpo(tmp_path, tiny_model_dir, tokenizer, peft_config=None, **overrides):
     args = agentic_args(tmp_path, **{"max_steps": STEPS, **overrides})
     return AgenticGRPOTrainer(model=tiny_model_dir, reward_funcs=[lookup_reward, agent_tokens_reward], args=args,
                               train_dataset=lookup_dataset(16), processing_class=tokenizer,
-                              environment=LookupEnvironment)
+                              environment=LookupEnvironment, peft_config=peft_config)
 
 
 def _logs(trainer):
@@ -107,8 +108,11 @@ def test_ppo_one_round_behind(tiny_model_dir, tokenizer, tmp_path):
     assert pipeline.started == pipeline.consumed + pipeline.discarded
 
 
-def test_the_copy_holds_the_weights_of_the_version_it_reports(tiny_model_dir, tokenizer, tmp_path):
-    trainer = _grpo(tmp_path, tiny_model_dir, tokenizer, max_staleness=1, learning_rate=1e-2)
+@pytest.mark.parametrize("use_lora", [False, True])
+def test_the_copy_holds_the_weights_of_the_version_it_reports(tiny_model_dir, tokenizer, tmp_path, use_lora):
+    peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    trainer = _grpo(tmp_path, tiny_model_dir, tokenizer, max_staleness=1, learning_rate=1e-2,
+                    peft_config=peft_config if use_lora else None)
     policy_at = {}  # global step -> the policy's parameters when that step begins
 
     class Snapshot(TrainerCallback):
@@ -221,40 +225,13 @@ def test_settings_it_cannot_run_are_refused(tmp_path):
     assert refusal(False, "TRLToolsSeam", True) is None and refusal(False, "EngineSeam", False) is None
 
 
-class IncrementEnv:
-    """TRL's documented ``environment_factory`` example."""
-
-    def reset(self, target, **kwargs) -> None:
-        self.counter = 0
-        self.target = target
-
-    def get_reward(self) -> float:
-        return float(self.counter == self.target)
-
-    def increment(self, step: int) -> int:
-        """
-        Increment the internal counter.
-
-        Args:
-            step: Value to add to the counter.
-
-        Returns:
-            The updated counter value.
-        """
-        self.counter += step
-        return self.counter
-
-
 def _increment_run(tmp_path, **extra):
-    from datasets import Dataset
+    from test_trl_environments import IncrementEnv, increment_dataset  # TRL's documented example
 
     from trl_agentic import AgenticGRPOConfig
 
     qwen = build_convention("qwen2.5-instruct")
-    data = Dataset.from_dict({
-        "prompt": [[{"role": "user", "content": f"Increment the counter to {i}."}] for i in range(1, 9)],
-        "target": list(range(1, 9)),
-    })
+    data = increment_dataset()
     args = AgenticGRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=2, num_generations=2,
                              max_completion_length=32, max_steps=STEPS, learning_rate=1e-3, report_to="none",
                              use_cpu=True, bf16=False, seed=0, save_strategy="no", logging_steps=1, **extra)

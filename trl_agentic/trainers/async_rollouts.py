@@ -4,7 +4,8 @@ thread, on a copy of the policy, while this round trains.
 The pipeline, at training round ``k`` with the rows TRL's sampler gave it (``rows_k``)::
 
     1 wait for the job ahead          rows_{k-1}'s runs, sampled by the copy at version v = k-1 (its error, if any,
-                                      is raised here, with the background thread's traceback)
+                                      is raised here, or after the optimizer step during which it happened,
+                                      with the background thread's traceback)
     2 load the policy into the copy   the trained parameters, copied while the generator is idle: weights reach the
                                       generator between its calls; the copy's version = the global step, k
     3 start rows_k's job              on the background thread (pinned to ``generator_cpu``), through a rollout seam
@@ -205,6 +206,15 @@ class AsyncRollouts:
             self.stop_event.clear()
             self.discarded += len(job.rows)
 
+    def raise_failure(self) -> None:
+        """Raise the exception of the job ahead if it has already failed (checked after every optimizer step, so that
+        a failure surfaces before the next round asks for its rollouts); nothing is left ahead then."""
+        job = self.ahead
+        if job is not None and job.future.done() and job.future.exception() is not None:
+            self.ahead = None
+            self.discarded += len(job.rows)
+            raise job.future.exception()
+
     def close(self) -> None:
         """:meth:`stop`, and end the background thread."""
         self.stop()
@@ -231,11 +241,15 @@ class AsyncRollouts:
         return Job(rows, version, self.thread.submit(job))
 
 
-class StopAtTrainEnd(TrainerCallback):
-    """Stops the job ahead when training ends: its samples are discarded, never trained."""
+class PipelineCallback(TrainerCallback):
+    """After every optimizer step, raises the failure of the job ahead if it failed meanwhile; when training ends,
+    stops the job ahead (its samples are discarded, never trained)."""
 
     def __init__(self, rollouts: AsyncRollouts) -> None:
         self.rollouts = rollouts
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.rollouts.raise_failure()
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.rollouts.stop()

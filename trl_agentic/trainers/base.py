@@ -48,7 +48,7 @@ from ..rollout.seam import RolloutSeam, Runs
 from ..rollout.vllm import TRLVLLMGenerator
 from ..trackers import trajectory_columns
 from ..trajectory import Trajectory, save_trajectories
-from .async_rollouts import AsyncRollouts, PolicyCopy, StopAtTrainEnd, StoppableGenerator, refusal
+from .async_rollouts import AsyncRollouts, PipelineCallback, PolicyCopy, StoppableGenerator, refusal
 from .checks import DegenerateStepMonitor, DegenerateTrainingError, keyword_arguments
 from .config import AgenticConfig
 from .rollout_choice import RolloutChoice, SeamParts, choose_rollout
@@ -121,7 +121,7 @@ class AgenticTrainer(GRPOTrainerBoundary):
                                                    return_logprobs=True, keep_cache=settings.prefix_caching), stop)
         seam = choice.seam(SeamParts(self.processing_class, settings, generator, self.eos_token_ids))
         rollouts = AsyncRollouts(seam, policy, stop, self.args.generator_cpu)
-        self.add_callback(StopAtTrainEnd(rollouts))
+        self.add_callback(PipelineCallback(rollouts))
         return rollouts
 
     def set_trl_attributes(self, environments: list[Any] | None) -> None:
