@@ -16,6 +16,10 @@ this process: the synchronous run, then the asynchronous one, each ``--steps`` o
 per load (``load``, ``sync_step_s`` and ``async_step_s``: the median seconds per step after the first two steps,
 ``rollout_share``: the share of a synchronous step spent rolling out, ``speedup``: sync / async step time, at most 2
 on two cores) and a table; ``--json`` writes them all.
+
+First, the split probe (``split_efficiency``, :func:`split_probe`): how much one ``generate`` call on the generator
+core slows down while another process trains on the training core. On a machine whose two cores are not independent
+(this project's: two KVM vCPUs shared with other jobs) it bounds the speed-up whatever the pipeline.
 """
 
 from __future__ import annotations
@@ -79,6 +83,62 @@ def run(load: int, staleness: int, args: argparse.Namespace, out: str) -> dict[s
     return result
 
 
+def _train_for(seconds: float, core: int, hidden: int, layers: int) -> None:
+    """Forward, backward and an optimizer step of a random tiny Qwen2 on ``core`` for ``seconds`` (another process)."""
+    import torch
+
+    from trl_agentic.toy import build_tiny_model, build_tokenizer
+
+    os.sched_setaffinity(0, {core})
+    torch.set_num_threads(1)
+    model = build_tiny_model(build_tokenizer(), hidden_size=hidden, num_layers=layers)
+    optimizer = torch.optim.AdamW(model.parameters())
+    ids = torch.randint(5, 300, (8, 96))
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        model(input_ids=ids, labels=ids).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+def split_probe(args: argparse.Namespace, seconds: float) -> float:
+    """What the split itself allows: the seconds of one ``generate`` call on the generator core alone, over those of
+    the same call while another *process* trains on the training core (no shared interpreter: no GIL). 1.0: the two
+    cores are independent; below, they share something (hyperthreads of one core, a busy host, memory bandwidth), and
+    no pipeline on this split can reach 2x."""
+    import multiprocessing
+
+    import torch
+
+    from trl_agentic.toy import build_tiny_model, build_tokenizer
+
+    tokenizer = build_tokenizer()
+    model = build_tiny_model(tokenizer, hidden_size=args.hidden, num_layers=args.layers)
+    ids = torch.randint(5, 300, (args.batch, 24))
+
+    def generate() -> float:
+        start = time.perf_counter()
+        with torch.no_grad():
+            model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=16, min_new_tokens=16,
+                           do_sample=True, pad_token_id=tokenizer.pad_token_id)
+        return time.perf_counter() - start
+
+    os.sched_setaffinity(0, {args.cores[1]})
+    try:
+        generate()  # warm-up
+        alone = statistics.median(generate() for _ in range(5))
+        trainer = multiprocessing.get_context("spawn").Process(
+            target=_train_for, args=(seconds + 30, args.cores[0], args.hidden, args.layers))
+        trainer.start()
+        time.sleep(seconds)  # the other process imports torch and starts training
+        beside = statistics.median(generate() for _ in range(5))
+        trainer.terminate()
+        trainer.join()
+    finally:
+        os.sched_setaffinity(0, {args.cores[0]})
+    return alone / beside
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--loads", type=int, nargs="+", default=[8, 24, 64], help="tokens per model turn")
@@ -89,6 +149,8 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--cores", type=int, nargs=2, default=None,
                         help="training core, generator core (default: the first two this process may use)")
+    parser.add_argument("--probe-seconds", type=float, default=10.0,
+                        help="split probe: seconds given the training process to start (0: no probe)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     if args.steps < 4:
@@ -101,6 +163,8 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
+    split = round(split_probe(args, args.probe_seconds), 3) if args.probe_seconds > 0 else None
+    print(json.dumps({"split_efficiency": split}), flush=True)
     rows = []
     with tempfile.TemporaryDirectory() as out:
         for load in args.loads:
@@ -111,14 +175,15 @@ def main() -> None:
             print(json.dumps(row), flush=True)
             rows.append(row)
     print(f"cores: training {args.cores[0]}, generator {args.cores[1]}; batch {args.batch}, {args.turns} turns, "
-          f"hidden {args.hidden}, {args.layers} layers, {args.steps} steps")
+          f"hidden {args.hidden}, {args.layers} layers, {args.steps} steps; split efficiency {split} (generation alone "
+          f"/ beside a training process; 1.0: independent cores)")
     print(f"{'tokens/turn':>11} {'rollout share':>13} {'sync s/step':>11} {'async s/step':>12} {'speed-up':>8}")
     for row in rows:
         print(f"{row['load']:>11} {row['rollout_share']:>13.2f} {row['sync_step_s']:>11.3f} "
               f"{row['async_step_s']:>12.3f} {row['speedup']:>7.2f}x")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"cores": args.cores, "batch": args.batch, "turns": args.turns, "hidden": args.hidden,
+            json.dump({"cores": args.cores, "split_efficiency": split, "batch": args.batch, "turns": args.turns, "hidden": args.hidden,
                        "layers": args.layers, "steps": args.steps, "loads": rows}, f, indent=1)
 
 

@@ -28,11 +28,11 @@ def agent_tokens_reward(completions, trajectory, **kwargs):
     return [t.num_agent_tokens / 10 for t in trajectory]
 
 
-def _grpo(tmp_path, tiny_model_dir, tokenizer, peft_config=None, **overrides):
+def _grpo(tmp_path, tiny_model_dir, tokenizer, peft_config=None, eval_dataset=None, **overrides):
     args = agentic_args(tmp_path, **{"max_steps": STEPS, **overrides})
     return AgenticGRPOTrainer(model=tiny_model_dir, reward_funcs=[lookup_reward, agent_tokens_reward], args=args,
                               train_dataset=lookup_dataset(16), processing_class=tokenizer,
-                              environment=LookupEnvironment, peft_config=peft_config)
+                              environment=LookupEnvironment, peft_config=peft_config, eval_dataset=eval_dataset)
 
 
 def _logs(trainer):
@@ -106,6 +106,20 @@ def test_ppo_one_round_behind(tiny_model_dir, tokenizer, tmp_path):
     pipeline = trainer.async_rollouts
     assert (pipeline.consumed, pipeline.discarded) == (BATCH * STEPS, BATCH)
     assert pipeline.started == pipeline.consumed + pipeline.discarded
+
+
+def test_dynamic_sampling_and_evaluation_roll_out_on_the_spot(tiny_model_dir, tokenizer, tmp_path):
+    """Dynamic sampling's extra rounds and evaluation use the training model on the training thread, while the job
+    ahead runs: the pipeline's counts are those of the training rounds alone."""
+    trainer = _grpo(tmp_path, tiny_model_dir, tokenizer, max_staleness=1, zero_variance_groups="dynamic_sampling",
+                    eval_strategy="steps", eval_steps=1, per_device_eval_batch_size=4, eval_dataset=lookup_dataset(4))
+    trainer.train()
+    logs = _logs(trainer)
+    assert len(logs) == STEPS and all(math.isfinite(row["loss"]) for row in logs)
+    assert any("agentic/zero_variance/extra_rounds" in row for row in logs)
+    assert sum("eval_loss" in row for row in trainer.state.log_history) == STEPS
+    pipeline = trainer.async_rollouts
+    assert (pipeline.consumed, pipeline.discarded) == (BATCH * STEPS, BATCH)
 
 
 @pytest.mark.parametrize("use_lora", [False, True])
