@@ -234,7 +234,6 @@ def test_settings_it_cannot_run_are_refused(tmp_path):
     with pytest.raises(ValueError, match="async_correction must be one of"):
         agentic_args(tmp_path, max_staleness=1, async_correction="tis")
     assert "pass max_staleness=0" in refusal(True, "EngineSeam", False)
-    assert "agent=" in refusal(False, "AgentSeam", False)
     assert "concurrent_sync_tools=True" in refusal(False, "TRLToolsSeam", False)
     assert refusal(False, "TRLToolsSeam", True) is None and refusal(False, "EngineSeam", False) is None
 
@@ -268,3 +267,34 @@ def test_trl_environment_factory_one_round_behind(tmp_path):
 def test_trl_sync_tools_on_the_training_thread_are_refused(tmp_path):
     with pytest.raises(ValueError, match="concurrent_sync_tools=True"):
         _increment_run(tmp_path, max_staleness=1)
+
+
+async def one_call_agent(client, prompt, **row):
+    """An agent of the OpenAI SDK: one request to the policy, its text returned."""
+    reply = await client.chat.completions.create(model="policy", messages=prompt, max_tokens=8)
+    return reply.choices[0].message.content
+
+
+def test_an_agent_through_the_endpoint_one_round_behind(tmp_path):
+    from datasets import Dataset
+
+    from trl_agentic import AgenticGRPOConfig
+
+    qwen = build_convention("qwen2.5-instruct")
+    data = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"What is {i} plus 3?"}] for i in range(8)]})
+    args = AgenticGRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=2, num_generations=2,
+                             max_completion_length=32, max_tokens_per_turn=8, max_steps=STEPS, learning_rate=1e-3,
+                             report_to="none", use_cpu=True, bf16=False, seed=0, save_strategy="no", logging_steps=1,
+                             max_staleness=1)
+    trainer = AgenticGRPOTrainer(model=qwen.load_model(), processing_class=qwen.load_tokenizer(), train_dataset=data,
+                                 reward_funcs=lambda completions, agent_output, **kw: [float(len(o or "")) for o in
+                                                                                      agent_output],
+                                 args=args, agent=one_call_agent)
+    trainer.train()
+    logs = _logs(trainer)
+    assert len(logs) == STEPS and all(math.isfinite(row["loss"]) for row in logs)
+    assert [row["async/staleness"] for row in logs] == [0.0] + [1.0] * (STEPS - 1)
+    assert all(row["agentic/agent/segments_per_trajectory"] == 1.0 for row in logs)
+    assert logs[0]["sampling/importance_sampling_ratio/mean"] == pytest.approx(1.0, abs=1e-4)  # the copy's log-probs
+    pipeline = trainer.async_rollouts
+    assert (pipeline.consumed, pipeline.discarded) == (2 * STEPS, 2)

@@ -23,10 +23,11 @@ log-probs the copy's generator returned when it sampled (the behaviour policy), 
 as vLLM's are, through the same batch key (``sampling_per_token_logps``) and TRL's weight
 (:func:`~trl_agentic.algorithms.importance.vllm_importance_sampling_ratio`).
 
-Not here: several processes (each would make collective calls from a second thread, between training's), vLLM (its
-server has its own weight sync), sync tools on the training thread (TRL's default for ``tools=`` /
-``environment_factory=``, which needs ``concurrent_sync_tools=True`` here) and agents (``agent=``); the trainer
-refuses them with what to pass instead (:func:`refusal`).
+Every kind of rollout runs so: our environments, TRL's ``tools=`` / ``environment_factory=`` and agents through the
+endpoint (whose generation then runs on the background thread, the caller of its round). Not here: several processes
+(each would make collective calls from a second thread, between training's), vLLM (its server has its own weight
+sync) and sync tools on the training thread (TRL's default for ``tools=`` / ``environment_factory=``, which needs
+``concurrent_sync_tools=True`` here); the trainer refuses them with what to pass instead (:func:`refusal`).
 """
 
 from __future__ import annotations
@@ -261,8 +262,6 @@ def refusal(multi_process: bool, kind: str, concurrent_sync_tools: bool) -> str 
     if multi_process:
         return ("max_staleness=1 runs on one process (a background thread's collective calls would interleave with "
                 "training's); pass max_staleness=0 to train on several")
-    if kind == "AgentSeam":
-        return "max_staleness=1 does not run agents (agent=) yet; pass max_staleness=0"
     if kind == "TRLToolsSeam" and not concurrent_sync_tools:
         return ("max_staleness=1 rolls out on a background thread, where TRL's sync tools cannot run on the training "
                 "thread (signal.alarm, thread-bound resources); pass concurrent_sync_tools=True (thread-safe tools) "
