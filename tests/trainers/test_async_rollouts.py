@@ -4,7 +4,10 @@ counted discarded, the copy's weights those of the version it reports, the behav
 a failure of the background thread raised in ``train()`` with its traceback."""
 
 import math
+import os
+import signal
 import threading
+import time
 import traceback
 
 import pytest
@@ -15,10 +18,17 @@ from peft import LoraConfig
 from transformers import TrainerCallback
 
 from trl_agentic import AgenticGRPOTrainer, AgenticPPOTrainer
-from trl_agentic.rollout.generation import HFGenerator
+from trl_agentic.rollout.generation import Generation, HFGenerator
 from trl_agentic.toy import LookupEnvironment, lookup_reward
-from trl_agentic.trainers.async_rollouts import BackgroundThread, refusal
-from trl_agentic.trajectory import load_trajectories
+from trl_agentic.trainers.async_rollouts import (
+    AsyncRollouts,
+    BackgroundThread,
+    GenerationStopped,
+    PolicyCopy,
+    StoppableGenerator,
+    refusal,
+)
+from trl_agentic.trajectory import Trajectory, load_trajectories
 
 STEPS = 3
 BATCH = 4  # agentic_args' per_device_train_batch_size: one round's samples
@@ -226,6 +236,46 @@ def test_background_thread_keeps_order_and_exceptions():
     thread.close()
     thread.thread.join(5)
     assert not thread.thread.is_alive()
+
+
+class _OneToken:
+    def generate(self, prompts, max_new_tokens, stop_strings, eos_token_ids):
+        return [Generation(ids=[0], logprobs=[0.0]) for _ in prompts]
+
+
+class _SlowSeam:
+    """A rollout seam that makes ``calls`` generation calls 10 ms apart per batch."""
+
+    def __init__(self, generator, calls):
+        self.generator, self.calls = generator, calls
+
+    def run(self, rows):
+        for _ in range(self.calls):
+            self.generator.generate([[1]], 1, [], [0])
+            time.sleep(0.01)
+        return [Trajectory(prompt_ids=[1]) for _ in rows], None
+
+
+def test_an_interrupted_wait_stops_the_job_and_the_pipeline_starts_again():
+    """Ctrl-C while the trainer waits for the job: the job ends at its next generation call, its samples are
+    discarded, and the next round starts afresh."""
+    stop = threading.Event()
+    seam = _SlowSeam(StoppableGenerator(_OneToken(), stop), calls=300)
+    model = torch.nn.Linear(2, 2)
+    pipeline = AsyncRollouts(seam, PolicyCopy(model), stop)
+    timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))  # a real Ctrl-C
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.next([{}, {}], model, 0)
+    stopped = pipeline._stopping
+    with pytest.raises(GenerationStopped):
+        stopped.result(2)  # well before its 300 calls (3 s)
+    assert (pipeline.started, pipeline.discarded, pipeline.ahead) == (2, 2, None)
+    seam.calls = 2
+    rollouts = pipeline.next([{}, {}], model, 1)
+    assert len(rollouts.runs) == 2 and rollouts.version == 1 and not stop.is_set()
+    pipeline.close()
+    assert pipeline.started == pipeline.consumed + pipeline.discarded == 6
 
 
 def test_settings_it_cannot_run_are_refused(tmp_path):

@@ -175,6 +175,7 @@ class AsyncRollouts:
         self.ahead: Job | None = None
         self.started = self.produced = self.consumed = self.discarded = 0
         self._lock = threading.Lock()
+        self._stopping: concurrent.futures.Future | None = None  # a job told to stop that may still run
 
     def next(self, rows: list[dict[str, Any]], model: torch.nn.Module, version: int) -> Rollouts:
         """Steps 1-3 of the pipeline: the rollouts to train on now (the job ahead's; the first round's own), with
@@ -186,6 +187,9 @@ class AsyncRollouts:
             runs, environments = current.future.result()
         except BaseException:
             self.discarded += len(current.rows)
+            if not current.future.done():  # interrupted while waiting (Ctrl-C): stop the job at its next call
+                self._stopping = current.future
+                self.stop_event.set()
             raise
         self.ahead = self._start(rows, model, version)
         self.consumed += len(runs)
@@ -229,6 +233,11 @@ class AsyncRollouts:
                 "async/samples_discarded": float(self.discarded)}
 
     def _start(self, rows: list[dict[str, Any]], model: torch.nn.Module, version: int) -> Job:
+        if self._stopping is not None:  # its next generation call ends it
+            with contextlib.suppress(BaseException):
+                self._stopping.result()
+            self._stopping = None
+            self.stop_event.clear()
         self.policy.load(model, version)  # the generator is idle: no job is running
         rows = [dict(row) for row in rows]
         self.started += len(rows)
