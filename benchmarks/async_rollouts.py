@@ -169,8 +169,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as out:
         for load in args.loads:
             sync, asynchronous = run(load, 0, args, out), run(load, 1, args, out)
-            row = {"load": load, "sync_step_s": round(sync["step_s"], 4), "async_step_s": round(asynchronous["step_s"], 4),
-                   "rollout_share": round(sync["rollout_s"] / sync["step_s"], 3),
+            row = {"load": load, "sync_step_s": round(sync["step_s"], 4),
+                   "async_step_s": round(asynchronous["step_s"], 4), "rollout_share": round(sync["rollout_s"] / sync["step_s"], 3),
                    "speedup": round(sync["step_s"] / asynchronous["step_s"], 3)}
             print(json.dumps(row), flush=True)
             rows.append(row)
@@ -183,8 +183,8 @@ def main() -> None:
               f"{row['async_step_s']:>12.3f} {row['speedup']:>7.2f}x")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"cores": args.cores, "split_efficiency": split, "batch": args.batch, "turns": args.turns, "hidden": args.hidden,
-                       "layers": args.layers, "steps": args.steps, "loads": rows}, f, indent=1)
+            json.dump({"cores": args.cores, "split_efficiency": split, "batch": args.batch, "turns": args.turns,
+                       "hidden": args.hidden, "layers": args.layers, "steps": args.steps, "loads": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

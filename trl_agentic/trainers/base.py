@@ -48,7 +48,7 @@ from ..rollout.seam import RolloutSeam, Runs
 from ..rollout.vllm import TRLVLLMGenerator
 from ..trackers import trajectory_columns
 from ..trajectory import Trajectory, save_trajectories
-from .async_rollouts import AsyncRollouts, PipelineCallback, PolicyCopy, StoppableGenerator, refusal
+from .async_rollouts import AsyncRollouts, PipelineCallback, PolicyCopy, Rollouts, StoppableGenerator, refusal
 from .checks import DegenerateStepMonitor, DegenerateTrainingError, keyword_arguments
 from .config import AgenticConfig
 from .rollout_choice import RolloutChoice, SeamParts, choose_rollout
@@ -91,8 +91,8 @@ class AgenticTrainer(GRPOTrainerBoundary):
         self.rollout_seam: RolloutSeam | None = None
         self.async_rollouts: AsyncRollouts | None = None  # max_staleness=1 (trainers/async_rollouts.py)
         if choice is None and getattr(self.args, "max_staleness", 0):
-            raise ValueError("max_staleness applies to rollouts (environment=, tools=/environment_factory=); without "
-                             "them the trainer is TRL's GRPOTrainer: pass max_staleness=0")
+            raise ValueError("max_staleness applies to rollouts (environment=, tools=/environment_factory=, agent=); "
+                             "without them the trainer is TRL's GRPOTrainer: pass max_staleness=0")
         if choice is not None:
             self._check_agentic_args()
             self.degenerate_monitor = DegenerateStepMonitor(self.args.max_degenerate_steps, self.args.trajectory_dir)
@@ -215,7 +215,7 @@ class AgenticTrainer(GRPOTrainerBoundary):
         self.set_trl_attributes(environments)
         return runs, environments
 
-    def rollout_ahead(self, rows: list[dict[str, Any]]) -> Any:
+    def rollout_ahead(self, rows: list[dict[str, Any]]) -> Rollouts:
         """1 with ``max_staleness=1``: the rollouts of the round before (the first round: its own), sampled by the
         policy's copy on the background thread, while ``rows``' start there with the weights of now
         (:class:`~trl_agentic.trainers.async_rollouts.AsyncRollouts`); their staleness and the pipeline's counts
@@ -280,7 +280,8 @@ class AgenticTrainer(GRPOTrainerBoundary):
             "completion_mask": pad([[1] * len(c) for c in completion_ids], 0, "right", multiple).to(device),
             "advantages": torch.zeros(len(trajectories), device=device),
         }
-        if self.use_vllm or self.async_rollouts is not None:  # vLLM's or the copy's sampling log-probs (None where vLLM could not score a token: NaN)
+        if self.use_vllm or self.async_rollouts is not None:  # vLLM's or the policy copy's sampling log-probs
+            # (None where vLLM could not score a token: NaN)
             values = [[float("nan") if x is None else x for x in row] for row in logprobs]
             data["sampling_per_token_logps"] = pad(values, 0.0, "right", multiple, torch.float32).to(device)
         data["tool_mask"] = pad(env_mask, 1, "right", multiple).to(device)
