@@ -238,6 +238,14 @@ def test_background_thread_keeps_order_and_exceptions():
     assert not thread.thread.is_alive()
 
 
+def test_the_background_thread_is_pinned_to_its_core():
+    core = max(os.sched_getaffinity(0))
+    thread = BackgroundThread(cpu=core)
+    assert thread.submit(lambda: os.sched_getaffinity(0)).result(5) == {core}
+    assert os.sched_getaffinity(0) != {core} or len(os.sched_getaffinity(0)) == 1  # this thread's left as it was
+    thread.close()
+
+
 class _OneToken:
     def generate(self, prompts, max_new_tokens, stop_strings, eos_token_ids):
         return [Generation(ids=[0], logprobs=[0.0]) for _ in prompts]
