@@ -15,7 +15,8 @@ generation's share of a step grows with it, training's is fixed by the batch. Fo
 this process: the synchronous run, then the asynchronous one, each ``--steps`` optimizer steps. Prints one JSON line
 per load (``load``, ``sync_step_s`` and ``async_step_s``: the median seconds per step after the first two steps,
 ``rollout_share``: the share of a synchronous step spent rolling out, ``speedup``: sync / async step time, at most 2
-on two cores) and a table; ``--json`` writes them all.
+on two cores; ``sync_rollout_s`` and ``async_rollout_s``: a round's rollout, synchronous and in the background beside
+training) and a table; ``--json`` writes them all.
 
 First, the split probe (``split_efficiency``, :func:`split_probe`): how much one ``generate`` call on the generator
 core slows down while another process trains on the training core. On a machine whose two cores are not independent
@@ -35,7 +36,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch: the background th
 
 
 def run(load: int, staleness: int, args: argparse.Namespace, out: str) -> dict[str, float]:
-    """Seconds per optimizer step (median after the first two) and of each synchronous rollout."""
+    """Seconds per optimizer step (median after the first two) and per rollout (median after the first two:
+    synchronous, the rollout stage; asynchronous, the background job, beside training from the third job on)."""
     from datasets import Dataset
     from transformers import TrainerCallback
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
@@ -72,6 +74,18 @@ def run(load: int, staleness: int, args: argparse.Namespace, out: str) -> dict[s
 
     trainer = TimedTrainer(model=model, processing_class=tokenizer, reward_funcs=[lookup_reward, length], args=config,
                            train_dataset=data, environment=LookupEnvironment)
+    if trainer.async_rollouts is not None:  # time each background job (the rollout beside training)
+        seam = trainer.async_rollouts.seam
+        run_rows = seam.run
+
+        def timed_run(rows):
+            start = time.perf_counter()
+            try:
+                return run_rows(rows)
+            finally:
+                rollouts.append(time.perf_counter() - start)
+
+        seam.run = timed_run
     trainer.add_callback(Timer())
     trainer.remove_callback(ProgressCallback)  # no progress bar nor printed logs: this script prints its figures
     trainer.remove_callback(PrinterCallback)
@@ -170,17 +184,21 @@ def main() -> None:
         for load in args.loads:
             sync, asynchronous = run(load, 0, args, out), run(load, 1, args, out)
             row = {"load": load, "sync_step_s": round(sync["step_s"], 4),
-                   "async_step_s": round(asynchronous["step_s"], 4), "rollout_share": round(sync["rollout_s"] / sync["step_s"], 3),
+                   "async_step_s": round(asynchronous["step_s"], 4),
+                   "sync_rollout_s": round(sync["rollout_s"], 4), "async_rollout_s": round(asynchronous["rollout_s"], 4),
+                   "rollout_share": round(sync["rollout_s"] / sync["step_s"], 3),
                    "speedup": round(sync["step_s"] / asynchronous["step_s"], 3)}
             print(json.dumps(row), flush=True)
             rows.append(row)
     print(f"cores: training {args.cores[0]}, generator {args.cores[1]}; batch {args.batch}, {args.turns} turns, "
           f"hidden {args.hidden}, {args.layers} layers, {args.steps} steps; split efficiency {split} (generation alone "
           f"/ beside a training process; 1.0: independent cores)")
-    print(f"{'tokens/turn':>11} {'rollout share':>13} {'sync s/step':>11} {'async s/step':>12} {'speed-up':>8}")
+    print(f"{'tokens/turn':>11} {'rollout share':>13} {'sync s/step':>11} {'async s/step':>12} {'speed-up':>8} "
+          f"{'rollout s: sync':>15} {'async (beside training)':>23}")
     for row in rows:
         print(f"{row['load']:>11} {row['rollout_share']:>13.2f} {row['sync_step_s']:>11.3f} "
-              f"{row['async_step_s']:>12.3f} {row['speedup']:>7.2f}x")
+              f"{row['async_step_s']:>12.3f} {row['speedup']:>7.2f}x {row['sync_rollout_s']:>15.3f} "
+              f"{row['async_rollout_s']:>23.3f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"cores": args.cores, "split_efficiency": split, "batch": args.batch, "turns": args.turns,
