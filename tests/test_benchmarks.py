@@ -70,6 +70,9 @@ def commands(tmp: Path, data: Path, model: Path, adapter: Path) -> dict[str, lis
                                 ["benchmarks/learning_native/report.py", "plot", "--results", str(tmp / "results"),
                                  "--out", str(tmp / "em.png")]],
         "cpu_bf16": [["benchmarks/cpu_bf16.py", "--batch", "1", "--length", "4"]],
+        "async_rollouts": [["benchmarks/async_rollouts.py", "--loads", "4", "8", "--steps", "4", "--batch", "4",
+                            "--turns", "1", "--hidden", "32", "--layers", "1", "--probe-seconds", "3",
+                            "--json", str(tmp / "async.json")]],
         "learning_native_speed": [
             ["-c", f"import shutil; shutil.copytree({str(adapter)!r}, {str(tmp / 'speed' / 'sft' / 'adapter')!r})"],
             ["benchmarks/learning_native/speed.py", "eval", *learning, "--out", str(tmp / "speed"), "--max-turns", "3",
@@ -401,6 +404,18 @@ def test_cpu_bf16(runs):
     """One forward and backward in float32 and under bfloat16 autocast, each timed."""
     (out,) = outputs(runs, "cpu_bf16")
     assert re.search(rf"^ +float32: {NUMBER} s$", out, re.M) and re.search(rf"^bfloat16 autocast: {NUMBER} s$", out, re.M)
+
+
+def test_async_rollouts(runs):
+    """One JSON line per load with both step times and the speed-up, the table, and the same rows in ``--json``."""
+    probe, *lines = json_lines(outputs(runs, "async_rollouts")[0])
+    assert probe["split_efficiency"] > 0
+    assert [row["load"] for row in lines] == [4, 8]
+    for row in lines:
+        assert row["sync_step_s"] > 0 and row["async_step_s"] > 0 and 0 < row["rollout_share"] <= 1
+        assert row["speedup"] == pytest.approx(row["sync_step_s"] / row["async_step_s"], rel=0.01)
+    assert written(runs, "async_rollouts")["loads"] == lines
+    assert written(runs, "async_rollouts")["split_efficiency"] == probe["split_efficiency"]
 
 
 def test_every_benchmark_script_is_run_here(tmp_path):

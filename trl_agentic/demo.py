@@ -63,6 +63,10 @@ def _parse(argv: list[str] | None) -> tuple[DemoSettings, argparse.Namespace]:
     parser.add_argument("--quick", action="store_true", help="40 GRPO steps and 50 held-out prompts")
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--output-dir", default=None, help="where the plot, page and summary go (default: a temp dir)")
+    parser.add_argument("--max-staleness", type=int, default=0, choices=(0, 1),
+                        help="1: GRPO one round behind its generator (asynchronous rollouts; default 0)")
+    parser.add_argument("--async-correction", default="decoupled", choices=("decoupled", "behaviour", "none"),
+                        help="with --max-staleness 1: the off-policy correction (default decoupled)")
     args = parser.parse_args(argv)
     settings = DemoSettings(seed=args.seed)
     if args.quick:
@@ -170,6 +174,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         learning_rate=settings.learning_rate, lr_scheduler_type="constant", beta=0.0, temperature=1.0,
         logging_steps=1, report_to="none", use_cpu=True, bf16=False, seed=settings.seed, save_strategy="no",
         disable_tqdm=True, **{k: v for k, v in budgets.items() if k != "overlap_chunks"}, overlap_chunks="1",
+        max_staleness=args.max_staleness, async_correction=args.async_correction,
     )
     train = Dataset.from_list(make_lookup_dataset(512, seed=PROMPT_SEEDS["train"]))
     grpo = _quiet(AgenticGRPOTrainer(model=model, reward_funcs=lookup_success, args=grpo_args, train_dataset=train,
@@ -183,7 +188,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     summary = {
         "success_before": before.accuracy, "success_after_sft": after_sft.accuracy, "success_after": after.accuracy,
         "heldout_prompts": settings.heldout, "demonstrations": len(dataset), "steps": settings.steps,
-        "seed": settings.seed, "seconds": round(seconds, 1),
+        "seed": settings.seed, "seconds": round(seconds, 1), "max_staleness": args.max_staleness,
+        "async_correction": args.async_correction if args.max_staleness else None,
     }
     paths = _write_outputs(output_dir, summary, curve, trajectories, after.rewards, tokenizer)
     print(f"\n{'stage':<26}{'success':>8}\n{'untrained':<26}{before.accuracy:>8.1%}\n"

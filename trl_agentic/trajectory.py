@@ -58,6 +58,9 @@ class Trajectory:
             turn's assistant message as the chat template's response template parsed it (``content``,
             ``tool_calls``) followed by the ``tool`` messages appended after it; what TRL reward functions receive
             as ``completions``.
+        policy_version: The optimizer step whose weights sampled the run when a copy of the policy rolled it out
+            (asynchronous rollouts, ``max_staleness=1``: :mod:`~trl_agentic.trainers.async_rollouts`); ``None``
+            when the training model did.
         generated_ids: The ids the generator returned for each turn, before the engine's cut (at the first end id,
             stop string or budget); the reference of the mask audit (:mod:`trl_agentic.rollout.audit`). Not
             written to JSONL.
@@ -77,6 +80,7 @@ class Trajectory:
     events: dict[str, int] = field(default_factory=dict)
     error: str = ""
     messages: list[dict[str, Any]] = field(default_factory=list)
+    policy_version: int | None = None
     generated_ids: list[list[int]] = field(default_factory=list, repr=False)
 
     @property

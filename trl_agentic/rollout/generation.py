@@ -123,6 +123,61 @@ class ChosenTokenLogprobs(LogitsProcessor):
         return torch.stack(steps, dim=1)[:, : new_ids.shape[1]].cpu()
 
 
+class SampledTokenLogprobs(ChosenTokenLogprobs):
+    """The log-prob of each token sampling ``generate`` draws, recorded one step at a time: that of the distribution
+    it samples from, the processed scores after the sampling warpers (temperature, top-k, top-p, ...).
+
+    transformers runs the processors a caller passes before its sampling warpers, so this one applies the same
+    warpers (:func:`sampling_warpers`, built from the same settings in transformers' order) to a copy of the scores
+    it sees, and records the log-softmax of that; the scores go on unchanged. It holds one step's ``batch x
+    vocabulary`` floats, where ``output_scores`` keeps every step's until the call returns.
+    """
+
+    def __init__(self, warpers: LogitsProcessorList) -> None:
+        super().__init__()
+        self.warpers = warpers
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        super().__call__(input_ids, self.warpers(input_ids, scores.clone()))
+        return scores
+
+
+def sampling_warpers(config: Any) -> LogitsProcessorList | None:
+    """The sampling warpers transformers' ``generate`` adds for ``config`` (``_get_logits_processor``, in its order:
+    temperature, top-k, top-p, min-p, typical-p, epsilon and eta cutoffs), for one sequence per prompt; ``None`` for a
+    setting whose processor is not rebuilt here (``top_h``, watermarking, ``renormalize_logits``, beams), where the
+    caller keeps every step's scores instead."""
+    from transformers.generation.logits_process import (
+        EpsilonLogitsWarper,
+        EtaLogitsWarper,
+        MinPLogitsWarper,
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+        TypicalLogitsWarper,
+    )
+
+    if getattr(config, "top_h", None) is not None or getattr(config, "watermarking_config", None) is not None \
+            or getattr(config, "renormalize_logits", False) or (config.num_beams or 1) > 1:
+        return None
+    warpers = LogitsProcessorList()
+    if config.temperature is not None and config.temperature != 1.0:
+        warpers.append(TemperatureLogitsWarper(config.temperature))
+    if config.top_k is not None and config.top_k != 0:
+        warpers.append(TopKLogitsWarper(top_k=config.top_k, min_tokens_to_keep=1))
+    if config.top_p is not None and config.top_p < 1.0:
+        warpers.append(TopPLogitsWarper(top_p=config.top_p, min_tokens_to_keep=1))
+    if config.min_p is not None:
+        warpers.append(MinPLogitsWarper(min_p=config.min_p, min_tokens_to_keep=1))
+    if config.typical_p is not None and config.typical_p < 1.0:
+        warpers.append(TypicalLogitsWarper(mass=config.typical_p, min_tokens_to_keep=1))
+    if config.epsilon_cutoff is not None and 0.0 < config.epsilon_cutoff < 1.0:
+        warpers.append(EpsilonLogitsWarper(epsilon=config.epsilon_cutoff, min_tokens_to_keep=1))
+    if config.eta_cutoff is not None and 0.0 < config.eta_cutoff < 1.0:
+        return None  # its warper needs the model's device: not rebuilt here
+    return warpers
+
+
 @contextlib.contextmanager
 def gradient_checkpointing_off(model: Any) -> Iterator[None]:
     """Switch gradient checkpointing off on every module that has it for the duration, and back on after."""
@@ -163,8 +218,10 @@ class HFGenerator:
             :func:`generation_mode`.
         return_logprobs: Also return the log-prob of each generated token: greedy, that of the processed scores the
             argmax chose from, recorded one step at a time (:class:`ChosenTokenLogprobs`); sampled, that of the
-            sampling distribution, from every step's scores kept in memory. Off in the trainer, which recomputes
-            them. ``None`` when ``generate`` ran no step through the recorder or returned a plain tensor of ids (no
+            sampling distribution, recorded one step at a time too (:class:`SampledTokenLogprobs`), or, for a
+            setting whose warper it does not rebuild, from every step's scores kept in memory. Off in the trainer,
+            which recomputes them, but for the policy copy of asynchronous rollouts (the behaviour log-probs).
+            ``None`` when ``generate`` ran no step through the recorder or returned a plain tensor of ids (no
             scores), as transformers does without ``return_dict_in_generate`` and as TRL's tests' doubles do.
         keep_cache: Inside :meth:`session`, keep each row's KV cache between calls, so that a prompt extending an
             earlier one (the next turn of a trajectory) prefills only its new ids
@@ -243,7 +300,11 @@ class HFGenerator:
         config.pad_token_id = pad_id
         config.eos_token_id = list(eos_token_ids)
         config.return_dict_in_generate = True
-        chosen = ChosenTokenLogprobs() if self.return_logprobs and not config.do_sample else None
+        chosen: ChosenTokenLogprobs | None = None
+        if self.return_logprobs and not config.do_sample:
+            chosen = ChosenTokenLogprobs()
+        elif self.return_logprobs and (warpers := sampling_warpers(config)) is not None:
+            chosen = SampledTokenLogprobs(warpers)
         config.output_scores = self.return_logprobs and chosen is None
         with self.unwrap() as model, torch.no_grad():
             device = next(model.parameters()).device

@@ -28,6 +28,7 @@ weights vLLM holds, and the monitor's count of unscorable rounds in a row.
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 import torch
@@ -47,9 +48,10 @@ from ..rollout.seam import RolloutSeam, Runs
 from ..rollout.vllm import TRLVLLMGenerator
 from ..trackers import trajectory_columns
 from ..trajectory import Trajectory, save_trajectories
+from .async_rollouts import AsyncRollouts, PipelineCallback, PolicyCopy, Rollouts, StoppableGenerator, refusal
 from .checks import DegenerateStepMonitor, DegenerateTrainingError, keyword_arguments
 from .config import AgenticConfig
-from .rollout_choice import SeamParts, choose_rollout
+from .rollout_choice import RolloutChoice, SeamParts, choose_rollout
 from .round import Round, pad, row_advantages, row_count, training_rows, trl_completion_rows, values_of_rows
 from .round_metrics import RoundValues, metrics_of_round, round_values
 
@@ -87,6 +89,10 @@ class AgenticTrainer(GRPOTrainerBoundary):
         super().__init__(**kwargs)
         self._vllm_weights_step = -1  # the global step whose weights vLLM holds
         self.rollout_seam: RolloutSeam | None = None
+        self.async_rollouts: AsyncRollouts | None = None  # max_staleness=1 (trainers/async_rollouts.py)
+        if choice is None and getattr(self.args, "max_staleness", 0):
+            raise ValueError("max_staleness applies to rollouts (environment=, tools=/environment_factory=, agent=); "
+                             "without them the trainer is TRL's GRPOTrainer: pass max_staleness=0")
         if choice is not None:
             self._check_agentic_args()
             self.degenerate_monitor = DegenerateStepMonitor(self.args.max_degenerate_steps, self.args.trajectory_dir)
@@ -96,8 +102,27 @@ class AgenticTrainer(GRPOTrainerBoundary):
                                                       self.eos_token_ids, self._sync_any, self._sync_max,
                                                       self.accelerator.num_processes > 1))
             self.set_trl_attributes(None)
-        if self.beta != 0.0 and getattr(self.args, "kl_estimator", "k3") != "k3":
+            if self.args.max_staleness:
+                self.async_rollouts = self._async_rollouts(choice, settings)
+        if (self.beta != 0.0 and getattr(self.args, "kl_estimator", "k3") != "k3") or self.async_rollouts is not None:
             self._check_clipped_loss_settings()
+
+    def _async_rollouts(self, choice: RolloutChoice, settings: RolloutConfig) -> AsyncRollouts:
+        """``max_staleness=1``: a copy of the policy, a transformers generator over it that returns its log-probs (the
+        behaviour policy's), a rollout seam of the same kind over that generator, and the background thread
+        (:mod:`~trl_agentic.trainers.async_rollouts`); settings it cannot run are refused before training."""
+        reason = refusal(self.accelerator.num_processes > 1, type(self.rollout_seam).__name__,
+                         self.args.concurrent_sync_tools)
+        if reason is not None:
+            raise ValueError(reason)
+        policy = PolicyCopy(self.accelerator.unwrap_model(self.model))
+        stop = threading.Event()
+        generator = StoppableGenerator(HFGenerator(policy.model, self.processing_class, self.generation_config,
+                                                   return_logprobs=True, keep_cache=settings.prefix_caching), stop)
+        seam = choice.seam(SeamParts(self.processing_class, settings, generator, self.eos_token_ids))
+        rollouts = AsyncRollouts(seam, policy, stop, self.args.generator_cpu)
+        self.add_callback(PipelineCallback(rollouts))
+        return rollouts
 
     def set_trl_attributes(self, environments: list[Any] | None) -> None:
         """The one place TRL's public attributes that our rollout stands in for are set (TRL's tool loop never
@@ -135,11 +160,25 @@ class AgenticTrainer(GRPOTrainerBoundary):
         return None
 
     # -- the stages of a round -----------------------------------------------------------------------------------
-    def generation_round(self, rows: list[dict[str, Any]]) -> Round:
+    def generation_round(self, rows: list[dict[str, Any]], ahead: bool = True) -> Round:
         """Stages 1-4 of a round (module docstring): rollout, rewards, training rows and batch, log-probs. The
         batch's advantages are left at 0 for the sibling's step to set. A round in which nothing could be scored
-        counts towards ``max_degenerate_steps`` (:class:`~trl_agentic.trainers.checks.DegenerateStepMonitor`)."""
-        runs, environments = self.rollout(rows)
+        counts towards ``max_degenerate_steps`` (:class:`~trl_agentic.trainers.checks.DegenerateStepMonitor`).
+
+        With ``max_staleness=1`` a training round (``ahead``; not dynamic sampling's extra rounds, rolled out on the
+        spot) trains on the rollouts started one round earlier, and starts ``rows``' (:meth:`rollout_ahead`): the
+        round's rows are then the earlier ones."""
+        if self.async_rollouts is None or not (ahead and self.model.training):
+            return self._generation_round(rows, *self.rollout(rows))
+        rollouts = self.rollout_ahead(rows)
+        try:
+            return self._generation_round(rollouts.rows, rollouts.runs, rollouts.environments)
+        except BaseException:
+            self.async_rollouts.stop()  # a round that raises ends training: stop generating
+            raise
+
+    def _generation_round(self, rows: list[dict[str, Any]], runs: list[Trajectory],
+                          environments: list[Any] | None) -> Round:
         if self.model.training:
             self.stop_if_refused(runs)
         prompts, completions, run_rewards = self.score(rows, runs, environments)
@@ -175,6 +214,17 @@ class AgenticTrainer(GRPOTrainerBoundary):
         runs, environments = self.rollout_seam.run(rows)
         self.set_trl_attributes(environments)
         return runs, environments
+
+    def rollout_ahead(self, rows: list[dict[str, Any]]) -> Rollouts:
+        """1 with ``max_staleness=1``: the rollouts of the round before (the first round: its own), sampled by the
+        policy's copy on the background thread, while ``rows``' start there with the weights of now
+        (:class:`~trl_agentic.trainers.async_rollouts.AsyncRollouts`); their staleness and the pipeline's counts
+        logged. A failure of the background rollout is raised here, with its traceback."""
+        model = self.accelerator.unwrap_model(self.model)
+        rollouts = self.async_rollouts.next(rows, model, self.state.global_step)
+        self.set_trl_attributes(rollouts.environments)
+        self.log_metrics(self.async_rollouts.metrics(rollouts, self.state.global_step))
+        return rollouts
 
     def score(self, rows: list[dict[str, Any]], runs: list[Trajectory],
               environments: list[Any] | None) -> tuple[list[Any], list[Any], torch.Tensor]:
@@ -230,7 +280,8 @@ class AgenticTrainer(GRPOTrainerBoundary):
             "completion_mask": pad([[1] * len(c) for c in completion_ids], 0, "right", multiple).to(device),
             "advantages": torch.zeros(len(trajectories), device=device),
         }
-        if self.use_vllm:  # vLLM's sampling log-probs (None where vLLM could not score a token: NaN)
+        if self.use_vllm or self.async_rollouts is not None:  # vLLM's or the policy copy's sampling log-probs
+            # (None where vLLM could not score a token: NaN)
             values = [[float("nan") if x is None else x for x in row] for row in logprobs]
             data["sampling_per_token_logps"] = pad(values, 0.0, "right", multiple, torch.float32).to(device)
         data["tool_mask"] = pad(env_mask, 1, "right", multiple).to(device)
@@ -242,10 +293,15 @@ class AgenticTrainer(GRPOTrainerBoundary):
         """4. The model forwards of a round, as TRL decides them: the policy's log-probs now (``old``) when it moves
         before the batch is trained on (``gradient_accumulation_steps`` not a multiple of ``steps_per_generation *
         num_iterations``) or for vLLM's importance-sampling correction (then the correction too); the reference's
-        when ``beta != 0``."""
+        when ``beta != 0``. With ``max_staleness=1``: always, and the correction of ``async_correction``
+        (:meth:`off_policy_correction`)."""
         args = self.args
         correction = self.use_vllm and args.vllm_importance_sampling_correction
-        if args.gradient_accumulation_steps % (args.steps_per_generation * self.num_iterations) != 0 or correction:
+        moves = args.gradient_accumulation_steps % (args.steps_per_generation * self.num_iterations) != 0
+        if self.async_rollouts is not None:
+            batch.old_logps = self.policy_logps(self.model, batch)  # the proximal policy: the weights of now
+            self.off_policy_correction(batch)
+        elif moves or correction:
             batch.old_logps = self.policy_logps(self.model, batch)
         if correction:
             batch["importance_sampling_ratio"] = vllm_importance_sampling_ratio(
@@ -254,6 +310,31 @@ class AgenticTrainer(GRPOTrainerBoundary):
         if self.beta != 0.0:
             batch["ref_per_token_logps"] = self.reference_logps(batch)
         batch.in_trl_order()
+
+    def off_policy_correction(self, batch: TRLBatch) -> None:
+        """``max_staleness=1``: the correction for samples drawn by an older policy (the behaviour policy ``mu``, whose
+        log-probs the generator returned: ``batch.sampling_logps``), on agent tokens only. With ``pi_prox`` the
+        policy before this round's update (``batch.old_logps``, recomputed) and ``rho_t = pi / pi_old``:
+
+        - ``"decoupled"`` (AReaL, Fu et al. 2025): ``pi_old = pi_prox`` in the clip, and each token's loss weighted
+          by TRL's importance weight ``w = pi_prox / mu`` (``vllm_importance_sampling_mode``: per token or sequence,
+          truncated or masked at ``vllm_importance_sampling_clip_min`` / ``_max``):
+          ``L = -min(rho A, clip(rho, 1-eps_low, 1+eps_high) A) * w``;
+        - ``"behaviour"``: ``pi_old = mu`` (the clip against the generator's log-probs, TRL's ``AsyncGRPOTrainer``);
+        - ``"none"``: ``pi_old = pi_prox`` and no weight: the lag is ignored (an ablation).
+
+        The weight goes where vLLM's correction goes (``importance_sampling_ratio``), so that its metrics
+        (``sampling/importance_sampling_ratio/*``, ``agentic/vllm_logprob_gap``) are logged as for vLLM. A token
+        whose behaviour log-prob is unknown counts as on-policy."""
+        args = self.args
+        mask = batch.loss_mask
+        behaviour = torch.where(torch.isfinite(batch.sampling_logps), batch.sampling_logps, batch.old_logps)
+        if args.async_correction == "decoupled":
+            batch["importance_sampling_ratio"] = vllm_importance_sampling_ratio(
+                batch.old_logps, behaviour, mask, args.vllm_importance_sampling_mode,
+                args.vllm_importance_sampling_clip_min, args.vllm_importance_sampling_clip_max)
+        elif args.async_correction == "behaviour":
+            batch.old_logps = torch.where(mask.bool(), behaviour, batch.old_logps)
 
     def record(self, round_: Round) -> None:
         """Append the round's training rows, with their run's rewards and their advantage (the batch's, one per row:
@@ -321,7 +402,8 @@ class AgenticTrainer(GRPOTrainerBoundary):
         if self.use_vllm:
             return TRLVLLMGenerator(self)
         return HFGenerator(self.model, self.processing_class, self.generation_config,
-                           unwrap=lambda: unwrap_for_generation(self), keep_cache=settings.prefix_caching)
+                           unwrap=lambda: unwrap_for_generation(self), keep_cache=settings.prefix_caching,
+                           return_logprobs=bool(self.args.max_staleness))  # every round's batch has them then
 
     def _sync_any(self, local_active: bool) -> bool:
         if self.accelerator.num_processes == 1:
@@ -420,4 +502,6 @@ class AgenticTrainer(GRPOTrainerBoundary):
                 raise ValueError(f"{self._clipped_loss_user()} does not support {name}; leave it at TRL's default")
 
     def _clipped_loss_user(self) -> str:
+        if getattr(self.args, "max_staleness", 0):
+            return "max_staleness=1 (its loss is clipped_loss)"
         return f"kl_estimator={getattr(self.args, 'kl_estimator', 'k3')!r}"

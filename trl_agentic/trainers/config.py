@@ -15,6 +15,8 @@ from trl import GRPOConfig
 from ..device import cpu_bf16_default
 from ..rollout.config import ROLLOUT_DEFAULTS, RolloutConfig, RolloutFields
 
+ASYNC_CORRECTIONS = ("decoupled", "behaviour", "none")
+
 
 @dataclass
 class AgenticConfig(GRPOConfig, RolloutFields):
@@ -60,6 +62,27 @@ class AgenticConfig(GRPOConfig, RolloutFields):
                   "it."},
     )
 
+    max_staleness: int = field(
+        default=0,
+        metadata={"help": "Asynchronous rollouts (trainers/async_rollouts.py). 0 (default): each round's rollouts "
+                  "are generated before it trains, as TRL. 1: the next round's rollouts (every turn and tool) run on a "
+                  "background thread, on a copy of the policy, while this round trains; each sample is at most one "
+                  "optimizer step stale and corrected by async_correction. One process, transformers generation."},
+    )
+    async_correction: str = field(
+        default="decoupled",
+        metadata={"help": "max_staleness=1: 'decoupled' (AReaL): clip against the proximal policy (the old "
+                  "log-probs recomputed with the current weights) times TRL's importance weight proximal/behaviour "
+                  "(vllm_importance_sampling_mode, _clip_min, _clip_max: token or sequence, truncate or mask); "
+                  "'behaviour': clip against the generator's log-probs (TRL's AsyncGRPOTrainer); 'none': no "
+                  "correction (an ablation)."},
+    )
+    generator_cpu: int | None = field(
+        default=None,
+        metadata={"help": "max_staleness=1: pin the background generator's thread to this CPU core (Linux; the "
+                  "training thread keeps the process's cores). None: no pinning."},
+    )
+
     def __post_init__(self) -> None:
         # Rollout fields left unset take the generic defaults now, and TRL's tool-loop values if the trainer turns out
         # to run TRL's tools=/environment_factory= (:meth:`use_tool_loop_defaults`).
@@ -75,6 +98,7 @@ class AgenticConfig(GRPOConfig, RolloutFields):
                 or self.max_degenerate_steps < 0:
             raise ValueError(f"max_degenerate_steps must be an integer >= 0 (0: never stop), got "
                              f"{self.max_degenerate_steps!r}")
+        self._check_async_fields()
         if self.use_vllm and self.vllm_enable_sleep_mode and self.max_turns > 1:
             warnings.warn(
                 "vllm_enable_sleep_mode=True: TRL puts vLLM to sleep (level 2) after every generate call, so each turn "
@@ -88,6 +112,16 @@ class AgenticConfig(GRPOConfig, RolloutFields):
                 "ablation, which lowered its results; keep the default unless you are reproducing it.",
                 stacklevel=3,
             )
+
+    def _check_async_fields(self) -> None:
+        if isinstance(self.max_staleness, bool) or self.max_staleness not in (0, 1):
+            raise ValueError(f"max_staleness must be 0 (synchronous) or 1 (the generator one round ahead, the one "
+                             f"asynchronous depth implemented), got {self.max_staleness!r}")
+        if self.async_correction not in ASYNC_CORRECTIONS:
+            raise ValueError(f"async_correction must be one of {ASYNC_CORRECTIONS}, got {self.async_correction!r}")
+        if self.max_staleness and self.use_vllm:
+            raise ValueError("max_staleness=1 generates with transformers on a copy of the policy in a background "
+                             "thread; with use_vllm=True pass max_staleness=0")
 
     def rollout_config(self) -> RolloutConfig:
         """What the engine runs with (validated; ``max_tokens_per_turn`` clamped to ``max_completion_length``)."""

@@ -176,7 +176,7 @@ class AgenticGRPOTrainer(AgenticTrainer):
         for extra in range(self.args.max_extra_generation_rounds):
             if sum(int(k.sum()) for k in keeps) >= needed:
                 break
-            round_ = self.generation_round(self._sample_more_rows(len(rows), extra))
+            round_ = self.generation_round(self._sample_more_rows(len(rows), extra), ahead=False)
             _, metrics = self.advantages(round_)
             self.log_metrics(metrics)
             self.record(round_)
@@ -213,8 +213,11 @@ class AgenticGRPOTrainer(AgenticTrainer):
         """GRPO's loss. With ``kl_estimator="k3"`` (or ``beta=0``) it is TRL's code untouched
         (:meth:`~trl_agentic.compat.GRPOTrainerBoundary.trl_loss`); with ``k1``/``k2`` it is
         :meth:`~trl_agentic.trainers.base.AgenticTrainer.clipped_loss` with that estimator (TRL's loss hard-codes
-        k3)."""
+        k3), and with ``max_staleness=1`` (equal to TRL's for k3, with the off-policy weight, which TRL's loss applies
+        only with vLLM)."""
         estimator = getattr(self.args, "kl_estimator", "k3")
+        if self.async_rollouts is not None:  # TRL's loss applies the importance weight with vLLM only
+            return self.clipped_loss(model, batch, kl_estimator=estimator if self.beta != 0.0 else None)
         if self.beta == 0.0 or estimator == "k3":
             return self.trl_loss(model, batch)
         return self.clipped_loss(model, batch, kl_estimator=estimator)

@@ -1,0 +1,358 @@
+"""Asynchronous rollouts (``max_staleness=1``, ``trl_agentic/trainers/async_rollouts.py``): 0 is the synchronous
+trainer bit for bit; 1 trains both trainers one round behind the generator, with every sample trained once or
+counted discarded, the copy's weights those of the version it reports, the behaviour log-probs in the correction, and
+a failure of the background thread raised in ``train()`` with its traceback."""
+
+import math
+import os
+import signal
+import threading
+import time
+import traceback
+
+import pytest
+import torch
+from conventions import build_convention
+from helpers import agentic_args, lookup_dataset, ppo_args
+from peft import LoraConfig
+from transformers import TrainerCallback
+
+from trl_agentic import AgenticGRPOTrainer, AgenticPPOTrainer
+from trl_agentic.rollout.generation import Generation, HFGenerator
+from trl_agentic.toy import LookupEnvironment, lookup_reward
+from trl_agentic.trainers.async_rollouts import (
+    AsyncRollouts,
+    BackgroundThread,
+    GenerationStopped,
+    PolicyCopy,
+    StoppableGenerator,
+    refusal,
+)
+from trl_agentic.trajectory import Trajectory, load_trajectories
+
+STEPS = 3
+BATCH = 4  # agentic_args' per_device_train_batch_size: one round's samples
+
+
+def agent_tokens_reward(completions, trajectory, **kwargs):
+    return [t.num_agent_tokens / 10 for t in trajectory]
+
+
+def _grpo(tmp_path, tiny_model_dir, tokenizer, peft_config=None, eval_dataset=None, **overrides):
+    args = agentic_args(tmp_path, **{"max_steps": STEPS, **overrides})
+    return AgenticGRPOTrainer(model=tiny_model_dir, reward_funcs=[lookup_reward, agent_tokens_reward], args=args,
+                              train_dataset=lookup_dataset(16), processing_class=tokenizer,
+                              environment=LookupEnvironment, peft_config=peft_config, eval_dataset=eval_dataset)
+
+
+def _logs(trainer):
+    return [row for row in trainer.state.log_history if "loss" in row]
+
+
+def _train_within(trainer, seconds=300.0):
+    """``trainer.train()`` on a thread: its exception, or a failure if it is still running after ``seconds`` (a
+    hang)."""
+    outcome = {}
+
+    def target():
+        try:
+            trainer.train()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"train() still running after {seconds} s: the background failure hung it"
+    return outcome.get("error")
+
+
+def test_max_staleness_0_is_the_synchronous_trainer_bit_for_bit(tiny_model_dir, tokenizer, tmp_path):
+    results = []
+    for name, overrides in (("default", {}), ("zero", {"max_staleness": 0})):
+        trainer = _grpo(tmp_path / name, tiny_model_dir, tokenizer, beta=0.05, **overrides)
+        assert trainer.async_rollouts is None
+        trainer.train()
+        logs = [{k: v for k, v in row.items() if k not in ("train_runtime", "train_samples_per_second",
+                                                           "train_steps_per_second", "step_time")}
+                for row in trainer.state.log_history]
+        params = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+        results.append((logs, params))
+    assert results[0][0] == results[1][0]
+    assert all(torch.equal(results[0][1][n], results[1][1][n]) for n in results[0][1])
+    assert not any(k.startswith("async/") for row in results[0][0] for k in row)
+
+
+def test_grpo_one_round_behind_trains_every_sample_once(tiny_model_dir, tokenizer, tmp_path):
+    trainer = _grpo(tmp_path, tiny_model_dir, tokenizer, max_staleness=1, beta=0.05,
+                    trajectory_dir=str(tmp_path / "traj"))
+    trainer.train()
+    logs = _logs(trainer)
+    assert len(logs) == STEPS
+    assert all(math.isfinite(row["loss"]) for row in logs)
+    assert [row["async/staleness"] for row in logs] == [0.0] + [1.0] * (STEPS - 1)
+    assert all("sampling/importance_sampling_ratio/mean" in row and "clip_ratio/region_mean" in row for row in logs)
+    pipeline = trainer.async_rollouts
+    # the first round's rows twice (once now, once ahead), then one round's per step; the last round's ahead at the end
+    assert pipeline.started == BATCH * (STEPS + 1)
+    assert pipeline.consumed == BATCH * STEPS
+    assert pipeline.discarded == BATCH
+    assert pipeline.started == pipeline.consumed + pipeline.discarded
+    assert pipeline.ahead is None
+    rows = list(load_trajectories(tmp_path / "traj" / "trajectories-rank0.jsonl"))
+    assert len(rows) == BATCH * STEPS  # each trained once
+    assert [r["step"] - r["policy_version"] for r in rows] == [0] * BATCH + [1] * BATCH * (STEPS - 1)
+
+
+def test_ppo_one_round_behind(tiny_model_dir, tokenizer, tmp_path):
+    args = ppo_args(tmp_path, max_steps=STEPS, max_staleness=1)
+    trainer = AgenticPPOTrainer(model=tiny_model_dir, reward_funcs=lookup_reward, args=args,
+                                train_dataset=lookup_dataset(16), processing_class=tokenizer,
+                                environment=LookupEnvironment)
+    trainer.train()
+    logs = _logs(trainer)
+    assert len(logs) == STEPS and all(math.isfinite(row["loss"]) for row in logs)
+    assert [row["async/staleness"] for row in logs] == [0.0] + [1.0] * (STEPS - 1)
+    pipeline = trainer.async_rollouts
+    assert (pipeline.consumed, pipeline.discarded) == (BATCH * STEPS, BATCH)
+    assert pipeline.started == pipeline.consumed + pipeline.discarded
+
+
+def test_dynamic_sampling_and_evaluation_roll_out_on_the_spot(tiny_model_dir, tokenizer, tmp_path):
+    """Dynamic sampling's extra rounds and evaluation use the training model on the training thread, while the job
+    ahead runs: the pipeline's counts are those of the training rounds alone."""
+    trainer = _grpo(tmp_path, tiny_model_dir, tokenizer, max_staleness=1, zero_variance_groups="dynamic_sampling",
+                    eval_strategy="steps", eval_steps=1, per_device_eval_batch_size=4, eval_dataset=lookup_dataset(4))
+    trainer.train()
+    logs = _logs(trainer)
+    assert len(logs) == STEPS and all(math.isfinite(row["loss"]) for row in logs)
+    assert any("agentic/zero_variance/extra_rounds" in row for row in logs)
+    assert sum("eval_loss" in row for row in trainer.state.log_history) == STEPS
+    pipeline = trainer.async_rollouts
+    assert (pipeline.consumed, pipeline.discarded) == (BATCH * STEPS, BATCH)
+
+
+@pytest.mark.parametrize("use_lora", [False, True])
+def test_the_copy_holds_the_weights_of_the_version_it_reports(tiny_model_dir, tokenizer, tmp_path, use_lora):
+    peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    trainer = _grpo(tmp_path, tiny_model_dir, tokenizer, max_staleness=1, learning_rate=1e-2,
+                    peft_config=peft_config if use_lora else None)
+    policy_at = {}  # global step -> the policy's parameters when that step begins
+
+    class Snapshot(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            policy_at[state.global_step] = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+
+    trainer.add_callback(Snapshot())
+    pipeline = trainer.async_rollouts
+    seam, sampled = pipeline.seam, []
+    run = seam.run
+
+    def recording_run(rows):  # on the background thread, when the job starts
+        sampled.append((pipeline.policy.version,
+                        {n: p.detach().clone() for n, p in pipeline.policy.model.named_parameters()}))
+        return run(rows)
+
+    seam.run = recording_run
+    trainer.train()
+    assert [version for version, _ in sampled] == [0, 0, 1, 2]
+    for version, weights in sampled:
+        assert all(torch.equal(weights[n], policy_at[version][n]) for n in weights)
+    assert not all(torch.equal(sampled[-1][1][n], policy_at[0][n]) for n in policy_at[0])  # the policy moved
+
+
+def test_the_correction_uses_the_behaviour_logprobs(tiny_model_dir, tokenizer, tmp_path):
+    trainer = _grpo(tmp_path, tiny_model_dir, tokenizer, max_staleness=1, learning_rate=1e-2,
+                    vllm_importance_sampling_mode="token_truncate", vllm_importance_sampling_clip_max=100.0)
+    trainer.train()
+    logs = _logs(trainer)
+    fresh, stale = logs[0], logs[1:]
+    assert fresh["async/staleness"] == 0.0
+    assert fresh["sampling/importance_sampling_ratio/mean"] == pytest.approx(1.0, abs=1e-4)
+    assert fresh["agentic/vllm_logprob_gap"] < 1e-4  # the copy sampled with the policy's weights
+    for row in stale:
+        assert row["async/staleness"] == 1.0
+        assert row["agentic/vllm_logprob_gap"] > 1e-4
+        assert row["sampling/importance_sampling_ratio/max"] - row["sampling/importance_sampling_ratio/min"] > 1e-4
+
+
+@pytest.mark.parametrize("correction", ["behaviour", "none"])
+def test_the_other_corrections_train(tiny_model_dir, tokenizer, tmp_path, correction):
+    trainer = _grpo(tmp_path, tiny_model_dir, tokenizer, max_staleness=1, async_correction=correction, max_steps=2)
+    trainer.train()
+    logs = _logs(trainer)
+    assert len(logs) == 2 and all(math.isfinite(row["loss"]) for row in logs)
+    assert all("sampling/importance_sampling_ratio/mean" not in row for row in logs)
+
+
+def test_a_background_failure_is_raised_in_train_with_its_traceback(tiny_model_dir, tokenizer, tmp_path, monkeypatch):
+    trainer = _grpo(tmp_path, tiny_model_dir, tokenizer, max_staleness=1, max_steps=4)
+    generate = HFGenerator.generate
+    calls = {"background": 0}
+
+    def failing_generate(self, *args, **kwargs):
+        if threading.current_thread().name == "trl-agentic-rollouts":
+            calls["background"] += 1
+            if calls["background"] > 4:  # the first round's two jobs have run (<= 2 turns each here)
+                raise KeyError("the generator's card fell over")
+        return generate(self, *args, **kwargs)
+
+    monkeypatch.setattr(HFGenerator, "generate", failing_generate)
+    error = _train_within(trainer)
+    assert isinstance(error, KeyError) and "the generator's card fell over" in str(error)
+    assert "failing_generate" in "".join(traceback.format_tb(error.__traceback__))  # the background frames
+    assert trainer.state.global_step < 4
+    pipeline = trainer.async_rollouts
+    assert pipeline.ahead is None and pipeline.started == pipeline.consumed + pipeline.discarded
+
+
+def test_training_end_stops_the_generator(tiny_model_dir, tokenizer, tmp_path, monkeypatch):
+    trainer = _grpo(tmp_path, tiny_model_dir, tokenizer, max_staleness=1, max_steps=2)
+    generate = HFGenerator.generate
+    calls = []
+
+    def counting_generate(self, *args, **kwargs):
+        if threading.current_thread().name == "trl-agentic-rollouts":
+            calls.append(1)
+        return generate(self, *args, **kwargs)
+
+    monkeypatch.setattr(HFGenerator, "generate", counting_generate)
+    trainer.train()
+    after = len(calls)
+    threading.Event().wait(0.5)
+    assert len(calls) == after  # nothing generates once train() returned
+    assert trainer.async_rollouts.ahead is None and trainer.async_rollouts.discarded == BATCH
+    trainer.train()  # a second train() starts the pipeline again
+    assert trainer.async_rollouts.started == trainer.async_rollouts.consumed + trainer.async_rollouts.discarded
+
+
+def test_background_thread_keeps_order_and_exceptions():
+    thread = BackgroundThread()
+    first = thread.submit(lambda: threading.current_thread().name)
+    second = thread.submit(lambda: 1 / 0)
+    assert first.result(5) == "trl-agentic-rollouts"
+    with pytest.raises(ZeroDivisionError):
+        second.result(5)
+    thread.close()
+    thread.thread.join(5)
+    assert not thread.thread.is_alive()
+
+
+def test_the_background_thread_is_pinned_to_its_core():
+    core = max(os.sched_getaffinity(0))
+    thread = BackgroundThread(cpu=core)
+    assert thread.submit(lambda: os.sched_getaffinity(0)).result(5) == {core}
+    assert os.sched_getaffinity(0) != {core} or len(os.sched_getaffinity(0)) == 1  # this thread's left as it was
+    thread.close()
+
+
+class _OneToken:
+    def generate(self, prompts, max_new_tokens, stop_strings, eos_token_ids):
+        return [Generation(ids=[0], logprobs=[0.0]) for _ in prompts]
+
+
+class _SlowSeam:
+    """A rollout seam that makes ``calls`` generation calls 10 ms apart per batch."""
+
+    def __init__(self, generator, calls):
+        self.generator, self.calls = generator, calls
+
+    def run(self, rows):
+        for _ in range(self.calls):
+            self.generator.generate([[1]], 1, [], [0])
+            time.sleep(0.01)
+        return [Trajectory(prompt_ids=[1]) for _ in rows], None
+
+
+def test_an_interrupted_wait_stops_the_job_and_the_pipeline_starts_again():
+    """Ctrl-C while the trainer waits for the job: the job ends at its next generation call, its samples are
+    discarded, and the next round starts afresh."""
+    stop = threading.Event()
+    seam = _SlowSeam(StoppableGenerator(_OneToken(), stop), calls=300)
+    model = torch.nn.Linear(2, 2)
+    pipeline = AsyncRollouts(seam, PolicyCopy(model), stop)
+    timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))  # a real Ctrl-C
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.next([{}, {}], model, 0)
+    stopped = pipeline._stopping
+    with pytest.raises(GenerationStopped):
+        stopped.result(2)  # well before its 300 calls (3 s)
+    assert (pipeline.started, pipeline.discarded, pipeline.ahead) == (2, 2, None)
+    seam.calls = 2
+    rollouts = pipeline.next([{}, {}], model, 1)
+    assert len(rollouts.runs) == 2 and rollouts.version == 1 and not stop.is_set()
+    pipeline.close()
+    assert pipeline.started == pipeline.consumed + pipeline.discarded == 6
+
+
+def test_settings_it_cannot_run_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="max_staleness must be 0"):
+        agentic_args(tmp_path, max_staleness=2)
+    with pytest.raises(ValueError, match="async_correction must be one of"):
+        agentic_args(tmp_path, max_staleness=1, async_correction="tis")
+    assert "pass max_staleness=0" in refusal(True, "EngineSeam", False)
+    assert "concurrent_sync_tools=True" in refusal(False, "TRLToolsSeam", False)
+    assert refusal(False, "TRLToolsSeam", True) is None and refusal(False, "EngineSeam", False) is None
+
+
+def _increment_run(tmp_path, **extra):
+    from test_trl_environments import IncrementEnv, increment_dataset  # TRL's documented example
+
+    from trl_agentic import AgenticGRPOConfig
+
+    qwen = build_convention("qwen2.5-instruct")
+    data = increment_dataset()
+    args = AgenticGRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=2, num_generations=2,
+                             max_completion_length=32, max_steps=STEPS, learning_rate=1e-3, report_to="none",
+                             use_cpu=True, bf16=False, seed=0, save_strategy="no", logging_steps=1, **extra)
+    return AgenticGRPOTrainer(model=qwen.load_model(), processing_class=qwen.load_tokenizer(), train_dataset=data,
+                              reward_funcs=lambda completions, **kw: [0.0] * len(completions), args=args,
+                              environment_factory=IncrementEnv)
+
+
+def test_trl_environment_factory_one_round_behind(tmp_path):
+    trainer = _increment_run(tmp_path, max_staleness=1, concurrent_sync_tools=True)
+    trainer.train()
+    logs = _logs(trainer)
+    assert len(logs) == STEPS and all(math.isfinite(row["loss"]) for row in logs)
+    assert [row["async/staleness"] for row in logs] == [0.0] + [1.0] * (STEPS - 1)
+    assert all("rewards/IncrementEnv/mean" in row for row in logs)  # TRL's environments reached the rewards
+    pipeline = trainer.async_rollouts
+    assert (pipeline.consumed, pipeline.discarded) == (2 * STEPS, 2)
+
+
+def test_trl_sync_tools_on_the_training_thread_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="concurrent_sync_tools=True"):
+        _increment_run(tmp_path, max_staleness=1)
+
+
+async def one_call_agent(client, prompt, **row):
+    """An agent of the OpenAI SDK: one request to the policy, its text returned."""
+    reply = await client.chat.completions.create(model="policy", messages=prompt, max_tokens=8)
+    return reply.choices[0].message.content
+
+
+def test_an_agent_through_the_endpoint_one_round_behind(tmp_path):
+    from datasets import Dataset
+
+    from trl_agentic import AgenticGRPOConfig
+
+    qwen = build_convention("qwen2.5-instruct")
+    data = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"What is {i} plus 3?"}] for i in range(8)]})
+    args = AgenticGRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=2, num_generations=2,
+                             max_completion_length=32, max_tokens_per_turn=8, max_steps=STEPS, learning_rate=1e-3,
+                             report_to="none", use_cpu=True, bf16=False, seed=0, save_strategy="no", logging_steps=1,
+                             max_staleness=1)
+    trainer = AgenticGRPOTrainer(model=qwen.load_model(), processing_class=qwen.load_tokenizer(), train_dataset=data,
+                                 reward_funcs=lambda completions, agent_output, **kw: [float(len(o or "")) for o in
+                                                                                      agent_output],
+                                 args=args, agent=one_call_agent)
+    trainer.train()
+    logs = _logs(trainer)
+    assert len(logs) == STEPS and all(math.isfinite(row["loss"]) for row in logs)
+    assert [row["async/staleness"] for row in logs] == [0.0] + [1.0] * (STEPS - 1)
+    assert all(row["agentic/agent/segments_per_trajectory"] == 1.0 for row in logs)
+    assert logs[0]["sampling/importance_sampling_ratio/mean"] == pytest.approx(1.0, abs=1e-4)  # the copy's log-probs
+    pipeline = trainer.async_rollouts
+    assert (pipeline.consumed, pipeline.discarded) == (2 * STEPS, 2)

@@ -1,0 +1,278 @@
+"""Asynchronous rollouts (``max_staleness=1``): the next round's rollouts, every turn and tool, run on a background
+thread, on a copy of the policy, while this round trains.
+
+The pipeline, at training round ``k`` with the rows TRL's sampler gave it (``rows_k``)::
+
+    1 wait for the job ahead          rows_{k-1}'s runs, sampled by the copy at version v = k-1 (its error, if any,
+                                      is raised here, or after the optimizer step during which it happened,
+                                      with the background thread's traceback)
+    2 load the policy into the copy   the trained parameters, copied while the generator is idle: weights reach the
+                                      generator between its calls; the copy's version = the global step, k
+    3 start rows_k's job              on the background thread (pinned to ``generator_cpu``), through a rollout seam
+                                      of its own over the copy (the same kind as the trainer's)
+    4 train on rows_{k-1}'s runs      score, batch and log-probs on the training thread; staleness k - v = 1
+
+The first round has no job ahead: its rows are rolled out once to train on at once (staleness 0) and once more
+ahead, for the second round. The rows of round ``k+1`` reach the trainer only at that round (TRL's sampler), so a
+pipeline one round deep needs this one batch more; no sample is trained twice. When training ends (or a round
+raises) the job ahead is stopped at its next generation call and its samples counted as discarded; every sample
+started is consumed (trained) or discarded.
+
+Off-policy correction (``async_correction``; :meth:`~trl_agentic.trainers.base.AgenticTrainer.add_logps`) uses the
+log-probs the copy's generator returned when it sampled (the behaviour policy), carried in each run's ``logprobs``
+as vLLM's are, through the same batch key (``sampling_per_token_logps``) and TRL's weight
+(:func:`~trl_agentic.algorithms.importance.vllm_importance_sampling_ratio`).
+
+Every kind of rollout runs so: our environments, TRL's ``tools=`` / ``environment_factory=`` and agents through the
+endpoint (whose generation then runs on the background thread, the caller of its round). Not here: several processes
+(each would make collective calls from a second thread, between training's), vLLM (its server has its own weight
+sync) and sync tools on the training thread (TRL's default for ``tools=`` / ``environment_factory=``, which needs
+``concurrent_sync_tools=True`` here); the trainer refuses them with what to pass instead (:func:`refusal`).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import copy
+import os
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ContextManager
+
+import torch
+from transformers import TrainerCallback
+
+from ..rollout.generation import Generation, Generator, generation_session
+from ..rollout.seam import RolloutSeam
+from ..trajectory import Trajectory
+
+
+class GenerationStopped(Exception):
+    """The background generator was asked to stop (training ended): its job's samples are discarded."""
+
+
+class StoppableGenerator:
+    """A generator that raises :class:`GenerationStopped` at its next call once ``stop`` is set, so that a job ahead
+    ends within one generation call."""
+
+    def __init__(self, inner: Generator, stop: threading.Event) -> None:
+        self.inner = inner
+        self.stop = stop
+
+    def generate(self, prompts: list[list[int]], max_new_tokens: int, stop_strings: Sequence[str],
+                 eos_token_ids: Sequence[int]) -> list[Generation]:
+        if self.stop.is_set():
+            raise GenerationStopped("training ended: the rollouts ahead are discarded")
+        return self.inner.generate(prompts, max_new_tokens, stop_strings, eos_token_ids)
+
+    def session(self) -> ContextManager[None]:
+        """The inner generator's session (its KV cache across the turns of one rollout)."""
+        return generation_session(self.inner)
+
+
+class PolicyCopy:
+    """A copy of the policy for the background generator, and the version of its weights.
+
+    Args:
+        model: The policy, unwrapped (a transformers model, or a PEFT model: its adapters are copied too).
+
+    Attributes:
+        model: The copy (no gradients, eval mode).
+        version: The global step whose weights it holds (-1 before the first :meth:`load`).
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = copy.deepcopy(model)
+        self.model.requires_grad_(False)
+        self.model.eval()
+        self.version = -1
+
+    def load(self, model: torch.nn.Module, version: int) -> None:
+        """Copy ``model``'s trained parameters (``requires_grad``; the frozen ones never change) into the copy, in
+        place. Call it only while the generator is idle."""
+        own = dict(self.model.named_parameters())
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if param.requires_grad:
+                    own[name].copy_(param.detach())
+        self.version = version
+
+
+@dataclass
+class Job:
+    """Rollouts of ``rows`` started on the background thread by the copy at ``version``."""
+
+    rows: list[dict[str, Any]]
+    version: int
+    future: concurrent.futures.Future
+
+
+@dataclass
+class Rollouts:
+    """What a round trains on: the rows rolled out, their runs, TRL's environments and the version that sampled."""
+
+    rows: list[dict[str, Any]]
+    runs: list[Trajectory]
+    environments: list[Any] | None
+    version: int
+
+
+class BackgroundThread:
+    """One daemon thread that runs jobs in order, each result or exception in a future (the exception keeps the
+    thread's traceback). Optionally pinned to one CPU core (``os.sched_setaffinity`` on the calling thread, Linux)."""
+
+    def __init__(self, cpu: int | None = None, name: str = "trl-agentic-rollouts") -> None:
+        self.cpu = cpu
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self.thread.start()
+
+    def submit(self, fn: Callable[[], Any]) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self.jobs.put((future, fn))
+        return future
+
+    def close(self) -> None:
+        """End the thread after the jobs queued before."""
+        self.jobs.put(None)
+
+    def _serve(self) -> None:
+        if self.cpu is not None and hasattr(os, "sched_setaffinity"):
+            os.sched_setaffinity(0, {self.cpu})  # 0: this thread (Linux pins threads one by one)
+        while (item := self.jobs.get()) is not None:
+            future, fn = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # noqa: BLE001 - every failure goes to the trainer, which raises it
+                future.set_exception(exc)
+
+
+class AsyncRollouts:
+    """The pipeline of the module docstring.
+
+    Args:
+        seam: The rollout seam over ``policy``'s generator (wrapped in a :class:`StoppableGenerator` over ``stop``).
+        policy: The copy the seam's generator samples from.
+        stop: The event the seam's generator checks before each call.
+        cpu: The core the background thread is pinned to (``None``: not pinned).
+
+    Attributes:
+        started, produced, consumed, discarded: Samples (runs) whose rollout was started, that a job returned, that
+            a round trained on, that were dropped when training ended or a round raised. ``started == consumed +
+            discarded`` once nothing is ahead.
+    """
+
+    def __init__(self, seam: RolloutSeam, policy: PolicyCopy, stop: threading.Event, cpu: int | None = None) -> None:
+        self.seam = seam
+        self.policy = policy
+        self.stop_event = stop
+        self.thread = BackgroundThread(cpu)
+        self.ahead: Job | None = None
+        self.started = self.produced = self.consumed = self.discarded = 0
+        self._lock = threading.Lock()
+        self._stopping: concurrent.futures.Future | None = None  # a job told to stop that may still run
+
+    def next(self, rows: list[dict[str, Any]], model: torch.nn.Module, version: int) -> Rollouts:
+        """Steps 1-3 of the pipeline: the rollouts to train on now (the job ahead's; the first round's own), with
+        ``rows``' rollouts started ahead with ``model``'s weights at ``version``. A failed job raises its
+        exception here; nothing is left ahead then."""
+        current = self.ahead if self.ahead is not None else self._start(rows, model, version)
+        self.ahead = None
+        try:
+            runs, environments = current.future.result()
+        except BaseException:
+            self.discarded += len(current.rows)
+            if not current.future.done():  # interrupted while waiting (Ctrl-C): stop the job at its next call
+                self._stopping = current.future
+                self.stop_event.set()
+            raise
+        self.ahead = self._start(rows, model, version)
+        self.consumed += len(runs)
+        for run in runs:
+            run.policy_version = current.version
+        return Rollouts(current.rows, runs, environments, current.version)
+
+    def stop(self) -> None:
+        """Stop the job ahead at its next generation call and count its samples discarded (training ended, or a round
+        raised). The pipeline starts again at the next :meth:`next`."""
+        job, self.ahead = self.ahead, None
+        if job is None:
+            return
+        self.stop_event.set()
+        try:
+            with contextlib.suppress(BaseException):
+                job.future.result()
+        finally:
+            self.stop_event.clear()
+            self.discarded += len(job.rows)
+
+    def raise_failure(self) -> None:
+        """Raise the exception of the job ahead if it has already failed (checked after every optimizer step, so that
+        a failure surfaces before the next round asks for its rollouts); nothing is left ahead then."""
+        job = self.ahead
+        if job is not None and job.future.done() and job.future.exception() is not None:
+            self.ahead = None
+            self.discarded += len(job.rows)
+            raise job.future.exception()
+
+    def close(self) -> None:
+        """:meth:`stop`, and end the background thread."""
+        self.stop()
+        self.thread.close()
+
+    def metrics(self, rollouts: Rollouts, step: int) -> dict[str, float]:
+        """``async/staleness`` (optimizer steps between the weights that sampled the round and those it trains) and
+        the pipeline's counts so far."""
+        return {"async/staleness": float(step - rollouts.version), "async/samples_started": float(self.started),
+                "async/samples_produced": float(self.produced), "async/samples_consumed": float(self.consumed),
+                "async/samples_discarded": float(self.discarded)}
+
+    def _start(self, rows: list[dict[str, Any]], model: torch.nn.Module, version: int) -> Job:
+        if self._stopping is not None:  # its next generation call ends it
+            with contextlib.suppress(BaseException):
+                self._stopping.result()
+            self._stopping = None
+            self.stop_event.clear()
+        self.policy.load(model, version)  # the generator is idle: no job is running
+        rows = [dict(row) for row in rows]
+        self.started += len(rows)
+
+        def job() -> Any:
+            runs, environments = self.seam.run(rows)
+            with self._lock:
+                self.produced += len(runs)
+            return runs, environments
+
+        return Job(rows, version, self.thread.submit(job))
+
+
+class PipelineCallback(TrainerCallback):
+    """After every optimizer step, raises the failure of the job ahead if it failed meanwhile; when training ends,
+    stops the job ahead (its samples are discarded, never trained)."""
+
+    def __init__(self, rollouts: AsyncRollouts) -> None:
+        self.rollouts = rollouts
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.rollouts.raise_failure()
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.rollouts.stop()
+
+
+def refusal(multi_process: bool, kind: str, concurrent_sync_tools: bool) -> str | None:
+    """Why ``max_staleness=1`` cannot run with these settings, naming what to pass instead; ``None`` when it can.
+    ``kind``: the rollout seam's class name."""
+    if multi_process:
+        return ("max_staleness=1 runs on one process (a background thread's collective calls would interleave with "
+                "training's); pass max_staleness=0 to train on several")
+    if kind == "TRLToolsSeam" and not concurrent_sync_tools:
+        return ("max_staleness=1 rolls out on a background thread, where TRL's sync tools cannot run on the training "
+                "thread (signal.alarm, thread-bound resources); pass concurrent_sync_tools=True (thread-safe tools) "
+                "or max_staleness=0")
+    return None
