@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any, Sequence
@@ -138,16 +137,16 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def run_isolated(code: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
-    """Run ``code`` (dedented) in a fresh Python with the repository and ``tests/`` importable. A run that outlasts
+    """Run ``code`` (dedented) in a Python process of its own with the repository and ``tests/`` importable (forked
+    from a server with torch, transformers and TRL imported: ``tests/forkserver.py``). A run that outlasts
     ``timeout`` seconds fails the calling test with the output so far (for tests whose failure mode is a hang)."""
     import pytest
+    from forkserver import run_python
 
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "tests"), env.get("PYTHONPATH", "")])
     try:
-        return subprocess.run(
-            [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=timeout, env=env
-        )
+        return run_python(["-c", textwrap.dedent(code)], env=env, cwd=os.getcwd(), timeout=timeout)
     except subprocess.TimeoutExpired as exc:
         def text(b: Any) -> str:
             return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")

@@ -20,11 +20,11 @@ import json
 import os
 import re
 import subprocess
-import sys
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from forkserver import run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
@@ -118,8 +118,9 @@ NEEDS_MODEL = {"learning_run", "profile_step", "learning_native_model", "learnin
 
 
 def run(argv: list[str]) -> subprocess.CompletedProcess:
-    """``python`` with ``argv`` from the repository root, its output captured."""
-    return subprocess.run([sys.executable, *argv], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
+    """``python`` with ``argv`` from the repository root, its output captured (a process of its own, forked from a
+    server with torch, transformers and TRL imported: ``tests/forkserver.py``)."""
+    return run_python(argv, env=ENV, cwd=ROOT, timeout=900)
 
 
 def run_all(argvs: list[list[str]]) -> list[subprocess.CompletedProcess]:

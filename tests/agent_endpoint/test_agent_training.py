@@ -73,12 +73,11 @@ def test_every_request_refused_stops_the_run_at_the_first_round(tiny_model_dir, 
     scorable, at reward 0), the run stops at its first round with the endpoint's message: not after
     max_degenerate_steps rounds, nor never."""
     import openai
+    from agent_helpers import TOOLS
     from transformers import AutoTokenizer
 
     from trl_agentic import AgenticGRPOConfig, AgenticGRPOTrainer
     from trl_agentic.trainers.checks import DegenerateTrainingError
-
-    from agent_helpers import TOOLS
 
     async def agent(client, question, **row):
         try:

@@ -6,8 +6,8 @@ from helpers import EchoEnvironment, lookup_dataset, ppo_args
 from peft import LoraConfig
 
 from trl_agentic import AgenticPPOTrainer
-from trl_agentic.trainers.critic import SharedValueHead, ValueModel
 from trl_agentic.toy import LookupEnvironment, lookup_reward
+from trl_agentic.trainers.critic import SharedValueHead, ValueModel
 
 
 def agent_tokens_reward(completions, trajectory, **kwargs):

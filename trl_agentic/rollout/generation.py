@@ -144,12 +144,11 @@ class SampledTokenLogprobs(ChosenTokenLogprobs):
 
 def sampling_warpers(config: Any) -> LogitsProcessorList | None:
     """The sampling warpers transformers' ``generate`` adds for ``config`` (``_get_logits_processor``, in its order:
-    temperature, top-k, top-p, min-p, typical-p, epsilon and eta cutoffs), for one sequence per prompt; ``None`` for a
-    setting whose processor is not rebuilt here (``top_h``, watermarking, ``renormalize_logits``, beams), where the
-    caller keeps every step's scores instead."""
+    temperature, top-k, top-p, min-p, typical-p and epsilon cutoffs), for one sequence per prompt; ``None`` for a
+    setting whose processor is not rebuilt here (the eta cutoff, ``top_h``, watermarking, ``renormalize_logits``,
+    beams), where the caller keeps every step's scores instead."""
     from transformers.generation.logits_process import (
         EpsilonLogitsWarper,
-        EtaLogitsWarper,
         MinPLogitsWarper,
         TemperatureLogitsWarper,
         TopKLogitsWarper,
