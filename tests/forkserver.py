@@ -9,8 +9,8 @@ flushed, as at the end of ``python ...``, less the teardown of every module), bu
 server holds a thread after its imports, which a child would lose), it runs ``subprocess.run`` as before, so the
 result never depends on the server: only the time does.
 
-The child starts as ``python -c CODE ...`` or ``python SCRIPT ...`` would: ``sys.argv``, ``sys.path[0]`` (the
-script's folder, or ``''`` for ``-c``), ``__name__ == "__main__"``, the working directory, standard input from
+The child starts as ``python -c CODE ...``, ``python -m MODULE ...`` or ``python SCRIPT ...`` would: ``sys.argv``,
+``sys.path[0]`` (the script's folder, the working directory for ``-m``, ``''`` for ``-c``), ``__name__ == "__main__"``, the working directory, standard input from
 ``/dev/null``; environment variables are the server's, fixed when it started (a request with another environment gets
 its own server), because some of them are read only at import time (``HF_HUB_OFFLINE``, ``OMP_NUM_THREADS``); the
 child's ``os.environ`` is the request's.
@@ -63,6 +63,9 @@ def child(request):
         if argv[0] == "-c":
             sys.argv, sys.path[0] = ["-c", *argv[2:]], ""
             exec(compile(argv[1], "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+        elif argv[0] == "-m":  # run_module sets sys.argv[0] to the module's file, as -m does
+            sys.argv, sys.path[0] = [argv[1], *argv[2:]], os.getcwd()
+            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
         else:
             sys.argv, sys.path[0] = list(argv), os.path.dirname(os.path.abspath(argv[0]))
             runpy.run_path(argv[0], run_name="__main__")
@@ -198,7 +201,7 @@ def run_python(argv: list[str], *, env: dict[str, str], cwd: str | os.PathLike,
                timeout: float | None = None) -> subprocess.CompletedProcess:
     """``subprocess.run([sys.executable, *argv], env=env, cwd=cwd, capture_output=True, text=True,
     timeout=timeout)``, forked from a server that has :data:`PRELOAD` imported (module docstring); the same result,
-    less the imports' time. ``argv`` starts with a script's path or ``-c``."""
+    less the imports' time. ``argv`` starts with a script's path, ``-c`` or ``-m``."""
     server = _server(env)
     if server is None:
         return subprocess.run([sys.executable, *argv], env=env, cwd=cwd, capture_output=True, text=True,

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import trl
+from forkserver import run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,8 +62,7 @@ def test_trl_script_runs_with_trl_grpo_trainer_reassigned(tiny_model_dir, tmp_pa
 def _cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
            "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "trl_agentic.cli", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return run_python(["-m", "trl_agentic.cli", *args], env=env, cwd=cwd, timeout=timeout)
 
 
 def test_console_script_is_declared():

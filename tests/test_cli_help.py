@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from forkserver import run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 _COMMAND = re.compile(r"python (-m trl_agentic[a-z_.]*|[a-z0-9_/]+\.py)\b")
@@ -55,19 +56,13 @@ def _typed(command: str) -> list[str]:
 
 def test_help_of_every_command(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "PYTHONIOENCODING": "utf-8"}
-    # all at once: most of the time is each process importing torch and TRL
-    running = {
-        command: subprocess.Popen([sys.executable, *command.split(), "--help"], cwd=ROOT, env=env, text=True,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        for command in COMMANDS
-    }
+    # forked from a server with torch and TRL imported (tests/forkserver.py): most of a command's time was importing them
+    with ThreadPoolExecutor(4) as pool:
+        done = dict(zip(COMMANDS, pool.map(lambda command: run_python([*command.split(), "--help"], env=env, cwd=ROOT,
+                                                                         timeout=300), COMMANDS)))
     failures = []
-    for command, process in running.items():
-        try:
-            out, err = process.communicate(timeout=300)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            out, err = process.communicate()
+    for command, process in done.items():
+        out, err = process.stdout, process.stderr
         if process.returncode != 0 or "usage:" not in out:
             failures.append(f"python {command} --help: exit {process.returncode}: {err.strip()[-300:]}")
             continue

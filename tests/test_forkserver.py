@@ -39,6 +39,15 @@ def test_a_script_runs_as_main_with_its_folder_on_the_path(tmp_path):
     assert done.returncode == 0 and done.stdout == f"7 [{str(tmp_path / 'script.py')!r}, 'a']\n"
 
 
+def test_a_module_runs_as_python_m_runs_it(tmp_path):
+    (tmp_path / "probe_module.py").write_text("import sys\nif __name__ == '__main__':\n    print(sys.argv)\n")
+    env = dict(os.environ)  # -m finds it in the working directory
+    forked = run_python(["-m", "probe_module", "x"], env=env, cwd=tmp_path)
+    fresh = subprocess.run([sys.executable, "-m", "probe_module", "x"], env=env, cwd=tmp_path, capture_output=True,
+                           text=True)
+    assert forked.stdout == fresh.stdout == f"[{str(tmp_path / 'probe_module.py')!r}, 'x']\n"
+
+
 def test_an_uncaught_exception_and_a_timeout():
     failed = run_python(["-c", "raise ValueError('boom')"], env=dict(os.environ), cwd=os.getcwd())
     assert failed.returncode == 1 and failed.stderr.rstrip().endswith("ValueError: boom")
