@@ -271,10 +271,16 @@ def test_an_interrupted_wait_stops_the_job_and_the_pipeline_starts_again():
     seam = _SlowSeam(StoppableGenerator(_OneToken(), stop), calls=300)
     model = torch.nn.Linear(2, 2)
     pipeline = AsyncRollouts(seam, PolicyCopy(model), stop)
+    # Python's own Ctrl-C handler, whatever an earlier test of the session left installed (in a whole-suite run one did)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))  # a real Ctrl-C
     timer.start()
-    with pytest.raises(KeyboardInterrupt):
-        pipeline.next([{}, {}], model, 0)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            pipeline.next([{}, {}], model, 0)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
     stopped = pipeline._stopping
     with pytest.raises(GenerationStopped):
         stopped.result(2)  # well before its 300 calls (3 s)
