@@ -271,7 +271,8 @@ def test_an_interrupted_wait_stops_the_job_and_the_pipeline_starts_again():
     seam = _SlowSeam(StoppableGenerator(_OneToken(), stop), calls=300)
     model = torch.nn.Linear(2, 2)
     pipeline = AsyncRollouts(seam, PolicyCopy(model), stop)
-    # Python's own Ctrl-C handler, whatever an earlier test of the session left installed (in a whole-suite run one did)
+    # Python's own Ctrl-C handler, set at the OS level too: once, in a loaded whole-suite run, this test saw no
+    # KeyboardInterrupt (cause not found; signal.getsignal showed no test changing it: a C library could)
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))  # a real Ctrl-C
     timer.start()
