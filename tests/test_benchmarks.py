@@ -133,10 +133,11 @@ def run_all(argvs: list[list[str]]) -> list[subprocess.CompletedProcess]:
     return done
 
 
-def learning_inputs(data: Path, out: Path) -> None:
+def learning_inputs(data: Path, out: Path, hidden_size: int = 64) -> None:
     """The one-hop task in ``data`` (``make_task.py``) and, in ``out / "model"``, the tiny random Qwen2 over a toy
     ChatML tokenizer trained on its text with SmolLM2's tool templates (``learning_native/model.py``), as
-    ``tests/test_learning_native.py`` builds it; a random LoRA on it saved as an SFT adapter in ``out / "adapter"``."""
+    ``tests/test_learning_native.py`` builds it; a random LoRA on it saved as an SFT adapter in ``out / "adapter"``.
+    ``hidden_size``: 4 attention heads (vLLM's CPU backend needs a head of at least 32: 128)."""
     from peft import LoraConfig, get_peft_model
 
     from benchmarks.learning_native import model as native_model
@@ -151,7 +152,7 @@ def learning_inputs(data: Path, out: Path) -> None:
     text += [native_model.CHATML_TOOLS_TEMPLATE, *native_task.INSTRUCTIONS.values(),
              '<tool_call>\n{"name": "search", "arguments": {"query": "x"}}\n</tool_call>']
     tokenizer = native_model.with_tool_template(build_tokenizer(text, vocab_size=2000))
-    model = build_tiny_model(tokenizer)
+    model = build_tiny_model(tokenizer, hidden_size=hidden_size)
     model.save_pretrained(out / "model")
     tokenizer.save_pretrained(out / "model")
     get_peft_model(model, LoraConfig(r=2, target_modules="all-linear", task_type="CAUSAL_LM")).save_pretrained(

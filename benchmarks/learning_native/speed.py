@@ -21,9 +21,11 @@ Both read ``run.py``'s settings (the same flags: ``--data``, ``--model``, ``--ma
   conversations (EM, turns and decode steps checked: the run fails otherwise); vLLM's kernels may break a greedy tie
   the other way: a difference is printed.
 - ``step``: one ``AgenticGRPOTrainer`` step (``AgenticGRPOConfig``, ``environment_factory``, a fresh LoRA, the
-  benchmark's settings) of ``--samples`` samples, per variant: the step's seconds, the rollout's, and the peak
-  resident memory of the process over the step, with gradient checkpointing as configured (``--gradient-checkpointing``
-  / ``--no-gradient-checkpointing``); each variant in its own process (peak memory is per process).
+  benchmark's settings) of ``--samples`` samples, with the cache and without (``prefix_caching``), each in its own
+  process (peak memory is per process): the step's seconds and the rollout's (wall and CPU), the tokens trained, the
+  floor of the loss's forward and backward on this machine (:func:`ideal_training_seconds`), and the peak resident
+  memory of the process over the step, with gradient checkpointing as configured (``--gradient-checkpointing`` /
+  ``--no-gradient-checkpointing``).
 
 - ``decode``: where a decode step's time goes, on the base model: ``--steps`` forward passes of one token per row
   at ``--batch`` rows over ``--context`` cached positions, with transformers' ``DynamicCache`` (a concatenation per
@@ -185,7 +187,8 @@ def vllm_engine(args: argparse.Namespace, model: Any, tokenizer: Any) -> Countin
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return CountingLLM(LLM(model=str(path), dtype="float32", distributed_executor_backend="external_launcher",
-                           enforce_eager=True, enable_prefix_caching=True, seed=args.seed, max_model_len=4096))
+                           enforce_eager=True, enable_prefix_caching=True, seed=args.seed,
+                           max_model_len=min(4096, model.config.max_position_embeddings)))
 
 
 def run_step(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -197,9 +200,9 @@ def run_step(args: argparse.Namespace) -> list[dict[str, Any]]:
         row = json.loads(out.strip().splitlines()[-1])
         results.append(row)
         print(f"step prefix_caching={bool(caching)}: {row['step_s']:.1f} s ({row['step_cpu_s']:.1f} s of CPU; rollout "
-              f"{row['rollout_s']:.1f} s), "
-              f"{row['samples']} samples, peak RSS {row['peak_rss_gb']:.2f} GB "
-              f"(gradient checkpointing {row['gradient_checkpointing']})", flush=True)
+              f"{row['rollout_s']:.1f} s, {row['rollout_cpu_s']:.1f} s of CPU), {row['samples']} samples of "
+              f"{row['trained_tokens']} tokens (the loss's floor here {row['ideal_train_s']:.1f} s), peak RSS "
+              f"{row['peak_rss_gb']:.2f} GB (gradient checkpointing {row['gradient_checkpointing']})", flush=True)
     return results
 
 
@@ -220,22 +223,35 @@ def step_child(args: argparse.Namespace) -> dict[str, Any]:
                                  processing_class=tokenizer, peft_config=learning.lora_config(args),
                                  **task.trainer_kwargs)
     rollout_seconds: list[float] = []
+    tokens: list[int] = []
     rollout = trainer.rollout
 
     def timed(rows: list[Any]) -> Any:
-        start = time.perf_counter()
-        out = rollout(rows)
-        rollout_seconds.append(time.perf_counter() - start)
-        return out
+        start, cpu = time.perf_counter(), time.process_time()
+        runs, environments = rollout(rows)
+        rollout_seconds.extend([time.perf_counter() - start, time.process_time() - cpu])
+        tokens.extend(len(t.prompt_ids) + len(t.completion_ids) for t in runs)
+        return runs, environments
 
     trainer.rollout = timed
     start, cpu = time.perf_counter(), time.process_time()
     trainer.train()
-    return {"prefix_caching": bool(args.caching), "step_s": time.perf_counter() - start,
-            "step_cpu_s": time.process_time() - cpu,
-            "rollout_s": sum(rollout_seconds), "samples": args.samples,
-            "gradient_checkpointing": args.gradient_checkpointing, "grad_accum": args.grad_accum,
-            "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6}
+    step_s, step_cpu_s = time.perf_counter() - start, time.process_time() - cpu
+    return {"prefix_caching": bool(args.caching), "step_s": step_s, "step_cpu_s": step_cpu_s,
+            "rollout_s": rollout_seconds[0], "rollout_cpu_s": rollout_seconds[1], "samples": args.samples,
+            "trained_tokens": sum(tokens), "gradient_checkpointing": args.gradient_checkpointing,
+            "grad_accum": args.grad_accum, "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
+            **ideal_training_seconds(trainer.model, sum(tokens), args.gradient_checkpointing)}
+
+
+def ideal_training_seconds(model: Any, tokens: int, checkpointing: bool) -> dict[str, float]:
+    """The floor of the step's loss forward and backward on this machine, measured now: ``2 * parameters`` FLOPs a
+    token for the forward (attention's own products left out, as in :func:`ideal_seconds`), the same again for the
+    backward through frozen weights (LoRA: the inputs' gradients; the adapters' own are negligible), and one more
+    forward with gradient checkpointing (each layer recomputed), at the measured fp32 GEMM rate."""
+    forwards = 3 if checkpointing else 2
+    rate = ideal_seconds(model, 1, 0)["ideal_prefill_s"]  # seconds of one token's forward
+    return {"ideal_train_s": forwards * tokens * rate}
 
 
 def run_decode(args: argparse.Namespace) -> list[dict[str, Any]]:

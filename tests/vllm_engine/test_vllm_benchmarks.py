@@ -6,11 +6,13 @@ alone, in the default suite."""
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from test_benchmarks import LEARNING, learning_inputs
 
 pytestmark = pytest.mark.vllm
 
@@ -56,3 +58,26 @@ def test_vllm_tool_loop(tmp_path):
         assert re.search(rf"^\| {side} \| {NUMBER} \| {NUMBER} \| ", out, re.M), out
     assert re.search(rf"^ours / trl: rollout {NUMBER}, step {NUMBER}, rollout per token {NUMBER} \(medians over 1 "
                      r"steps per side\)$", out, re.M), out
+
+
+def test_learning_native_speed_eval_on_vllm(tmp_path):
+    """``speed.py eval`` with vLLM's engine beside transformers' cached generation, each in its own process, on the
+    tiny tool model (hidden 128: vLLM's CPU minimum head of 32): a line per variant, the engine's setup apart, and
+    the same prompt tokens in all (prefilled + reused) where the greedy conversations agree."""
+    data, tiny, out = tmp_path / "onehop", tmp_path / "tiny", tmp_path / "speed"
+    learning_inputs(data, tiny, hidden_size=128)
+    shutil.copytree(tiny / "adapter", out / "sft" / "adapter")
+    printed = _run("benchmarks/learning_native/speed.py", "eval", "--data", str(data), "--model", str(tiny / "model"),
+                   *LEARNING, "--out", str(out), "--max-turns", "3", "--questions", "2", "--batch", "2",
+                   "--variants", "cached", "vllm")
+    assert re.search(rf"^eval cached: {NUMBER} s \({NUMBER} s of CPU\), EM ", printed, re.M), printed
+    assert re.search(rf"^eval vllm: {NUMBER} s \({NUMBER} s of CPU; engine setup {NUMBER} s\), EM ", printed,
+                     re.M), printed
+    cached, vllm = json.loads((out / "speed_eval.json").read_text())["results"]
+    assert (cached["variant"], vllm["variant"]) == ("cached", "vllm")
+    assert vllm["setup_s"] > 0 and vllm["prefilled_tokens"] > 0
+    if (cached["em"], cached["turns"], cached["decode_steps"]) == (vllm["em"], vllm["turns"], vllm["decode_steps"]):
+        total = cached["prefilled_tokens"] + cached["reused_tokens"]
+        assert vllm["prefilled_tokens"] + vllm["reused_tokens"] == total
+    else:
+        assert "vLLM's greedy conversations differ from transformers'" in printed
