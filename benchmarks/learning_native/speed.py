@@ -21,8 +21,8 @@ Both read ``run.py``'s settings (the same flags: ``--data``, ``--model``, ``--ma
   conversations (EM, turns and decode steps checked: the run fails otherwise); vLLM's kernels may break a greedy tie
   the other way: a difference is printed.
 - ``step``: one ``AgenticGRPOTrainer`` step (``AgenticGRPOConfig``, ``environment_factory``, a fresh LoRA, the
-  benchmark's settings) of ``--samples`` samples, with the cache and without (``prefix_caching``), each in its own
-  process (peak memory is per process): the step's seconds and the rollout's (wall and CPU), the tokens trained, the
+  benchmark's settings) of ``--samples`` samples, with the cache and without (``--variants cached reprefill``: the
+  default; ``prefix_caching``), each in its own process (peak memory is per process): the step's seconds and the rollout's (wall and CPU), the tokens trained, the
   floor of the loss's forward and backward on this machine (:func:`ideal_training_seconds`), and the peak resident
   memory of the process over the step, with gradient checkpointing as configured (``--gradient-checkpointing`` /
   ``--no-gradient-checkpointing``).
@@ -70,7 +70,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--questions", type=int, default=100, help="eval: held-out questions")
     p.add_argument("--batch", type=int, default=8, help="eval: trajectories per generation batch")
     p.add_argument("--variants", nargs="+", choices=EVAL_VARIANTS, default=["cached", "reprefill"],
-                   help="eval: generation backends, side by side")
+                   help="eval: generation backends, side by side; step: cached and/or reprefill")
     p.add_argument("--repeats", type=int, default=1, help="eval: runs of each variant, alternating")
     p.add_argument("--variant", choices=EVAL_VARIANTS, help=argparse.SUPPRESS)  # eval-child: the variant
     p.add_argument("--samples", type=int, default=16, help="step: samples of the step (questions x group size)")
@@ -193,8 +193,10 @@ def vllm_engine(args: argparse.Namespace, model: Any, tokenizer: Any) -> Countin
 
 def run_step(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Each variant in its own process (``step-child``): peak memory is per process."""
+    if "vllm" in args.variants:
+        raise SystemExit("step runs transformers generation: pass --variants cached and/or reprefill")
     results = []
-    for caching in (1, 0):
+    for caching in [int(variant == "cached") for variant in args.variants]:
         argv = [sys.executable, __file__, "step-child", "--caching", str(caching), *sys.argv[2:]]
         out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
         row = json.loads(out.strip().splitlines()[-1])
