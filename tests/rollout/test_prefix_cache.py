@@ -82,9 +82,10 @@ def test_cached_rollout_equals_reprefilled(name, mode):
     without = _rollouts(model, conv.tokenizer, plain, rows, config)
     _assert_same(with_cache, without)
     assert max(t.num_turns for t in with_cache) >= 3
-    # the same prompts went in; the cached generator computed only what the cache did not hold
-    assert cached.prefilled_tokens + cached.reused_tokens == plain.prefilled_tokens
-    assert plain.reused_tokens == 0
+    # the same prompts went in; the cached generator computed only what the cache did not hold, and what the rows
+    # share once
+    assert cached.prefilled_tokens - cached.shared_tokens + cached.reused_tokens == plain.prefilled_tokens
+    assert plain.reused_tokens == plain.shared_tokens == 0
     assert cached.reused_tokens > cached.prefilled_tokens
 
 
@@ -108,6 +109,36 @@ def test_each_turn_prefills_only_its_new_ids():
     observation_ids = [t.turn_spans[k + 1][0] - t.turn_spans[k][1] for k in range(t.num_turns - 1)]
     assert t.num_turns == 4 and all(n > 0 for n in observation_ids)
     assert cached.prefilled_tokens == len(t.prompt_ids) + sum(1 + n for n in observation_ids)
+
+
+@pytest.mark.parametrize("name", CONVENTIONS)
+def test_rows_prefill_what_they_share_once(name):
+    """A batch whose prompts share a long system prompt, two of them twice (a GRPO group): the common prefix is
+    prefilled once, then each repeated prompt once, and every row reuses them; the ids and log-probs are those of the
+    re-prefilling path."""
+    conv = build_convention(name)
+    model = conv.load_model().float()
+    cached, plain = _generators(model, conv.tokenizer, do_sample=False)
+    system = conv.tokenizer(" ".join(f"rule {k}: answer with the key." for k in range(12)),
+                            add_special_tokens=False)["input_ids"]
+    questions = [conv.tokenizer(f" find key k{k}", add_special_tokens=False)["input_ids"] for k in (1, 2, 3)]
+    assert len({len(q) for q in questions}) == 1  # rows of one width: no row recomputes a shared id
+    prompts = [system + questions[0], system + questions[1], system + questions[1], system + questions[2],
+               system + questions[2]]
+    with cached.session():
+        got = cached.generate(prompts, 5, [], conv.eos_token_ids)
+    want = plain.generate(prompts, 5, [], conv.eos_token_ids)
+    assert [g.ids for g in got] == [w.ids for w in want]
+    torch.testing.assert_close(torch.tensor([g.logprobs for g in got]), torch.tensor([w.logprobs for w in want]),
+                               atol=1e-5, rtol=0)
+    shortest = min(len(p) for p in prompts)
+    common = next(k for k in range(shortest) if len({tuple(p[: k + 1]) for p in prompts}) > 1)
+    grouped = sum(len(system + q) - 1 - common for q in questions[1:])
+    assert cached.shared_tokens == common + grouped
+    total = sum(len(p) for p in prompts)
+    assert cached.prefilled_tokens - cached.shared_tokens + cached.reused_tokens == total
+    # each row computes only what no other row shares: the single prompt its tail, the repeated ones their last id
+    assert cached.prefilled_tokens - cached.shared_tokens == len(system + questions[0]) - common + 4
 
 
 def test_lora_model_equals_reprefilled():
@@ -219,7 +250,7 @@ def test_trainers_keep_the_cache_and_train_as_without(tiny_model_dir, tokenizer,
         runs[caching] = (logs, trainer.generator)
     (cached_logs, cached), (plain_logs, plain) = runs[True], runs[False]
     assert cached.reused_tokens > 0 and plain.reused_tokens == 0
-    assert cached.prefilled_tokens + cached.reused_tokens == plain.prefilled_tokens
+    assert cached.prefilled_tokens - cached.shared_tokens + cached.reused_tokens == plain.prefilled_tokens
     for a, b in zip(cached_logs, plain_logs):
         assert a["agentic/turns_mean"] == b["agentic/turns_mean"]
         assert a["loss"] == pytest.approx(b["loss"], abs=1e-5)

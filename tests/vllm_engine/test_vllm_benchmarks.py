@@ -77,7 +77,7 @@ def test_learning_native_speed_eval_on_vllm(tmp_path):
     assert (cached["variant"], vllm["variant"]) == ("cached", "vllm")
     assert vllm["setup_s"] > 0 and vllm["prefilled_tokens"] > 0
     if (cached["em"], cached["turns"], cached["decode_steps"]) == (vllm["em"], vllm["turns"], vllm["decode_steps"]):
-        total = cached["prefilled_tokens"] + cached["reused_tokens"]
+        total = cached["prefilled_tokens"] - cached["shared_tokens"] + cached["reused_tokens"]
         assert vllm["prefilled_tokens"] + vllm["reused_tokens"] == total
     else:
         assert "vLLM's greedy conversations differ from transformers'" in printed

@@ -228,8 +228,10 @@ class HFGenerator:
             and re-prefills.
 
     Attributes:
-        prefilled_tokens: Prompt ids computed by ``generate`` so far (padding excluded).
-        reused_tokens: Prompt ids taken from the kept cache instead.
+        prefilled_tokens: Prompt ids computed so far (padding excluded), ``shared_tokens`` included.
+        reused_tokens: Prompt ids of the calls' rows taken from the kept cache instead.
+        shared_tokens: Ids prefilled ahead of a call, once, for its rows to share (a common system prompt, a GRPO
+            group's prompt). ``prefilled_tokens - shared_tokens + reused_tokens`` is the prompt ids of every call.
     """
 
     def __init__(
@@ -252,6 +254,7 @@ class HFGenerator:
         self.keep_cache = keep_cache
         self.prefilled_tokens = 0
         self.reused_tokens = 0
+        self.shared_tokens = 0
         self._stop_criteria: dict[tuple[str, ...], StopStringCriteria] = {}
         self._prefix_cache: PrefixCache | None = None
         self._in_session = False
@@ -290,6 +293,21 @@ class HFGenerator:
             self._stop_criteria[key] = StopStringCriteria(self.tokenizer, list(key))
         return StoppingCriteriaList([self._stop_criteria[key]])
 
+    def _prefill(self, model: Any, prefix_cache: PrefixCache, prompts: list[list[int]], pad_id: int, device: Any,
+                 eos_token_ids: Sequence[int]) -> None:
+        """One forward pass over what ``prompts`` add to the cache, kept in it (what the rows of the next call share:
+        :meth:`~trl_agentic.rollout.prefix_cache.PrefixCache.shared_prefixes`). Position ids are counted from the
+        attention mask, as ``generate`` counts them."""
+        batch = prefix_cache.batch(prompts, pad_id, device, 0)
+        new = batch.input_ids.shape[1] - batch.cache.get_seq_length()
+        mask = batch.attention_mask.to(device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -new:]
+        model(input_ids=batch.input_ids[:, -new:].to(device), attention_mask=mask, position_ids=positions,
+              use_cache=True, logits_to_keep=1, **{CACHE_ARGUMENT: batch.cache})
+        self.prefilled_tokens += sum(batch.prefilled)
+        self.shared_tokens += sum(batch.prefilled)
+        prefix_cache.store(prompts, batch.input_ids, batch.cache, batch.input_ids.shape[1], eos_token_ids)
+
     def generate(
         self, prompts: list[list[int]], max_new_tokens: int, stop_strings: Sequence[str], eos_token_ids: Sequence[int]
     ) -> list[Generation]:
@@ -312,6 +330,8 @@ class HFGenerator:
                 self._refuse_cache(reason)
                 prefix_cache = None
             if prefix_cache is not None:
+                for shared in prefix_cache.shared_prefixes(prompts):
+                    self._prefill(model, prefix_cache, shared, pad_id, device, eos_token_ids)
                 batch = prefix_cache.batch(prompts, pad_id, device, max_new_tokens)
                 input_ids, attention_mask = batch.input_ids, batch.attention_mask
                 cache = {CACHE_ARGUMENT: batch.cache}
