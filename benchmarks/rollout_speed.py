@@ -382,8 +382,11 @@ def build_side(name: str, args: argparse.Namespace, workdir: str, steps: int) ->
 
     def timed_rollout(batch: list[Any]) -> Any:
         log.clear()
+        shared = getattr(getattr(trainer, "generator", None), "shared_tokens", 0)
         start, cpu = time.perf_counter(), time.process_time()
         out = rollout(batch)
+        # what the rows share, prefilled once by our generator before a call (outside generate: in the loop's time)
+        shared = getattr(getattr(trainer, "generator", None), "shared_tokens", 0) - shared
         timings["rollout_s"].append(time.perf_counter() - start)
         timings["rollout_cpu_s"].append(time.process_time() - cpu)
         timings["generate_s"].append(sum(log.seconds))
@@ -395,7 +398,7 @@ def build_side(name: str, args: argparse.Namespace, workdir: str, steps: int) ->
         timings["per_call_cpu_s"].append(list(log.cpu_seconds))
         timings["per_call_prefill_cpu_s"].append(list(log.prefill_cpu_seconds))
         timings["per_call_context"].append(list(log.context))
-        timings["prefilled_per_trajectory"].append(sum(log.prefilled) / len(batch))
+        timings["prefilled_per_trajectory"].append((sum(log.prefilled) + shared) / len(batch))
         if name == "trl":  # TRL's _generate returns prompt_ids, completion_ids, tool_mask, ...
             side.generated.append(tuple(out[:3]))
         else:  # our rollout stage returns the runs (and TRL's environments)
