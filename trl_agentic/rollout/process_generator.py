@@ -1,0 +1,205 @@
+"""A generator whose forward passes run in a child process: the generation seam (:class:`~.generation.Generator`)
+over an :class:`~.generation.HFGenerator` that lives in a process of its own.
+
+Why: asynchronous rollouts (``max_staleness=1``) generate on a background thread while the training thread trains.
+Two threads of one interpreter share the GIL, and with small models, whose ``generate`` is mostly Python, the two
+take turns instead of running side by side (``docs/benchmarks.md``). Here only the rollout loop (engine, tools,
+environments, the agents' endpoint) stays on the trainer's background thread; each ``generate`` call crosses a
+``Pipe`` to the child, token ids in, ids and log-probs out.
+
+- Weights: the model's parameters and buffers are moved to shared memory (``share_memory_``) before the child is
+  spawned, so that the child's model reads the very memory the trainer's copy holds. Writing into them in place
+  (``PolicyCopy.load``, only while no call runs) is what the child sees at its next call: no weights are sent.
+- The child is started with ``spawn`` (never ``fork``: the trainer has torch threads running), at the first call
+  (so a generator never used costs nothing), pins itself to ``cpu`` (``os.sched_setaffinity``), runs ``threads``
+  torch threads, seeds torch's generator with ``seed`` (the same calls give the same samples) and ignores Ctrl-C:
+  its owner ends it (:meth:`ProcessGenerator.close`). It ends on its own when the trainer's end of the pipe closes.
+- Sessions (:meth:`ProcessGenerator.session`) are forwarded: the child's ``HFGenerator`` keeps each trajectory's KV
+  cache across the turns of one rollout, as in the trainer process.
+- Failures: an exception in the child is raised in the caller as :class:`GeneratorProcessError`, its message ending
+  with the child's traceback; a child that dies (killed, a segfault) raises :class:`GeneratorProcessDied`, one line
+  naming the signal or exit code, found by polling the pipe with a timeout and checking the process is alive (never a
+  hang); a call cut short by :meth:`~ProcessGenerator.close` raises :class:`GeneratorClosed`. After
+  :meth:`~ProcessGenerator.close` or a death, the next call starts a new child over the same shared weights.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import traceback
+from typing import Any, Iterator, Sequence
+
+import torch
+import torch.multiprocessing as mp
+
+from .generation import Generation, HFGenerator
+
+
+class GeneratorProcessError(RuntimeError):
+    """An exception raised in the generator's process; the message ends with that process's traceback."""
+
+
+class GeneratorProcessDied(RuntimeError):
+    """The generator's process ended while a call waited for it (killed, a segfault, an exit)."""
+
+
+class GeneratorClosed(RuntimeError):
+    """The generator was closed while a call waited for it (training ended): the call's result is dropped."""
+
+
+class ProcessGenerator:
+    """:class:`~.generation.HFGenerator` in a child process (module docstring), with its log-probs.
+
+    Args:
+        model: The model to generate with (a transformers model, or a PEFT model with its adapters). Its parameters
+            and buffers are moved to shared memory here, in place: write into them only while no call runs.
+        processing_class: Tokenizer (or processor) for padding and stop strings.
+        generation_config: Sampling settings, as :class:`~.generation.HFGenerator`'s.
+        return_logprobs: Return the log-prob of each sampled token (the behaviour policy's).
+        keep_cache: Inside a session, keep each row's KV cache between calls.
+        cpu: The core the child pins itself to (Linux; ``None``: not pinned).
+        threads: torch threads in the child.
+        seed: torch's seed in the child, set when it starts: the same calls after a start give the same samples.
+        poll_s: How often a waiting call checks that the child is alive.
+
+    Attributes:
+        prefilled_tokens, reused_tokens: The child generator's counts (:class:`~.generation.HFGenerator`'s) since its
+            last start, as of the last call.
+    """
+
+    def __init__(self, model: torch.nn.Module, processing_class: Any, generation_config: Any = None,
+                 return_logprobs: bool = False, keep_cache: bool = True, cpu: int | None = None, threads: int = 1,
+                 seed: int = 0, poll_s: float = 0.2) -> None:
+        model.share_memory()
+        self.model = model
+        self.settings = {"processing_class": processing_class, "generation_config": generation_config,
+                         "return_logprobs": return_logprobs, "keep_cache": keep_cache, "cpu": cpu,
+                         "threads": threads, "seed": seed}
+        self.poll_s = poll_s
+        self.prefilled_tokens = self.reused_tokens = 0
+        self.process: Any = None  # multiprocessing's SpawnProcess, or None before the first call and after close
+        self._conn: Any = None
+        self._calls = threading.Lock()  # one request at a time on the pipe
+
+    @property
+    def pid(self) -> int | None:
+        """The child's process id (``None`` when none runs)."""
+        return self.process.pid if self.process is not None else None
+
+    def generate(self, prompts: list[list[int]], max_new_tokens: int, stop_strings: Sequence[str],
+                 eos_token_ids: Sequence[int]) -> list[Generation]:
+        rows = self._call("generate", ([list(p) for p in prompts], max_new_tokens, list(stop_strings),
+                                       list(eos_token_ids)))
+        return [Generation(ids=ids, logprobs=logprobs) for ids, logprobs in rows]
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[None]:
+        """The child generator's session: the calls inside share a KV cache (one rollout, whose weights do not
+        change), dropped on exit."""
+        self._call("begin", None)
+        try:
+            yield
+        finally:
+            process = self.process
+            if process is not None and process.is_alive():  # a dead or closed child has no session left to end
+                self._call("end", None)
+
+    def close(self) -> None:
+        """End the child now (a call waiting for it raises :class:`GeneratorClosed`); the next call starts another."""
+        process, conn = self.process, self._conn
+        self.process = self._conn = None
+        if process is None:
+            return
+        process.terminate()
+        process.join(5)
+        if process.is_alive():
+            process.kill()
+            process.join(5)
+        conn.close()
+
+    def _start(self) -> tuple[Any, Any]:
+        if self.process is None or not self.process.is_alive():
+            self.close()  # a dead child's pipe
+            context = mp.get_context("spawn")
+            parent, child = context.Pipe()
+            process = context.Process(target=serve, args=(child, self.model, self.settings),
+                                      name="trl-agentic-generator", daemon=True)
+            process.start()
+            child.close()
+            self.process, self._conn = process, parent
+            self.prefilled_tokens = self.reused_tokens = 0
+        return self.process, self._conn
+
+    def _call(self, kind: str, payload: Any) -> Any:
+        with self._calls:
+            process, conn = self._start()
+            try:
+                conn.send((kind, payload))
+                while not conn.poll(self.poll_s):
+                    if not process.is_alive():
+                        break
+                reply = conn.recv()
+            except (EOFError, OSError):
+                if process is not self.process:
+                    raise GeneratorClosed("the generator process was closed during the call") from None
+                process.join(1)
+                raise GeneratorProcessDied(_death(process)) from None
+        status, *rest = reply
+        if status == "error":
+            message, child_traceback = rest
+            raise GeneratorProcessError(f"{message}\n--- the generator process's traceback ---\n{child_traceback}")
+        value, self.prefilled_tokens, self.reused_tokens = rest
+        return value
+
+
+def _death(process: Any) -> str:
+    """One line: which child died and how."""
+    code = process.exitcode
+    if code is not None and code < 0:
+        how = f"killed by signal {signal.Signals(-code).name}"
+    elif code is not None:
+        how = f"exited with code {code}"
+    else:
+        how = "closed its pipe"
+    return f"the generator process (pid {process.pid}) died during a call: {how}"
+
+
+def serve(conn: Any, model: torch.nn.Module, settings: dict[str, Any]) -> None:
+    """The child's loop: answer each request (``generate``, ``begin``, ``end`` of a session) with ``("ok", value,
+    prefilled_tokens, reused_tokens)`` or ``("error", message, traceback)``, until the trainer's end of the pipe
+    closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the trainer ends us
+    if settings["cpu"] is not None and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {settings["cpu"]})
+    torch.set_num_threads(settings["threads"])
+    torch.manual_seed(settings["seed"])
+    generator = HFGenerator(model, settings["processing_class"], settings["generation_config"],
+                            return_logprobs=settings["return_logprobs"], keep_cache=settings["keep_cache"])
+    sessions: list[Any] = []  # the sessions begun and not ended, innermost last
+    while True:
+        try:
+            kind, payload = conn.recv()
+        except (EOFError, OSError):  # the trainer is gone
+            return
+        try:
+            if kind == "generate":
+                value: Any = [(g.ids, g.logprobs) for g in generator.generate(*payload)]
+            elif kind == "begin":
+                sessions.append(generator.session())
+                sessions[-1].__enter__()
+                value = None
+            elif kind == "end":
+                sessions.pop().__exit__(None, None, None)
+                value = None
+            else:
+                raise ValueError(f"unknown request {kind!r}")
+            reply: tuple = ("ok", value, generator.prefilled_tokens, generator.reused_tokens)
+        except Exception as exc:  # noqa: BLE001 - every failure goes back to the caller, which raises it
+            reply = ("error", f"{type(exc).__name__}: {exc}", traceback.format_exc())
+        try:
+            conn.send(reply)
+        except (EOFError, OSError):
+            return
