@@ -43,9 +43,10 @@ from dataclasses import dataclass
 from typing import Any, ContextManager
 
 import torch
-from transformers import TrainerCallback
+from transformers import PreTrainedModel, TrainerCallback
 
 from ..rollout.generation import Generation, Generator, generation_session
+from ..rollout.process_generator import ProcessGenerator
 from ..rollout.seam import RolloutSeam
 from ..trajectory import Trajectory
 
@@ -88,6 +89,9 @@ class PolicyCopy:
         self.model = copy.deepcopy(model)
         self.model.requires_grad_(False)
         self.model.eval()
+        for module in self.model.modules():  # the copy never trains: no hook making the embeddings' output need
+            if isinstance(module, PreTrainedModel):  # gradients (PEFT with gradient checkpointing; a local
+                module.disable_input_require_grads()  # function, which could not reach a generator process either)
         self.version = -1
 
     def load(self, model: torch.nn.Module, version: int) -> None:
@@ -160,6 +164,8 @@ class AsyncRollouts:
         policy: The copy the seam's generator samples from.
         stop: The event the seam's generator checks before each call.
         cpu: The core the background thread is pinned to (``None``: not pinned).
+        generator_process: With ``async_generator="process"``, the seam's generator's process: ended whenever the
+            pipeline stops (a call in flight then ends at once) and started again by the next job's first call.
 
     Attributes:
         started, produced, consumed, discarded: Samples (runs) whose rollout was started, that a job returned, that
@@ -167,10 +173,12 @@ class AsyncRollouts:
             discarded`` once nothing is ahead.
     """
 
-    def __init__(self, seam: RolloutSeam, policy: PolicyCopy, stop: threading.Event, cpu: int | None = None) -> None:
+    def __init__(self, seam: RolloutSeam, policy: PolicyCopy, stop: threading.Event, cpu: int | None = None,
+                 generator_process: ProcessGenerator | None = None) -> None:
         self.seam = seam
         self.policy = policy
         self.stop_event = stop
+        self.generator_process = generator_process
         self.thread = BackgroundThread(cpu)
         self.ahead: Job | None = None
         self.started = self.produced = self.consumed = self.discarded = 0
@@ -202,9 +210,11 @@ class AsyncRollouts:
         raised). The pipeline starts again at the next :meth:`next`."""
         job, self.ahead = self.ahead, None
         if job is None:
+            self._end_process()
             return
         self.stop_event.set()
         try:
+            self._end_process()
             with contextlib.suppress(BaseException):
                 job.future.result()
         finally:
@@ -218,12 +228,18 @@ class AsyncRollouts:
         if job is not None and job.future.done() and job.future.exception() is not None:
             self.ahead = None
             self.discarded += len(job.rows)
+            self._end_process()
             raise job.future.exception()
 
     def close(self) -> None:
         """:meth:`stop`, and end the background thread."""
         self.stop()
         self.thread.close()
+
+    def _end_process(self) -> None:
+        """End the generator's process, if there is one (no child outlives the pipeline's stop)."""
+        if self.generator_process is not None:
+            self.generator_process.close()
 
     def metrics(self, rollouts: Rollouts, step: int) -> dict[str, float]:
         """``async/staleness`` (optimizer steps between the weights that sampled the round and those it trains) and
