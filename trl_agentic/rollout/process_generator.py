@@ -138,9 +138,9 @@ class ProcessGenerator:
             process, conn = self._start()
             try:
                 conn.send((kind, payload))
-                while not conn.poll(self.poll_s):
-                    if not process.is_alive():
-                        break
+                while not conn.poll(self.poll_s):  # a reply, or the end of the pipe
+                    if not process.is_alive():  # dead without either (its end of the pipe may be held elsewhere:
+                        raise EOFError  # multiprocessing keeps a copy until a child that starts takes it)
                 reply = conn.recv()
             except (EOFError, OSError):
                 if process is not self.process:
