@@ -23,6 +23,11 @@ log-probs the copy's generator returned when it sampled (the behaviour policy), 
 as vLLM's are, through the same batch key (``sampling_per_token_logps``) and TRL's weight
 (:func:`~trl_agentic.algorithms.importance.vllm_importance_sampling_ratio`).
 
+Where the copy generates (``async_generator``): on the background thread itself (``"thread"``), or in a child
+process (``"process"``: :class:`~trl_agentic.rollout.process_generator.ProcessGenerator`, whose forward passes do not
+share the GIL with training; the copy's weights are in shared memory, so step 2 writes what the child reads), which
+the pipeline ends whenever it stops; the rollout loop stays on the background thread either way.
+
 Every kind of rollout runs so: our environments, TRL's ``tools=`` / ``environment_factory=`` and agents through the
 endpoint (whose generation then runs on the background thread, the caller of its round). Not here: several processes
 (each would make collective calls from a second thread, between training's), vLLM (its server has its own weight
