@@ -139,8 +139,8 @@ class ProcessGenerator:
             try:
                 conn.send((kind, payload))
                 while not conn.poll(self.poll_s):  # a reply, or the end of the pipe
-                    if not process.is_alive():  # dead without either (its end of the pipe may be held elsewhere:
-                        raise EOFError  # multiprocessing keeps a copy until a child that starts takes it)
+                    if not process.is_alive():  # dead without either: a process it started holds its end open
+                        raise EOFError
                 reply = conn.recv()
             except (EOFError, OSError):
                 if process is not self.process:
