@@ -10,6 +10,7 @@ environments, the agents' endpoint) stays on the trainer's background thread; ea
 - Weights: the model's parameters and buffers are moved to shared memory (``share_memory_``) before the child is
   spawned, so that the child's model reads the very memory the trainer's copy holds. Writing into them in place
   (``PolicyCopy.load``, only while no call runs) is what the child sees at its next call: no weights are sent.
+  Shared memory lives in ``/dev/shm``, which must hold the model (a container's default may be 64 MB).
 - The child is started with ``spawn`` (never ``fork``: the trainer has torch threads running), at the first call
   (so a generator never used costs nothing), pins itself to ``cpu`` (``os.sched_setaffinity``), runs ``threads``
   torch threads, seeds torch's generator with ``seed`` (the same calls give the same samples) and ignores Ctrl-C:
