@@ -209,6 +209,12 @@ def test_close_ends_the_child_and_a_waiting_call(tokenizer, closing):
     assert isinstance(_raised_within(lambda: remote.generate(PROMPTS, 2, [], EOS)), GeneratorClosed)
     closer.join()
     assert remote.pid is None and _gone(pid)
+    with pytest.raises(GeneratorClosed):  # no call starts another (a job still running when training stopped)
+        remote.generate(PROMPTS, 2, [], EOS)
+    assert remote.pid is None
+    flag[0] = 0
+    remote.reopen()
+    assert len(remote.generate(PROMPTS, 2, [], EOS)) == 3 and remote.pid not in (None, pid)
 
 
 def _grpo(tmp_path, tiny_model_dir, tokenizer, **overrides):
@@ -256,6 +262,10 @@ def test_grpo_one_round_behind_with_the_process_generator(tiny_model_dir, tokeni
     _assert_one_round_behind(trainer)
     assert len(set(pids.pids)) == 1 and pids.pids[0] != os.getpid()  # one child served every round
     assert generator.pid is None and _gone(pids.pids[0])  # training's end ended it
+    trainer.train()  # a second train() starts another
+    assert len(set(pids.pids[STEPS:])) == 1 and pids.pids[STEPS] != pids.pids[0] and _gone(pids.pids[STEPS])
+    pipeline = trainer.async_rollouts
+    assert pipeline.started == pipeline.consumed + pipeline.discarded == 2 * BATCH * (STEPS + 1)
 
 
 def test_ppo_one_round_behind_with_the_process_generator(tiny_model_dir, tokenizer, tmp_path):

@@ -20,8 +20,9 @@ environments, the agents' endpoint) stays on the trainer's background thread; ea
 - Failures: an exception in the child is raised in the caller as :class:`GeneratorProcessError`, its message ending
   with the child's traceback; a child that dies (killed, a segfault) raises :class:`GeneratorProcessDied`, one line
   naming the signal or exit code, found by polling the pipe with a timeout and checking the process is alive (never a
-  hang); a call cut short by :meth:`~ProcessGenerator.close` raises :class:`GeneratorClosed`. After
-  :meth:`~ProcessGenerator.close` or a death, the next call starts a new child over the same shared weights.
+  hang); a call cut short by :meth:`~ProcessGenerator.close`, or made after it, raises :class:`GeneratorClosed`. After
+  a death the next call starts a new child over the same shared weights; after :meth:`~ProcessGenerator.close`, the
+  next call once :meth:`~ProcessGenerator.reopen` is called (so that no call in flight during a close starts one).
 """
 
 from __future__ import annotations
@@ -84,6 +85,7 @@ class ProcessGenerator:
         self.process: Any = None  # multiprocessing's SpawnProcess, or None before the first call and after close
         self._conn: Any = None
         self._calls = threading.Lock()  # one request at a time on the pipe
+        self._closed = False
 
     @property
     def pid(self) -> int | None:
@@ -109,7 +111,9 @@ class ProcessGenerator:
                 self._call("end", None)
 
     def close(self) -> None:
-        """End the child now (a call waiting for it raises :class:`GeneratorClosed`); the next call starts another."""
+        """End the child now; a call waiting for it, and every call until :meth:`reopen`, raises
+        :class:`GeneratorClosed`. Safe from another thread than the caller's."""
+        self._closed = True  # first: a call starting a child now sees it and ends that child itself
         process, conn = self.process, self._conn
         self.process = self._conn = None
         if process is None:
@@ -121,18 +125,29 @@ class ProcessGenerator:
             process.join(5)
         conn.close()
 
+    def reopen(self) -> None:
+        """Let calls start a child again after :meth:`close`."""
+        self._closed = False
+
     def _start(self) -> tuple[Any, Any]:
-        if self.process is None or not self.process.is_alive():
-            self.close()  # a dead child's pipe
+        process, conn = self.process, self._conn
+        if self._closed:
+            raise GeneratorClosed("the generator process was closed")
+        if process is None or not process.is_alive():
+            if process is not None:  # a dead child: its pipe
+                conn.close()
             context = mp.get_context("spawn")
-            parent, child = context.Pipe()
+            conn, child = context.Pipe()
             process = context.Process(target=serve, args=(child, self.model, self.settings),
                                       name="trl-agentic-generator", daemon=True)
             process.start()
             child.close()
-            self.process, self._conn = process, parent
+            self.process, self._conn = process, conn
             self.prefilled_tokens = self.reused_tokens = 0
-        return self.process, self._conn
+            if self._closed:  # closed meanwhile, before close() could see this child
+                self.close()
+                raise GeneratorClosed("the generator process was closed")
+        return process, conn
 
     def _call(self, kind: str, payload: Any) -> Any:
         with self._calls:
@@ -193,7 +208,8 @@ def serve(conn: Any, model: torch.nn.Module, settings: dict[str, Any]) -> None:
                 sessions[-1].__enter__()
                 value = None
             elif kind == "end":
-                sessions.pop().__exit__(None, None, None)
+                if sessions:  # none when the session began in a child before this one
+                    sessions.pop().__exit__(None, None, None)
                 value = None
             else:
                 raise ValueError(f"unknown request {kind!r}")

@@ -170,7 +170,8 @@ class AsyncRollouts:
         stop: The event the seam's generator checks before each call.
         cpu: The core the background thread is pinned to (``None``: not pinned).
         generator_process: With ``async_generator="process"``, the seam's generator's process: ended whenever the
-            pipeline stops (a call in flight then ends at once) and started again by the next job's first call.
+            pipeline stops (a call in flight then ends at once; none starts another until the next job) and started
+            again by the next job's first call.
 
     Attributes:
         started, produced, consumed, discarded: Samples (runs) whose rollout was started, that a job returned, that
@@ -260,6 +261,8 @@ class AsyncRollouts:
             self._stopping = None
             self.stop_event.clear()
         self.policy.load(model, version)  # the generator is idle: no job is running
+        if self.generator_process is not None:  # ended by the last stop: this job's first call starts it again
+            self.generator_process.reopen()
         rows = [dict(row) for row in rows]
         self.started += len(rows)
 
