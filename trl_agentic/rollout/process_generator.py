@@ -39,6 +39,9 @@ import torch.multiprocessing as mp
 
 from .generation import Generation, HFGenerator
 
+COUNTS = ("prefilled_tokens", "reused_tokens", "shared_tokens")
+"""The counts of :class:`~.generation.HFGenerator` (its KV cache's work) mirrored in the trainer process."""
+
 
 class GeneratorProcessError(RuntimeError):
     """An exception raised in the generator's process; the message ends with that process's traceback."""
@@ -68,8 +71,8 @@ class ProcessGenerator:
         poll_s: How often a waiting call checks that the child is alive.
 
     Attributes:
-        prefilled_tokens, reused_tokens: The child generator's counts (:class:`~.generation.HFGenerator`'s) since its
-            last start, as of the last call.
+        prefilled_tokens, reused_tokens, shared_tokens: The child generator's counts (:data:`COUNTS`,
+            :class:`~.generation.HFGenerator`'s) since its last start, as of the last call.
     """
 
     def __init__(self, model: torch.nn.Module, processing_class: Any, generation_config: Any = None,
@@ -81,7 +84,7 @@ class ProcessGenerator:
                          "return_logprobs": return_logprobs, "keep_cache": keep_cache, "cpu": cpu,
                          "threads": threads, "seed": seed}
         self.poll_s = poll_s
-        self.prefilled_tokens = self.reused_tokens = 0
+        self._set_counts((0,) * len(COUNTS))
         self.process: Any = None  # multiprocessing's SpawnProcess, or None before the first call and after close
         self._conn: Any = None
         self._calls = threading.Lock()  # one request at a time on the pipe
@@ -143,7 +146,7 @@ class ProcessGenerator:
             process.start()
             child.close()
             self.process, self._conn = process, conn
-            self.prefilled_tokens = self.reused_tokens = 0
+            self._set_counts((0,) * len(COUNTS))
             if self._closed:  # closed meanwhile, before close() could see this child
                 self.close()
                 raise GeneratorClosed("the generator process was closed")
@@ -167,8 +170,13 @@ class ProcessGenerator:
         if status == "error":
             message, child_traceback = rest
             raise GeneratorProcessError(f"{message}\n--- the generator process's traceback ---\n{child_traceback}")
-        value, self.prefilled_tokens, self.reused_tokens = rest
+        value, counts = rest
+        self._set_counts(counts)
         return value
+
+    def _set_counts(self, counts: Sequence[int]) -> None:
+        for name, count in zip(COUNTS, counts):
+            setattr(self, name, count)
 
 
 def _death(process: Any) -> str:
@@ -185,8 +193,8 @@ def _death(process: Any) -> str:
 
 def serve(conn: Any, model: torch.nn.Module, settings: dict[str, Any]) -> None:
     """The child's loop: answer each request (``generate``, ``begin``, ``end`` of a session) with ``("ok", value,
-    prefilled_tokens, reused_tokens)`` or ``("error", message, traceback)``, until the trainer's end of the pipe
-    closes."""
+    counts)`` (the generator's :data:`COUNTS`) or ``("error", message, traceback)``, until the trainer's end of the
+    pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the trainer ends us
     if settings["cpu"] is not None and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {settings["cpu"]})
@@ -213,7 +221,7 @@ def serve(conn: Any, model: torch.nn.Module, settings: dict[str, Any]) -> None:
                 value = None
             else:
                 raise ValueError(f"unknown request {kind!r}")
-            reply: tuple = ("ok", value, generator.prefilled_tokens, generator.reused_tokens)
+            reply: tuple = ("ok", value, tuple(getattr(generator, name) for name in COUNTS))
         except Exception as exc:  # noqa: BLE001 - every failure goes back to the caller, which raises it
             reply = ("error", f"{type(exc).__name__}: {exc}", traceback.format_exc())
         try:
