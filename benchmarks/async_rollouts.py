@@ -2,21 +2,25 @@
 throughput of ``AgenticGRPOTrainer`` on the toy lookup task with a random tiny Qwen2.
 
     python benchmarks/async_rollouts.py [--loads 8 24 64] [--steps 8] [--batch 8] [--hidden 64] [--layers 2]
-                                        [--cores 0 1] [--json out.json]
+                                        [--generator thread process] [--cores 0 1] [--json out.json]
 
 The split: the training thread is pinned to the first core (``os.sched_setaffinity`` on the main thread, before
 anything starts), the background generator's thread to the second (``generator_cpu``), one torch thread each
 (``OMP_NUM_THREADS=1``, ``torch.set_num_threads(1)``). Synchronous (``max_staleness=0``) generation and training
 take turns, as they would on the split (the generator's core then idles), so it runs on the first core alone;
-asynchronous, the next round rolls out on the second core while this one trains on the first.
+asynchronous, the next round rolls out on the second core while this one trains on the first. ``--generator``: where
+the asynchronous run's copy generates (``async_generator``): ``thread``, the background thread (sharing the GIL with
+training), and/or ``process``, a child process pinned to the second core too (its forward passes; the rollout loop
+stays on the background thread).
 
 A load is the number of tokens per model turn (``max_tokens_per_turn``; a random model rarely ends a turn early):
 generation's share of a step grows with it, training's is fixed by the batch. For each load, one after the other in
-this process: the synchronous run, then the asynchronous one, each ``--steps`` optimizer steps. Prints one JSON line
-per load (``load``, ``sync_step_s`` and ``async_step_s``: the median seconds per step after the first two steps,
-``rollout_share``: the share of a synchronous step spent rolling out, ``speedup``: sync / async step time, at most 2
-on two cores; ``sync_rollout_s`` and ``async_rollout_s``: a round's rollout, synchronous and in the background beside
-training) and a table; ``--json`` writes them all.
+this process: the synchronous run, then an asynchronous one per ``--generator``, each ``--steps`` optimizer steps.
+Prints one JSON line per load and generator (``load``, ``generator``, ``sync_step_s`` and ``async_step_s``: the median
+seconds per step after the first two steps, ``rollout_share``: the share of a synchronous step spent rolling out,
+``speedup``: sync / async step time, at most 2 on two cores; ``sync_rollout_s`` and ``async_rollout_s``: a round's
+rollout, synchronous and in the background beside training; the synchronous figures are the load's one run) and a
+table; ``--json`` writes them all.
 
 First, the split probe (``split_efficiency``, :func:`split_probe`): how much one ``generate`` call on the generator
 core slows down while another process trains on the training core. On a machine whose two cores are not independent
@@ -35,9 +39,10 @@ import time
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch: the background thread's OpenMP pool too
 
 
-def run(load: int, staleness: int, args: argparse.Namespace, out: str) -> dict[str, float]:
+def run(load: int, staleness: int, args: argparse.Namespace, out: str, generator: str = "thread") -> dict[str, float]:
     """Seconds per optimizer step (median after the first two) and per rollout (median after the first two:
-    synchronous, the rollout stage; asynchronous, the background job, beside training from the third job on)."""
+    synchronous, the rollout stage; asynchronous, the background job, beside training from the third job on);
+    ``generator``: the asynchronous run's ``async_generator``."""
     from datasets import Dataset
     from transformers import TrainerCallback
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
@@ -53,7 +58,8 @@ def run(load: int, staleness: int, args: argparse.Namespace, out: str) -> dict[s
         output_dir=out, per_device_train_batch_size=args.batch, num_generations=2, max_turns=args.turns,
         max_tokens_per_turn=load, max_completion_length=args.turns * (load + 16), max_steps=args.steps,
         learning_rate=1e-3, logging_steps=1, report_to="none", use_cpu=True, bf16=False, seed=0,
-        save_strategy="no", max_staleness=staleness, generator_cpu=args.cores[1] if staleness else None)
+        save_strategy="no", max_staleness=staleness, generator_cpu=args.cores[1] if staleness else None,
+        async_generator=generator)
     def length(completions, trajectory, **_):  # spread within each group: every step has a gradient
         return [t.num_agent_tokens / load for t in trajectory]
 
@@ -161,6 +167,8 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=2)
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--generator", nargs="+", choices=["thread", "process"], default=["thread"],
+                        help="where the asynchronous runs generate (async_generator): one run per choice")
     parser.add_argument("--cores", type=int, nargs=2, default=None,
                         help="training core, generator core (default: the first two this process may use)")
     parser.add_argument("--probe-seconds", type=float, default=10.0,
@@ -182,21 +190,23 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as out:
         for load in args.loads:
-            sync, asynchronous = run(load, 0, args, out), run(load, 1, args, out)
-            row = {"load": load, "sync_step_s": round(sync["step_s"], 4),
-                   "async_step_s": round(asynchronous["step_s"], 4),
-                   "sync_rollout_s": round(sync["rollout_s"], 4), "async_rollout_s": round(asynchronous["rollout_s"], 4),
-                   "rollout_share": round(sync["rollout_s"] / sync["step_s"], 3),
-                   "speedup": round(sync["step_s"] / asynchronous["step_s"], 3)}
-            print(json.dumps(row), flush=True)
-            rows.append(row)
+            sync = run(load, 0, args, out)
+            for generator in args.generator:
+                asynchronous = run(load, 1, args, out, generator)
+                row = {"load": load, "generator": generator, "sync_step_s": round(sync["step_s"], 4),
+                       "async_step_s": round(asynchronous["step_s"], 4), "sync_rollout_s": round(sync["rollout_s"], 4),
+                       "async_rollout_s": round(asynchronous["rollout_s"], 4),
+                       "rollout_share": round(sync["rollout_s"] / sync["step_s"], 3),
+                       "speedup": round(sync["step_s"] / asynchronous["step_s"], 3)}
+                print(json.dumps(row), flush=True)
+                rows.append(row)
     print(f"cores: training {args.cores[0]}, generator {args.cores[1]}; batch {args.batch}, {args.turns} turns, "
           f"hidden {args.hidden}, {args.layers} layers, {args.steps} steps; split efficiency {split} (generation alone "
           f"/ beside a training process; 1.0: independent cores)")
-    print(f"{'tokens/turn':>11} {'rollout share':>13} {'sync s/step':>11} {'async s/step':>12} {'speed-up':>8} "
-          f"{'rollout s: sync':>15} {'async (beside training)':>23}")
+    print(f"{'tokens/turn':>11} {'generator':>9} {'rollout share':>13} {'sync s/step':>11} {'async s/step':>12} "
+          f"{'speed-up':>8} {'rollout s: sync':>15} {'async (beside training)':>23}")
     for row in rows:
-        print(f"{row['load']:>11} {row['rollout_share']:>13.2f} {row['sync_step_s']:>11.3f} "
+        print(f"{row['load']:>11} {row['generator']:>9} {row['rollout_share']:>13.2f} {row['sync_step_s']:>11.3f} "
               f"{row['async_step_s']:>12.3f} {row['speedup']:>7.2f}x {row['sync_rollout_s']:>15.3f} "
               f"{row['async_rollout_s']:>23.3f}")
     if args.json:

@@ -287,3 +287,27 @@ def scripted(model: Any, tokenizer: Any, turns: Sequence[str]) -> Any:
 
     model.generate = generate
     return model
+
+
+def fail_when_set(flag: Any, action: str, module: Any, args: Any) -> None:
+    """A forward pre-hook for a model that crosses into a generator process (``functools.partial(fail_when_set,
+    flag, action)``; ``flag``: a two-element tensor in shared memory): once the test sets ``flag[0]``, the next
+    forward in that process raises (``"raise"``), kills its process with SIGKILL (``"kill"``, as a segfault or the
+    OOM killer would), does so after forking a process that keeps its files open for 30 s (``"orphan"``, its pid in
+    ``flag[1]``) or sleeps for a minute (``"sleep"``)."""
+    import signal
+    import time
+
+    if not flag[0]:
+        return
+    if action == "raise":
+        raise KeyError("the generator's card fell over")
+    if action == "orphan":
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(30)
+            os._exit(0)
+        flag[1] = pid
+    if action in ("kill", "orphan"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(60)

@@ -56,7 +56,7 @@ PRIVATE_IN_BOUNDARY = {
 OVERRIDES = {
     "GRPOTrainerBoundary": {"__init__", "_generate_and_score_completions", "_compute_loss", "_prepare_inputs",
                             "_clip_grad_norm", "end"},
-    "AgenticTrainer": {"__init__", "create_model_card"},
+    "AgenticTrainer": {"__init__", "create_model_card", "train"},
     "AgenticPPOTrainer": {"__init__", "training_step", "create_optimizer", "save_model"},
 }
 

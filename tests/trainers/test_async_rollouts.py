@@ -318,8 +318,9 @@ def _increment_run(tmp_path, **extra):
                               environment_factory=IncrementEnv)
 
 
-def test_trl_environment_factory_one_round_behind(tmp_path):
-    trainer = _increment_run(tmp_path, max_staleness=1, concurrent_sync_tools=True)
+@pytest.mark.parametrize("generator", ["thread", "process"])
+def test_trl_environment_factory_one_round_behind(tmp_path, generator):
+    trainer = _increment_run(tmp_path, max_staleness=1, concurrent_sync_tools=True, async_generator=generator)
     trainer.train()
     logs = _logs(trainer)
     assert len(logs) == STEPS and all(math.isfinite(row["loss"]) for row in logs)
@@ -340,7 +341,8 @@ async def one_call_agent(client, prompt, **row):
     return reply.choices[0].message.content
 
 
-def test_an_agent_through_the_endpoint_one_round_behind(tmp_path):
+@pytest.mark.parametrize("generator", ["thread", "process"])
+def test_an_agent_through_the_endpoint_one_round_behind(tmp_path, generator):
     from datasets import Dataset
 
     from trl_agentic import AgenticGRPOConfig
@@ -350,7 +352,7 @@ def test_an_agent_through_the_endpoint_one_round_behind(tmp_path):
     args = AgenticGRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=2, num_generations=2,
                              max_completion_length=32, max_tokens_per_turn=8, max_steps=STEPS, learning_rate=1e-3,
                              report_to="none", use_cpu=True, bf16=False, seed=0, save_strategy="no", logging_steps=1,
-                             max_staleness=1)
+                             max_staleness=1, async_generator=generator)
     trainer = AgenticGRPOTrainer(model=qwen.load_model(), processing_class=qwen.load_tokenizer(), train_dataset=data,
                                  reward_funcs=lambda completions, agent_output, **kw: [float(len(o or "")) for o in
                                                                                       agent_output],

@@ -23,6 +23,11 @@ log-probs the copy's generator returned when it sampled (the behaviour policy), 
 as vLLM's are, through the same batch key (``sampling_per_token_logps``) and TRL's weight
 (:func:`~trl_agentic.algorithms.importance.vllm_importance_sampling_ratio`).
 
+Where the copy generates (``async_generator``): on the background thread itself (``"thread"``), or in a child
+process (``"process"``: :class:`~trl_agentic.rollout.process_generator.ProcessGenerator`, whose forward passes do not
+share the GIL with training; the copy's weights are in shared memory, so step 2 writes what the child reads), which
+the pipeline ends whenever it stops; the rollout loop stays on the background thread either way.
+
 Every kind of rollout runs so: our environments, TRL's ``tools=`` / ``environment_factory=`` and agents through the
 endpoint (whose generation then runs on the background thread, the caller of its round). Not here: several processes
 (each would make collective calls from a second thread, between training's), vLLM (its server has its own weight
@@ -43,9 +48,10 @@ from dataclasses import dataclass
 from typing import Any, ContextManager
 
 import torch
-from transformers import TrainerCallback
+from transformers import PreTrainedModel, TrainerCallback
 
 from ..rollout.generation import Generation, Generator, generation_session
+from ..rollout.process_generator import ProcessGenerator
 from ..rollout.seam import RolloutSeam
 from ..trajectory import Trajectory
 
@@ -88,6 +94,9 @@ class PolicyCopy:
         self.model = copy.deepcopy(model)
         self.model.requires_grad_(False)
         self.model.eval()
+        for module in self.model.modules():  # the copy never trains: no hook making the embeddings' output need
+            if isinstance(module, PreTrainedModel):  # gradients (PEFT with gradient checkpointing; a local
+                module.disable_input_require_grads()  # function, which could not reach a generator process either)
         self.version = -1
 
     def load(self, model: torch.nn.Module, version: int) -> None:
@@ -160,6 +169,9 @@ class AsyncRollouts:
         policy: The copy the seam's generator samples from.
         stop: The event the seam's generator checks before each call.
         cpu: The core the background thread is pinned to (``None``: not pinned).
+        generator_process: With ``async_generator="process"``, the seam's generator's process: ended whenever the
+            pipeline stops (a call in flight then ends at once; none starts another until the next job) and started
+            again by the next job's first call.
 
     Attributes:
         started, produced, consumed, discarded: Samples (runs) whose rollout was started, that a job returned, that
@@ -167,10 +179,12 @@ class AsyncRollouts:
             discarded`` once nothing is ahead.
     """
 
-    def __init__(self, seam: RolloutSeam, policy: PolicyCopy, stop: threading.Event, cpu: int | None = None) -> None:
+    def __init__(self, seam: RolloutSeam, policy: PolicyCopy, stop: threading.Event, cpu: int | None = None,
+                 generator_process: ProcessGenerator | None = None) -> None:
         self.seam = seam
         self.policy = policy
         self.stop_event = stop
+        self.generator_process = generator_process
         self.thread = BackgroundThread(cpu)
         self.ahead: Job | None = None
         self.started = self.produced = self.consumed = self.discarded = 0
@@ -202,9 +216,11 @@ class AsyncRollouts:
         raised). The pipeline starts again at the next :meth:`next`."""
         job, self.ahead = self.ahead, None
         if job is None:
+            self._end_process()
             return
         self.stop_event.set()
         try:
+            self._end_process()
             with contextlib.suppress(BaseException):
                 job.future.result()
         finally:
@@ -218,12 +234,18 @@ class AsyncRollouts:
         if job is not None and job.future.done() and job.future.exception() is not None:
             self.ahead = None
             self.discarded += len(job.rows)
+            self._end_process()
             raise job.future.exception()
 
     def close(self) -> None:
         """:meth:`stop`, and end the background thread."""
         self.stop()
         self.thread.close()
+
+    def _end_process(self) -> None:
+        """End the generator's process, if there is one (no child outlives the pipeline's stop)."""
+        if self.generator_process is not None:
+            self.generator_process.close()
 
     def metrics(self, rollouts: Rollouts, step: int) -> dict[str, float]:
         """``async/staleness`` (optimizer steps between the weights that sampled the round and those it trains) and
@@ -239,6 +261,8 @@ class AsyncRollouts:
             self._stopping = None
             self.stop_event.clear()
         self.policy.load(model, version)  # the generator is idle: no job is running
+        if self.generator_process is not None:  # ended by the last stop: this job's first call starts it again
+            self.generator_process.reopen()
         rows = [dict(row) for row in rows]
         self.started += len(rows)
 

@@ -44,6 +44,7 @@ from ..environments.base import EnvironmentFactory
 from ..rewards.inputs import reward_inputs
 from ..rollout.config import RolloutConfig
 from ..rollout.generation import Generator, HFGenerator
+from ..rollout.process_generator import ProcessGenerator
 from ..rollout.seam import RolloutSeam, Runs
 from ..rollout.vllm import TRLVLLMGenerator
 from ..trackers import trajectory_columns
@@ -109,7 +110,8 @@ class AgenticTrainer(GRPOTrainerBoundary):
 
     def _async_rollouts(self, choice: RolloutChoice, settings: RolloutConfig) -> AsyncRollouts:
         """``max_staleness=1``: a copy of the policy, a transformers generator over it that returns its log-probs (the
-        behaviour policy's), a rollout seam of the same kind over that generator, and the background thread
+        behaviour policy's; ``async_generator="process"``: in a child process, over the copy's weights in shared
+        memory), a rollout seam of the same kind over that generator, and the background thread
         (:mod:`~trl_agentic.trainers.async_rollouts`); settings it cannot run are refused before training."""
         reason = refusal(self.accelerator.num_processes > 1, type(self.rollout_seam).__name__,
                          self.args.concurrent_sync_tools)
@@ -117,12 +119,29 @@ class AgenticTrainer(GRPOTrainerBoundary):
             raise ValueError(reason)
         policy = PolicyCopy(self.accelerator.unwrap_model(self.model))
         stop = threading.Event()
-        generator = StoppableGenerator(HFGenerator(policy.model, self.processing_class, self.generation_config,
-                                                   return_logprobs=True, keep_cache=settings.prefix_caching), stop)
-        seam = choice.seam(SeamParts(self.processing_class, settings, generator, self.eos_token_ids))
-        rollouts = AsyncRollouts(seam, policy, stop, self.args.generator_cpu)
+        process = None
+        if self.args.async_generator == "process":  # its forward passes in a child process, weights shared
+            process = ProcessGenerator(policy.model, self.processing_class, self.generation_config,
+                                       return_logprobs=True, keep_cache=settings.prefix_caching,
+                                       cpu=self.args.generator_cpu, seed=self.args.seed)
+        inner: Generator = process if process is not None else HFGenerator(
+            policy.model, self.processing_class, self.generation_config, return_logprobs=True,
+            keep_cache=settings.prefix_caching)
+        seam = choice.seam(SeamParts(self.processing_class, settings, StoppableGenerator(inner, stop),
+                                     self.eos_token_ids))
+        rollouts = AsyncRollouts(seam, policy, stop, self.args.generator_cpu, process)
         self.add_callback(PipelineCallback(rollouts))
         return rollouts
+
+    def train(self, *args: Any, **kwargs: Any) -> Any:
+        """TRL's ``train``. With ``max_staleness=1`` the pipeline is stopped however training ends (``on_train_end``
+        runs only at its normal end; not after an exception or Ctrl-C), so that no job ahead and no generator
+        process outlives it."""
+        try:
+            return super().train(*args, **kwargs)
+        finally:
+            if self.async_rollouts is not None:
+                self.async_rollouts.stop()
 
     def set_trl_attributes(self, environments: list[Any] | None) -> None:
         """The one place TRL's public attributes that our rollout stands in for are set (TRL's tool loop never

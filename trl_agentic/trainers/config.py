@@ -16,6 +16,7 @@ from ..device import cpu_bf16_default
 from ..rollout.config import ROLLOUT_DEFAULTS, RolloutConfig, RolloutFields
 
 ASYNC_CORRECTIONS = ("decoupled", "behaviour", "none")
+ASYNC_GENERATORS = ("thread", "process")
 
 
 @dataclass
@@ -77,10 +78,19 @@ class AgenticConfig(GRPOConfig, RolloutFields):
                   "'behaviour': clip against the generator's log-probs (TRL's AsyncGRPOTrainer); 'none': no "
                   "correction (an ablation)."},
     )
+    async_generator: str = field(
+        default="thread",
+        metadata={"help": "max_staleness=1: where the copy of the policy generates. 'thread' (default): on the "
+                  "background thread, in the training process (it shares the GIL with training). 'process': its "
+                  "forward passes in a child process (spawned at the first rollout, ended when training stops), "
+                  "reading the copy's weights from shared memory, one torch thread, seeded with seed; the rollout "
+                  "loop (tools, environments) stays on the background thread."},
+    )
     generator_cpu: int | None = field(
         default=None,
-        metadata={"help": "max_staleness=1: pin the background generator's thread to this CPU core (Linux; the "
-                  "training thread keeps the process's cores). None: no pinning."},
+        metadata={"help": "max_staleness=1: pin the background generator's thread (and, with "
+                  "async_generator='process', its process) to this CPU core (Linux; the training thread keeps the "
+                  "process's cores). None: no pinning."},
     )
 
     def __post_init__(self) -> None:
@@ -119,6 +129,8 @@ class AgenticConfig(GRPOConfig, RolloutFields):
                              f"asynchronous depth implemented), got {self.max_staleness!r}")
         if self.async_correction not in ASYNC_CORRECTIONS:
             raise ValueError(f"async_correction must be one of {ASYNC_CORRECTIONS}, got {self.async_correction!r}")
+        if self.async_generator not in ASYNC_GENERATORS:
+            raise ValueError(f"async_generator must be one of {ASYNC_GENERATORS}, got {self.async_generator!r}")
         if self.max_staleness and self.use_vllm:
             raise ValueError("max_staleness=1 generates with transformers on a copy of the policy in a background "
                              "thread; with use_vllm=True pass max_staleness=0")
