@@ -33,6 +33,18 @@ def test_shortened_demo_learns_and_writes_its_outputs(tmp_path, capsys):
                                                          "trajectories.html"]
 
 
+def test_demo_trains_one_round_behind_with_a_generator_process(tmp_path):
+    """``--max-staleness 1 --async-generator process``: GRPO trains on rollouts its generator process made one round
+    ahead, as the docs' learning table runs it; the summary says how."""
+    from trl_agentic.demo import main
+
+    summary = main(["--quick", "--steps", "3", "--output-dir", str(tmp_path), "--max-staleness", "1",
+                    "--async-generator", "process"])
+    assert (summary["max_staleness"], summary["async_correction"], summary["async_generator"]) == (
+        1, "decoupled", "process")
+    assert summary["success_after"] >= summary["success_before"] + 0.3
+
+
 def test_page_title_says_what_it_shows():
     from trl_agentic.demo import showcase
     from trl_agentic.trajectory import Trajectory

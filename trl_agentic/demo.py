@@ -67,6 +67,8 @@ def _parse(argv: list[str] | None) -> tuple[DemoSettings, argparse.Namespace]:
                         help="1: GRPO one round behind its generator (asynchronous rollouts; default 0)")
     parser.add_argument("--async-correction", default="decoupled", choices=("decoupled", "behaviour", "none"),
                         help="with --max-staleness 1: the off-policy correction (default decoupled)")
+    parser.add_argument("--async-generator", default="thread", choices=("thread", "process"),
+                        help="with --max-staleness 1: generate on a background thread (default) or in a child process")
     args = parser.parse_args(argv)
     settings = DemoSettings(seed=args.seed)
     if args.quick:
@@ -175,6 +177,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         logging_steps=1, report_to="none", use_cpu=True, bf16=False, seed=settings.seed, save_strategy="no",
         disable_tqdm=True, **{k: v for k, v in budgets.items() if k != "overlap_chunks"}, overlap_chunks="1",
         max_staleness=args.max_staleness, async_correction=args.async_correction,
+        async_generator=args.async_generator,
     )
     train = Dataset.from_list(make_lookup_dataset(512, seed=PROMPT_SEEDS["train"]))
     grpo = _quiet(AgenticGRPOTrainer(model=model, reward_funcs=lookup_success, args=grpo_args, train_dataset=train,
@@ -190,6 +193,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "heldout_prompts": settings.heldout, "demonstrations": len(dataset), "steps": settings.steps,
         "seed": settings.seed, "seconds": round(seconds, 1), "max_staleness": args.max_staleness,
         "async_correction": args.async_correction if args.max_staleness else None,
+        "async_generator": args.async_generator if args.max_staleness else None,
     }
     paths = _write_outputs(output_dir, summary, curve, trajectories, after.rewards, tokenizer)
     print(f"\n{'stage':<26}{'success':>8}\n{'untrained':<26}{before.accuracy:>8.1%}\n"
