@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import subprocess
 import textwrap
+import threading
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from transformers import TrainerCallback
 
@@ -311,3 +312,34 @@ def fail_when_set(flag: Any, action: str, module: Any, args: Any) -> None:
     if action in ("kill", "orphan"):
         os.kill(os.getpid(), signal.SIGKILL)
     time.sleep(60)
+
+
+def raised_within(call: Callable[[], Any], seconds: float) -> BaseException | None:
+    """The exception ``call()`` raises (``None`` if it returns), run on a daemon thread; the test fails if it still
+    runs after ``seconds``, so a hang fails instead of blocking the suite."""
+    outcome: dict[str, BaseException] = {}
+
+    def target() -> None:
+        try:
+            call()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still running after {seconds} s: a hang"
+    return outcome.get("error")
+
+
+def assert_one_round_behind(trainer: Any, steps: int, batch: int) -> None:
+    """A ``max_staleness=1`` run of ``steps`` rounds of ``batch`` samples: finite losses, staleness 0 at the first
+    step and 1 after, every started sample trained once or discarded (the one round left ahead at the end)."""
+    import math
+
+    logs = [row for row in trainer.state.log_history if "loss" in row]
+    assert len(logs) == steps and all(math.isfinite(row["loss"]) for row in logs)
+    assert [row["async/staleness"] for row in logs] == [0.0] + [1.0] * (steps - 1)
+    pipeline = trainer.async_rollouts
+    assert (pipeline.consumed, pipeline.discarded) == (batch * steps, batch)
+    assert pipeline.started == pipeline.consumed + pipeline.discarded

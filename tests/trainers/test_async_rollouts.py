@@ -13,7 +13,7 @@ import traceback
 import pytest
 import torch
 from conventions import build_convention
-from helpers import agentic_args, lookup_dataset, ppo_args
+from helpers import agentic_args, assert_one_round_behind, lookup_dataset, ppo_args, raised_within
 from peft import LoraConfig
 from transformers import TrainerCallback
 
@@ -50,21 +50,8 @@ def _logs(trainer):
 
 
 def _train_within(trainer, seconds=300.0):
-    """``trainer.train()`` on a thread: its exception, or a failure if it is still running after ``seconds`` (a
-    hang)."""
-    outcome = {}
-
-    def target():
-        try:
-            trainer.train()
-        except BaseException as exc:  # noqa: BLE001 - handed to the test
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(seconds)
-    assert not thread.is_alive(), f"train() still running after {seconds} s: the background failure hung it"
-    return outcome.get("error")
+    """``trainer.train()``'s exception; a failure if it still runs after ``seconds`` (the background failure hung it)."""
+    return raised_within(trainer.train, seconds)
 
 
 def test_max_staleness_0_is_the_synchronous_trainer_bit_for_bit(tiny_model_dir, tokenizer, tmp_path):
@@ -110,12 +97,7 @@ def test_ppo_one_round_behind(tiny_model_dir, tokenizer, tmp_path):
                                 train_dataset=lookup_dataset(16), processing_class=tokenizer,
                                 environment=LookupEnvironment)
     trainer.train()
-    logs = _logs(trainer)
-    assert len(logs) == STEPS and all(math.isfinite(row["loss"]) for row in logs)
-    assert [row["async/staleness"] for row in logs] == [0.0] + [1.0] * (STEPS - 1)
-    pipeline = trainer.async_rollouts
-    assert (pipeline.consumed, pipeline.discarded) == (BATCH * STEPS, BATCH)
-    assert pipeline.started == pipeline.consumed + pipeline.discarded
+    assert_one_round_behind(trainer, STEPS, BATCH)
 
 
 def test_dynamic_sampling_and_evaluation_roll_out_on_the_spot(tiny_model_dir, tokenizer, tmp_path):

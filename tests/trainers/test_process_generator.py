@@ -11,7 +11,7 @@ import threading
 
 import pytest
 import torch
-from helpers import agentic_args, fail_when_set, lookup_dataset, ppo_args
+from helpers import agentic_args, assert_one_round_behind, fail_when_set, lookup_dataset, ppo_args, raised_within
 from peft import LoraConfig, get_peft_model
 from transformers import TrainerCallback
 
@@ -131,20 +131,8 @@ def test_weights_loaded_into_the_copy_reach_the_child(tokenizer, closing, use_lo
 
 
 def _raised_within(call, seconds=20.0):
-    """The exception ``call()`` raises, run on a thread; a failure if it still runs after ``seconds`` (a hang)."""
-    outcome = {}
-
-    def target():
-        try:
-            call()
-        except BaseException as exc:  # noqa: BLE001 - handed to the test
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(seconds)
-    assert not thread.is_alive(), f"still waiting for the generator process after {seconds} s: a hang"
-    return outcome.get("error")
+    """The exception ``call()`` raises; a failure if it still waits for the generator process after ``seconds``."""
+    return raised_within(call, seconds)
 
 
 def _flagged(policy_model, action):
@@ -248,15 +236,6 @@ def _process_generator(trainer):
     return trainer.async_rollouts.generator_process
 
 
-def _assert_one_round_behind(trainer):
-    logs = _logs(trainer)
-    assert len(logs) == STEPS and all(math.isfinite(row["loss"]) for row in logs)
-    assert [row["async/staleness"] for row in logs] == [0.0] + [1.0] * (STEPS - 1)
-    pipeline = trainer.async_rollouts
-    assert (pipeline.consumed, pipeline.discarded) == (BATCH * STEPS, BATCH)
-    assert pipeline.started == pipeline.consumed + pipeline.discarded
-
-
 def test_grpo_one_round_behind_with_the_process_generator(tiny_model_dir, tokenizer, tmp_path):
     trainer = _grpo(tmp_path, tiny_model_dir, tokenizer)
     generator = _process_generator(trainer)
@@ -264,7 +243,7 @@ def test_grpo_one_round_behind_with_the_process_generator(tiny_model_dir, tokeni
     pids = _Pids(generator)
     trainer.add_callback(pids)
     trainer.train()
-    _assert_one_round_behind(trainer)
+    assert_one_round_behind(trainer, STEPS, BATCH)
     assert len(set(pids.pids)) == 1 and pids.pids[0] != os.getpid()  # one child served every round
     assert generator.pid is None and _gone(pids.pids[0])  # training's end ended it
     trainer.train()  # a second train() starts another
@@ -281,7 +260,7 @@ def test_ppo_one_round_behind_with_the_process_generator(tiny_model_dir, tokeniz
     pids = _Pids(_process_generator(trainer))
     trainer.add_callback(pids)
     trainer.train()
-    _assert_one_round_behind(trainer)
+    assert_one_round_behind(trainer, STEPS, BATCH)
     assert _gone(pids.pids[0])
 
 
@@ -296,20 +275,8 @@ def test_grpo_with_lora_and_the_process_generator(tiny_model_dir, tokenizer, tmp
 
 
 def _train_within(trainer, seconds=120.0):
-    """``trainer.train()`` on a thread: its exception, or a failure if it still runs after ``seconds`` (a hang)."""
-    outcome = {}
-
-    def target():
-        try:
-            trainer.train()
-        except BaseException as exc:  # noqa: BLE001 - handed to the test
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(seconds)
-    assert not thread.is_alive(), f"train() still running after {seconds} s: the child's failure hung it"
-    return outcome.get("error")
+    """``trainer.train()``'s exception; a failure if it still runs after ``seconds`` (the child's failure hung it)."""
+    return raised_within(trainer.train, seconds)
 
 
 @pytest.mark.parametrize("action", ["raise", "kill"])
