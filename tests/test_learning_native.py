@@ -330,6 +330,22 @@ def test_bad_arguments_fail_before_loading_anything(data, tmp_path, argv, messag
     assert not (tmp_path / "out").exists()
 
 
+def test_documented_speed_commands_parse():
+    """Every ``speed.py`` command of docs/benchmarks.md and the README (written across lines inside backticks) parses
+    with the script's own parser: no flag the script does not know, no variant it does not run."""
+    from benchmarks.learning_native import speed
+
+    commands = []
+    for name in ("docs/benchmarks.md", "README.md"):
+        text = (ROOT / name).read_text(encoding="utf-8")
+        for match in re.finditer(r"`(?:PYTHONPATH=\S+ )?\S*python benchmarks/learning_native/speed\.py([^`]*)`", text):
+            commands.append(shlex.split(match.group(1).replace("\n", " ")))
+    assert len(commands) >= 4  # step, eval (docs and README), decode
+    for argv in commands:
+        args = speed.make_parser().parse_args(argv)
+        assert args.command in ("eval", "step", "decode")
+
+
 def test_documented_commands_parse():
     docs = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
     commands = []
