@@ -258,28 +258,26 @@ class PrefixCache:
         return stages
 
     # -- helpers -------------------------------------------------------------------------------------------------
-    def _cached(self, ids: np.ndarray) -> int:
-        """How many of ``ids`` the cache holds (the longest common prefix with any entry)."""
-        best = 0
-        for entry in self.entries:
-            n = min(len(entry.ids), len(ids))
-            if n <= best or not n or entry.ids[0] != ids[0]:
-                continue
-            differ = np.flatnonzero(entry.ids[:n] != ids[:n])
-            best = max(best, int(differ[0]) if differ.size else n)
-        return best
-
-    def _match(self, ids: np.ndarray) -> tuple[_Entry | None, int]:
-        """The entry sharing the longest prefix with ``ids``, and how many ids it can give (at most ``len - 1``)."""
+    def _longest(self, ids: np.ndarray, limit: int) -> tuple[_Entry | None, int]:
+        """The entry sharing the longest prefix with ``ids`` (at most ``limit`` ids), and that prefix's length."""
         best, best_len = None, 0
         for entry in self.entries:
-            n = min(len(entry.ids), len(ids) - 1)
+            n = min(len(entry.ids), limit)
             if n <= best_len or entry.ids[0] != ids[0]:
                 continue
             differ = np.flatnonzero(entry.ids[:n] != ids[:n])
             common = int(differ[0]) if differ.size else n
             if common > best_len:
                 best, best_len = entry, common
+        return best, best_len
+
+    def _cached(self, ids: np.ndarray) -> int:
+        """How many of ``ids`` the cache holds (the longest common prefix with any entry)."""
+        return self._longest(ids, len(ids))[1]
+
+    def _match(self, ids: np.ndarray) -> tuple[_Entry | None, int]:
+        """The entry sharing the longest prefix with ``ids``, and how many ids it can give (at most ``len - 1``)."""
+        best, best_len = self._longest(ids, len(ids) - 1)
         if best is not None:
             best.last_used = self._clock
         return best, best_len
