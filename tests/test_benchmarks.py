@@ -78,7 +78,7 @@ def commands(tmp: Path, data: Path, model: Path, adapter: Path) -> dict[str, lis
             ["benchmarks/learning_native/speed.py", "eval", *learning, "--out", str(tmp / "speed"), "--max-turns", "3",
              "--questions", "2", "--batch", "2", "--repeats", "2"],
             ["benchmarks/learning_native/speed.py", "step", *learning, "--out", str(tmp / "speed"), "--max-turns", "3",
-             "--samples", "2"],
+             "--samples", "2", "--variants", "reprefill", "grouped"],
             ["benchmarks/learning_native/speed.py", "decode", *learning, "--out", str(tmp / "speed"), "--batch", "2",
              "--context", "8", "--steps", "2"]],
         "rollout_speed_trl": [["benchmarks/rollout_speed.py", "trl", "--turns", "1", "2", "--steps", "1", *TINY_QWEN,

@@ -6,7 +6,8 @@ and also lists every public TRL attribute our code reads and every public method
 :class:`GRPOTrainerBoundary` hands our trainers named hooks: ``training_batch(rows) -> TRLBatch`` (one generation
 round; default TRL's ``_generate_and_score_completions``, untouched), ``loss(model, batch)`` (one micro-batch;
 default TRL's, :meth:`~GRPOTrainerBoundary.trl_loss`), ``extra_parameters()`` (a critic's parameters outside the
-model) and ``reshuffle_each_pass`` (PPO's new permutation per epoch); and the services a round of our own needs:
+model), ``reshuffle_each_pass`` (PPO's new permutation per epoch) and ``group_by_length`` (micro-batches of rows of
+similar length, each cut to its own width); and the services a round of our own needs:
 TRL's reward functions (``trl_rewards``), log-probs computed as TRL computes them (``policy_logps``,
 ``reference_logps``, ``logps_and_entropies``) and TRL's logging (``log_metric``, ``count_tokens``,
 ``log_round_table``, ``log_completion_columns``).
@@ -22,7 +23,8 @@ TRL internal                                           used for
 ``_get_per_token_logps_and_entropies`` (l. 1419)        called: ``logps_and_entropies``, ``policy_logps``,
                                                         ``reference_logps`` (with ``trl.trainer.utils.use_adapter``
                                                         for a PEFT reference, l. 2727)
-``_prepare_inputs(generation_batch)`` (l. 1522)         overridden: ``reshuffle_each_pass``, with ``_step`` (l. 948),
+``_prepare_inputs(generation_batch)`` (l. 1522)         overridden: ``reshuffle_each_pass``, ``group_by_length``,
+                                                        with ``_step`` (l. 948),
                                                         ``_buffered_inputs`` (l. 951) and ``trl.trainer.utils``'
                                                         ``split_tensor_dict``, ``shuffle_sequence_dict``,
                                                         ``(un)split_pixel_values_by_grid``
@@ -192,6 +194,44 @@ class TRLBatch:
     def is_left_padded(self, key: str) -> bool:
         return key in self.LEFT_PADDED
 
+    def completion_lengths(self) -> torch.Tensor:
+        """(B,) each row's completion length: its last real position + 1 (0 for an empty row)."""
+        columns = torch.arange(1, self.completion_mask.size(1) + 1, device=self.completion_mask.device)
+        return (self.completion_mask.bool() * columns).amax(dim=1) if columns.numel() else columns.new_zeros(0)
+
+    def trimmed(self, multiple: int | None = None) -> TRLBatch:
+        """The batch with the completion padding that every row has cut off: each (B, C) value (the completion ids,
+        masks, log-probs, per-token advantages, PPO's values) cut to the longest completion, rounded up to
+        ``multiple``. The loss is unchanged: the model is causal, so the cut positions, after every row's real
+        tokens, never reach a kept one, and every per-token term is masked at them. The prompt (left-padded:
+        cutting it would shift the positions of every token) is kept whole."""
+        width = self.completion_ids.size(1)
+        keep = max(1, int(self.completion_lengths().max())) if self.completion_ids.size(0) else width
+        if multiple:
+            keep = -(-keep // multiple) * multiple
+        if keep >= width:
+            return self
+        data = {key: value[:, :keep] if isinstance(value, torch.Tensor) and value.dim() >= 2
+                and not self.is_left_padded(key) and value.size(1) == width else value
+                for key, value in self.data.items()}
+        return TRLBatch(data)
+
+
+def by_completion_length(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` (a TRL generation batch) with its rows ordered by completion length, longest first, ties kept in
+    their order (a stable sort of the shuffled batch), so that the micro-batches ``split_tensor_dict`` cuts from it
+    hold rows of similar length (the longest first: a micro-batch too large for memory fails at once)."""
+    order = torch.sort(TRLBatch(data).completion_lengths(), descending=True, stable=True).indices.cpu()
+
+    def reorder(value: Any) -> Any:
+        if value is None or (isinstance(value, torch.Tensor) and value.dim() == 0):
+            return value
+        if isinstance(value, torch.Tensor):
+            return value[order.to(value.device)]
+        return [value[i] for i in order.tolist()]
+
+    return {key: reorder(value) for key, value in data.items()}
+
 
 
 TESTED_TRL = (Version("1.15.0"), Version("1.17.0"))  # [min, max)
@@ -297,6 +337,7 @@ class GRPOTrainerBoundary(GRPOTrainer):
     """
 
     reshuffle_each_pass: bool = False
+    group_by_length: bool = False  # micro-batches of rows of similar completion length, each cut to its own width
     # The batch keys TRL's _compute_loss passes to _get_per_token_logps_and_entropies besides the ids and masks.
     MULTIMODAL_KEYS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes",
                        "num_tiles", "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids")
@@ -452,10 +493,16 @@ class GRPOTrainerBoundary(GRPOTrainer):
         return self.training_batch(inputs).data
 
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
-        return self.loss(model, TRLBatch(inputs))
+        batch = TRLBatch(inputs)
+        if self.group_by_length and self.model.training:
+            batch = batch.trimmed(self.pad_to_multiple_of)
+        return self.loss(model, batch)
 
     def _prepare_inputs(self, generation_batch: Any) -> Any:
-        if not (self.reshuffle_each_pass and self.model.training):
+        """TRL's, or, with ``reshuffle_each_pass`` or ``group_by_length``, TRL's steps with a new permutation each
+        pass (PPO's epochs) or once a round (TRL's), the shuffled rows then ordered by completion length
+        (:func:`by_completion_length`) before the split into micro-batches."""
+        if not ((self.reshuffle_each_pass or self.group_by_length) and self.model.training):
             return super()._prepare_inputs(generation_batch)
         from trl.trainer.utils import (
             shuffle_sequence_dict,
@@ -465,11 +512,15 @@ class GRPOTrainerBoundary(GRPOTrainer):
         )
 
         passes_of = self.args.steps_per_generation
-        if self._step % (passes_of * self.num_iterations) == 0 or self._full_generation_batch is None:
+        new_round = self._step % (passes_of * self.num_iterations) == 0 or self._full_generation_batch is None
+        if new_round:
             self._full_generation_batch = split_pixel_values_by_grid(self._generate_and_score_completions(generation_batch))
-        if self._step % passes_of == 0 or self._buffered_inputs is None:  # a new pass: a new permutation
-            batches = split_tensor_dict(shuffle_sequence_dict(self._full_generation_batch), passes_of)
-            self._buffered_inputs = [unsplit_pixel_values_by_grid(b) for b in batches]
+        new_pass = self._step % passes_of == 0 or self._buffered_inputs is None
+        if new_round or (new_pass and self.reshuffle_each_pass):  # a new permutation
+            rows = shuffle_sequence_dict(self._full_generation_batch)
+            if self.group_by_length:
+                rows = by_completion_length(rows)
+            self._buffered_inputs = [unsplit_pixel_values_by_grid(b) for b in split_tensor_dict(rows, passes_of)]
         return self._buffered_inputs[self._step % passes_of]
 
     def _clip_grad_norm(self, model: Any) -> Any:

@@ -22,11 +22,13 @@ Both read ``run.py``'s settings (the same flags: ``--data``, ``--model``, ``--ma
   conversations (EM, turns and decode steps checked: the run fails otherwise); vLLM's kernels may break a greedy tie
   the other way: a difference is printed.
 - ``step``: one ``AgenticGRPOTrainer`` step (``AgenticGRPOConfig``, ``environment_factory``, a fresh LoRA, the
-  benchmark's settings) of ``--samples`` samples, with the cache and without (``--variants cached reprefill``: the
-  default; ``prefix_caching``), each in its own process (peak memory is per process): the step's seconds and the
-  rollout's (wall and CPU), the tokens trained, the floor of the loss's forward and backward on this machine
-  (:func:`ideal_training_seconds`), and the peak resident memory of the process over the step, with gradient checkpointing as configured (``--gradient-checkpointing`` /
-  ``--no-gradient-checkpointing``).
+  benchmark's settings) of ``--samples`` samples, with each of ``--variants``: ``cached`` and ``reprefill`` as above
+  (the default: both), ``grouped`` (cached, and ``group_by_length=True``: micro-batches of samples of similar length,
+  each computed at its own width), each in its own process (peak memory is per process; the same seed, so the same
+  samples): the step's seconds and the rollout's (wall and CPU), the tokens trained, the tokens the loss's micro-batches
+  computed (padding included: rows x width, summed), the floor of the loss's forward and backward on this machine
+  (:func:`ideal_training_seconds`), and the peak resident memory of the process over the step, with gradient
+  checkpointing as configured (``--gradient-checkpointing`` / ``--no-gradient-checkpointing``).
 
 - ``decode``: where a decode step's time goes, on the base model: ``--steps`` forward passes of one token per row
   at ``--batch`` rows over ``--context`` cached positions, with transformers' ``DynamicCache`` (a concatenation per
@@ -60,6 +62,7 @@ from benchmarks.learning_native import task as native_task  # noqa: E402
 from benchmarks.rollout_speed import ideal_seconds  # noqa: E402
 
 EVAL_VARIANTS = ("cached", "reprefill", "vllm")
+STEP_VARIANTS = ("cached", "reprefill", "grouped")
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -70,12 +73,14 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=8, help="decode: decode steps timed (after one warm-up)")
     p.add_argument("--questions", type=int, default=100, help="eval: held-out questions")
     p.add_argument("--batch", type=int, default=8, help="eval: trajectories per generation batch")
-    p.add_argument("--variants", nargs="+", choices=EVAL_VARIANTS, default=["cached", "reprefill"],
-                   help="eval: generation backends, side by side; step: cached and/or reprefill")
+    p.add_argument("--variants", nargs="+", choices=sorted(set(EVAL_VARIANTS + STEP_VARIANTS)),
+                   default=["cached", "reprefill"],
+                   help=f"eval: generation backends, side by side ({', '.join(EVAL_VARIANTS)}); step: "
+                        f"{', '.join(STEP_VARIANTS)}")
     p.add_argument("--repeats", type=int, default=1, help="eval: runs of each variant, alternating")
-    p.add_argument("--variant", choices=EVAL_VARIANTS, help=argparse.SUPPRESS)  # eval-child: the variant
+    p.add_argument("--variant", choices=sorted(set(EVAL_VARIANTS + STEP_VARIANTS)),
+                   help=argparse.SUPPRESS)  # eval-child, step-child: the variant
     p.add_argument("--samples", type=int, default=16, help="step: samples of the step (questions x group size)")
-    p.add_argument("--caching", type=int, default=1, help=argparse.SUPPRESS)  # step-child: the variant
     return p
 
 
@@ -100,6 +105,9 @@ def decode_steps(trajectories: list[Any], batch: int) -> int:
 def run_eval(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Each variant in its own process (``eval-child``), the order reversed on every other repeat; the float32
     variants must have generated the same conversations."""
+    if unknown := sorted(set(args.variants) - set(EVAL_VARIANTS)):
+        raise SystemExit(f"--variants {' '.join(unknown)} is not an eval variant; pass some of "
+                         f"{', '.join(EVAL_VARIANTS)}")
     order = [v for k in range(args.repeats) for v in (args.variants if k % 2 == 0 else args.variants[::-1])]
     results = []
     for variant in order:
@@ -196,17 +204,18 @@ def vllm_engine(args: argparse.Namespace, model: Any, tokenizer: Any) -> Countin
 
 def run_step(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Each variant in its own process (``step-child``): peak memory is per process."""
-    if "vllm" in args.variants:
-        raise SystemExit("step runs transformers generation: pass --variants cached and/or reprefill")
+    if unknown := sorted(set(args.variants) - set(STEP_VARIANTS)):
+        raise SystemExit(f"step runs transformers generation: --variants {' '.join(unknown)} is not a step variant; "
+                         f"pass some of {', '.join(STEP_VARIANTS)}")
     results = []
-    for caching in [int(variant == "cached") for variant in args.variants]:
-        argv = [sys.executable, __file__, "step-child", "--caching", str(caching), *sys.argv[2:]]
+    for variant in args.variants:
+        argv = [sys.executable, __file__, "step-child", "--variant", variant, *sys.argv[2:]]
         out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
         row = json.loads(out.strip().splitlines()[-1])
         results.append(row)
-        print(f"step prefix_caching={bool(caching)}: {row['step_s']:.1f} s ({row['step_cpu_s']:.1f} s of CPU; rollout "
-              f"{row['rollout_s']:.1f} s, {row['rollout_cpu_s']:.1f} s of CPU), {row['samples']} samples of "
-              f"{row['trained_tokens']} tokens (the loss's floor here {row['ideal_train_s']:.1f} s), peak RSS "
+        print(f"step {variant}: {row['step_s']:.1f} s ({row['step_cpu_s']:.1f} s of CPU; rollout {row['rollout_s']:.1f} "
+              f"s, {row['rollout_cpu_s']:.1f} s of CPU), {row['samples']} samples of {row['trained_tokens']} tokens, "
+              f"the loss computed {row['loss_tokens']} (its floor here {row['ideal_train_s']:.1f} s), peak RSS "
               f"{row['peak_rss_gb']:.2f} GB (gradient checkpointing {row['gradient_checkpointing']})", flush=True)
     return results
 
@@ -221,7 +230,8 @@ def step_child(args: argparse.Namespace) -> dict[str, Any]:
     args.rl_steps, args.num_generations = 1, min(args.num_generations, args.samples)
     args.rl_prompts_per_step = args.samples // args.num_generations
     values = {**native.rl_config_values(args, "grpo"), "output_dir": str(args.out / "speed_step")}
-    config = AgenticGRPOConfig(**values, prefix_caching=bool(args.caching))
+    config = AgenticGRPOConfig(**values, prefix_caching=args.variant != "reprefill",
+                               group_by_length=args.variant == "grouped")
     trainer = AgenticGRPOTrainer(model=learning.with_adapters(args, args.out / "sft" / "adapter"),
                                  reward_funcs=native.reward_funcs(args), args=config,
                                  train_dataset=Dataset.from_list(learning.rl_rows(task, args)),
@@ -239,12 +249,20 @@ def step_child(args: argparse.Namespace) -> dict[str, Any]:
         return runs, environments
 
     trainer.rollout = timed
+    loss_tokens: list[int] = []
+    loss = trainer.loss
+
+    def counted_loss(model: Any, batch: Any) -> Any:
+        loss_tokens.append(batch.prompt_ids.numel() + batch.completion_ids.numel())  # rows x width, padding included
+        return loss(model, batch)
+
+    trainer.loss = counted_loss
     start, cpu = time.perf_counter(), time.process_time()
     trainer.train()
     step_s, step_cpu_s = time.perf_counter() - start, time.process_time() - cpu
-    return {"prefix_caching": bool(args.caching), "step_s": step_s, "step_cpu_s": step_cpu_s,
+    return {"variant": args.variant, "step_s": step_s, "step_cpu_s": step_cpu_s,
             "rollout_s": rollout_seconds[0], "rollout_cpu_s": rollout_seconds[1], "samples": args.samples,
-            "trained_tokens": sum(tokens), "gradient_checkpointing": args.gradient_checkpointing,
+            "trained_tokens": sum(tokens), "loss_tokens": sum(loss_tokens), "gradient_checkpointing": args.gradient_checkpointing,
             "grad_accum": args.grad_accum, "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
             **ideal_training_seconds(trainer.model, sum(tokens), args.gradient_checkpointing)}
 

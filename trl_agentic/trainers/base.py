@@ -89,6 +89,7 @@ class AgenticTrainer(GRPOTrainerBoundary):
         self.task = task
         super().__init__(**kwargs)
         self._vllm_weights_step = -1  # the global step whose weights vLLM holds
+        self.group_by_length = getattr(self.args, "group_by_length", False)  # the boundary's micro-batch layout
         self.rollout_seam: RolloutSeam | None = None
         self.async_rollouts: AsyncRollouts | None = None  # max_staleness=1 (trainers/async_rollouts.py)
         if choice is None and getattr(self.args, "max_staleness", 0):

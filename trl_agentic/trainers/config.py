@@ -35,6 +35,15 @@ class AgenticConfig(GRPOConfig, RolloutFields):
         metadata={"help": "Exclude trajectories that did not end on their own (budget, environment truncation or "
                   "failure) from the loss."},
     )
+    group_by_length: bool = field(
+        default=False,
+        metadata={"help": "Order a round's samples by completion length (after TRL's shuffle, longest first) before "
+                  "they are cut into micro-batches, and compute each micro-batch at its own longest completion "
+                  "(the padding every row of it has is cut): less padding computed in the loss's forward and "
+                  "backward. GRPO's loss is the same for every loss type but bnpo, which normalizes per "
+                  "micro-batch (its weighting then follows the lengths), as PPO's value loss does. Default "
+                  "(TRL's): random micro-batches, padded to the round's longest completion."},
+    )
     trajectory_dir: str | None = field(
         default=None,
         metadata={"help": "Append every rollout, with its rewards and advantage, to <dir>/trajectories-rank<k>.jsonl."},
