@@ -32,8 +32,10 @@ runs for real; only the choice of token is scripted. The tool ``lookup`` sleeps 
   that all see the same machine load. Per step: time in ``training_step``, in ``_generate`` (the rollout), in
   ``model.generate``, the loop's own time (rollout minus generate) and the prompt tokens prefilled per trajectory
   (the first forward pass of each ``generate`` call, padding excluded); medians, their ratio to TRL's, and the
-  median of the ratios of steps run back to back. ``--observation-tokens N`` pads the tool's output to about ``N``
-  tokens (search results are hundreds).
+  median of the ratios of steps run back to back; and the bound of any loop that decodes the same tokens through
+  ``generate``: TRL's rollout CPU seconds less its prefills' (each call's first forward pass), over TRL's rollout
+  CPU seconds (``no_prefill_bound_ratio_rollout_cpu_s``: the ratio of a loop that prefilled nothing at all).
+  ``--observation-tokens N`` pads the tool's output to about ``N`` tokens (search results are hundreds).
 - ``generation``: :class:`~trl_agentic.rollout.engine.RolloutEngine` alone. Per rollout: wall time, time inside
   ``model.generate`` (the physical limit), time inside the generator seam (``HFGenerator.generate``: padding, copying), their ratio,
   and ``ratio_to_limit``: wall time over the ``generate`` time of the plain engine (one call per turn for the whole
@@ -315,7 +317,7 @@ def median(values: list[float]) -> float:
 # -- trl: side by side with GRPOTrainer(tools=...) ----------------------------------------------------------------
 TIMING_KEYS = ("rollout_s", "rollout_cpu_s", "generate_s", "generate_cpu_s", "loop_s", "loop_cpu_s", "step_s",
                "step_cpu_s", "generate_calls", "per_call_s", "per_call_cpu_s", "per_call_prefill_cpu_s",
-               "per_call_context", "prefilled_per_trajectory")
+               "prefill_cpu_s", "per_call_context", "prefilled_per_trajectory")
 SIDES = ("trl", "ours", "ours_reprefill")
 
 
@@ -397,6 +399,7 @@ def build_side(name: str, args: argparse.Namespace, workdir: str, steps: int) ->
         timings["per_call_s"].append(list(log.seconds))
         timings["per_call_cpu_s"].append(list(log.cpu_seconds))
         timings["per_call_prefill_cpu_s"].append(list(log.prefill_cpu_seconds))
+        timings["prefill_cpu_s"].append(sum(log.prefill_cpu_seconds))
         timings["per_call_context"].append(list(log.context))
         timings["prefilled_per_trajectory"].append((sum(log.prefilled) + shared) / len(batch))
         if name == "trl":  # TRL's _generate returns prompt_ids, completion_ids, tool_mask, ...
@@ -449,8 +452,8 @@ def compare(trl: Side, ours: Side, keys: tuple[str, ...]) -> dict[str, Any]:
     return row
 
 
-COMPARED = ("rollout_s", "rollout_cpu_s", "generate_s", "generate_cpu_s", "loop_s", "loop_cpu_s", "step_s",
-            "step_cpu_s", "prefilled_per_trajectory")
+COMPARED = ("rollout_s", "rollout_cpu_s", "generate_s", "generate_cpu_s", "prefill_cpu_s", "loop_s", "loop_cpu_s",
+            "step_s", "step_cpu_s", "prefilled_per_trajectory")
 
 
 def run_trl(args: argparse.Namespace) -> dict[str, Any]:
@@ -483,6 +486,8 @@ def run_trl(args: argparse.Namespace) -> dict[str, Any]:
             for name, side in sides.items():
                 result[f"{name}_rollout_over_generate"] = result[f"{name}_rollout_s"] / result[f"{name}_generate_s"]
                 result[f"{name}_step_s_all"] = [round(x, 3) for x in side.measured("step_s")]
+            # the rollout ratio of a loop with TRL's decode, tools and bookkeeping that prefilled nothing at all
+            result["no_prefill_bound_ratio_rollout_cpu_s"] = 1 - result["trl_prefill_cpu_s"] / result["trl_rollout_cpu_s"]
         results.append(result)
         print(summary_line(result, args.sides), flush=True)
     return {"results": results}
@@ -496,7 +501,8 @@ def summary_line(result: dict[str, Any], sides: list[str]) -> str:
     step = " | ".join(f"{name} {result[f'{name}_step_s']:.2f}" for name in sides)
     prefilled = " | ".join(f"{name} {result[f'{name}_prefilled_per_trajectory']:.0f}" for name in sides)
     return (f"turns {result['turns']}: rollout s {rollout}; step s {step}; prefilled tokens/trajectory {prefilled} "
-            f"({result['completion_tokens_per_row']} completion tokens/trajectory)")
+            f"({result['completion_tokens_per_row']} completion tokens/trajectory); a loop prefilling nothing: "
+            f"{result['no_prefill_bound_ratio_rollout_cpu_s']:.2f} of TRL's rollout CPU s")
 
 
 # -- generation: the engine against pure generation ---------------------------------------------------------------
