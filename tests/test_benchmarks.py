@@ -80,7 +80,9 @@ def commands(tmp: Path, data: Path, model: Path, adapter: Path) -> dict[str, lis
             ["benchmarks/learning_native/speed.py", "step", *learning, "--out", str(tmp / "speed"), "--max-turns", "3",
              "--samples", "2", "--variants", "reprefill", "grouped"],
             ["benchmarks/learning_native/speed.py", "decode", *learning, "--out", str(tmp / "speed"), "--batch", "2",
-             "--context", "8", "--steps", "2"]],
+             "--context", "8", "--steps", "2"],
+            ["benchmarks/learning_native/speed.py", "memory", *learning, "--out", str(tmp / "speed"),
+             "--micro-batches", "1", "2", "--context", "16"]],
         "rollout_speed_trl": [["benchmarks/rollout_speed.py", "trl", "--turns", "1", "2", "--steps", "1", *TINY_QWEN,
                                "--batch", "4", "--group", "2", "--json", str(tmp / "trl.json")]],
         "critic_memory": [["benchmarks/critic_memory.py", *TINY_QWEN, "--batch", "1", "--length", "16",
@@ -384,8 +386,9 @@ def test_learning_native_run(runs):
 def test_learning_native_speed(runs):
     """Evaluation with the KV cache kept and without, alternating, each in its own process: the same EM, fewer tokens prefilled with it, the
     machine's ideal beside each; one GRPO step per variant, each in its own process, with its peak memory; a decode
-    step with transformers' cache and with the preallocated one, beside its matrix products and its floor."""
-    _, evaluation, step, decode = outputs(runs, "learning_native_speed")
+    step with transformers' cache and with the preallocated one, beside its matrix products and its floor; the
+    memory of a loss micro-batch at two sizes and the line through them."""
+    _, evaluation, step, decode, memory = outputs(runs, "learning_native_speed")
     lines = [line for line in evaluation.splitlines() if line.startswith("eval ")]
     assert [line.split(":")[0] for line in lines] == ["eval cached", "eval reprefill", "eval reprefill",
                                                       "eval cached"]
@@ -397,7 +400,12 @@ def test_learning_native_speed(runs):
     # the tiny random model may never call a tool; the rows share the instructions' ids at the first turn
     assert cached["shared_tokens"] > 0 and cached["reused_tokens"] > 0
     steps = [line for line in step.splitlines() if line.startswith("step ")]
-    assert len(steps) == 2 and all(re.search(rf"peak RSS {NUMBER} GB", line) for line in steps)
+    assert [line.split(":")[0] for line in steps] == ["step reprefill", "step grouped"]
+    assert all(re.search(rf"the loss computed \d+ .* peak RSS {NUMBER} GB", line) for line in steps)
+    for rows in (1, 2):
+        assert re.search(rf"^micro-batch {rows} x 16 tokens: peak RSS {NUMBER} GB \(before the loss {NUMBER} GB\)",
+                         memory, re.M)
+    assert re.search(r"^peak = .* GB x rows: the largest micro-batch of 16 tokens under 24 GB is -?\d+", memory, re.M)
     assert re.search(rf"^decode step, DynamicCache: {NUMBER} ms of CPU at batch 2, 8 positions$", decode, re.M)
     assert re.search(rf"^decode step, preallocated: {NUMBER} ms of CPU", decode, re.M)
     assert re.search(rf"^its matrix products alone: {NUMBER} ms; floor \(weights read once at {NUMBER} GB/s\)",

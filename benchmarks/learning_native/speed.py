@@ -4,6 +4,7 @@ side by side, against this machine's limit? (issue 39)
     python benchmarks/learning_native/speed.py eval --out runs/native/s0 [--questions 100] [--batch 8]
     python benchmarks/learning_native/speed.py step --out runs/native/s0 [--samples 16] [--grad-accum 4]
     python benchmarks/learning_native/speed.py decode [--batch 8] [--context 800]
+    python benchmarks/learning_native/speed.py memory [--micro-batches 1 2 4 8] [--context 800]
 
 Both read ``run.py``'s settings (the same flags: ``--data``, ``--model``, ``--max-turns``, ...) and the SFT adapter
 ``<out>/sft/adapter`` (``run.py --stages sft`` writes it), merged, as the RL stages start from it.
@@ -37,6 +38,13 @@ Both read ``run.py``'s settings (the same flags: ``--data``, ``--model``, ``--ma
   products alone (every linear layer and the LM head at ``--batch`` rows, as PyTorch runs them here). CPU seconds
   of this process (one thread), steadier than wall time on a shared machine.
 
+- ``memory``: the memory of the loss's micro-batch: for each of ``--micro-batches`` (each in its own process), the
+  step's trainer (as ``step`` builds it: LoRA, gradient checkpointing as configured) computes its loss
+  (``compute_loss``: TRL's, the log-probs and entropy over the vocabulary included) and backward on one micro-batch
+  of that many rows of ``--context`` tokens (the native-tool prompt, then completion ids drawn at random); peak RSS of
+  the process and its RSS before; then a least-squares line ``peak = a + b * rows`` and the largest micro-batch that
+  line keeps under ``--memory-limit-gb``.
+
 Prints one line per measurement and writes ``<out>/speed_<command>.json``.
 """
 
@@ -68,7 +76,8 @@ STEP_VARIANTS = ("cached", "reprefill", "grouped")
 def make_parser() -> argparse.ArgumentParser:
     p = native.make_parser()
     p.description = __doc__
-    p.add_argument("command", choices=("eval", "eval-child", "step", "step-child", "decode"))
+    p.add_argument("command", choices=("eval", "eval-child", "step", "step-child", "decode", "memory",
+                                       "memory-child"))
     p.add_argument("--context", type=int, default=800, help="decode: cached positions per row")
     p.add_argument("--steps", type=int, default=8, help="decode: decode steps timed (after one warm-up)")
     p.add_argument("--questions", type=int, default=100, help="eval: held-out questions")
@@ -81,6 +90,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--variant", choices=sorted(set(EVAL_VARIANTS + STEP_VARIANTS)),
                    help=argparse.SUPPRESS)  # eval-child, step-child: the variant
     p.add_argument("--samples", type=int, default=16, help="step: samples of the step (questions x group size)")
+    p.add_argument("--micro-batches", type=int, nargs="+", default=[1, 2, 4, 8], help="memory: rows per micro-batch")
+    p.add_argument("--memory-limit-gb", type=float, default=24.0, help="memory: the machine's memory")
     return p
 
 
@@ -220,7 +231,8 @@ def run_step(args: argparse.Namespace) -> list[dict[str, Any]]:
     return results
 
 
-def step_child(args: argparse.Namespace) -> dict[str, Any]:
+def step_trainer(args: argparse.Namespace, variant: str) -> tuple[Any, Any]:
+    """The trainer of one GRPO step of ``--samples`` samples with the benchmark's settings, and its task."""
     from datasets import Dataset
 
     from trl_agentic import AgenticGRPOConfig, AgenticGRPOTrainer
@@ -230,13 +242,17 @@ def step_child(args: argparse.Namespace) -> dict[str, Any]:
     args.rl_steps, args.num_generations = 1, min(args.num_generations, args.samples)
     args.rl_prompts_per_step = args.samples // args.num_generations
     values = {**native.rl_config_values(args, "grpo"), "output_dir": str(args.out / "speed_step")}
-    config = AgenticGRPOConfig(**values, prefix_caching=args.variant != "reprefill",
-                               group_by_length=args.variant == "grouped")
+    config = AgenticGRPOConfig(**values, prefix_caching=variant != "reprefill", group_by_length=variant == "grouped")
     trainer = AgenticGRPOTrainer(model=learning.with_adapters(args, args.out / "sft" / "adapter"),
                                  reward_funcs=native.reward_funcs(args), args=config,
                                  train_dataset=Dataset.from_list(learning.rl_rows(task, args)),
                                  processing_class=tokenizer, peft_config=learning.lora_config(args),
                                  **task.trainer_kwargs)
+    return trainer, task
+
+
+def step_child(args: argparse.Namespace) -> dict[str, Any]:
+    trainer, _ = step_trainer(args, args.variant)
     rollout_seconds: list[float] = []
     tokens: list[int] = []
     rollout = trainer.rollout
@@ -275,6 +291,57 @@ def ideal_training_seconds(model: Any, tokens: int, checkpointing: bool) -> dict
     forwards = 3 if checkpointing else 2
     rate = ideal_seconds(model, 1, 0)["ideal_prefill_s"]  # seconds of one token's forward
     return {"ideal_train_s": forwards * tokens * rate}
+
+
+def run_memory(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Each micro-batch size in its own process (``memory-child``: peak RSS is per process), then the line through
+    the peaks and the largest micro-batch under the limit."""
+    results = []
+    for rows in args.micro_batches:
+        argv = [sys.executable, __file__, "memory-child", *sys.argv[2:], "--micro-batches", str(rows)]
+        row = json.loads(subprocess.run(argv, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
+        results.append(row)
+        print(f"micro-batch {rows} x {row['context']} tokens: peak RSS {row['peak_rss_gb']:.2f} GB (before the loss "
+              f"{row['rss_before_gb']:.2f} GB), loss and backward {row['seconds']:.1f} s", flush=True)
+    if len(results) > 1:
+        xs, ys = [r["rows"] for r in results], [r["peak_rss_gb"] for r in results]
+        mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+        slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / sum((x - mean_x) ** 2 for x in xs)
+        base = mean_y - slope * mean_x
+        largest = int((args.memory_limit_gb - base) // slope) if slope > 0 else None
+        results.append({"fit_base_gb": base, "fit_gb_per_row": slope, "largest_micro_batch": largest,
+                        "memory_limit_gb": args.memory_limit_gb})
+        print(f"peak = {base:.2f} GB + {slope:.3f} GB x rows: the largest micro-batch of {args.context} tokens under "
+              f"{args.memory_limit_gb:g} GB is {largest}", flush=True)
+    return results
+
+
+def memory_child(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+
+    from trl_agentic.compat import TRLBatch
+
+    rows = args.micro_batches[-1]
+    trainer, task = step_trainer(args, "cached")
+    tokenizer = trainer.processing_class
+    prompt = tokenizer.apply_chat_template(learning.rl_rows(task, args)[0]["prompt"], tools=task.tools,
+                                           tokenize=True, add_generation_prompt=True)
+    prompt = list(prompt["input_ids"] if hasattr(prompt, "keys") else prompt)[: args.context // 2]
+    width = args.context - len(prompt)
+    generator = torch.Generator().manual_seed(args.seed)
+    completion = torch.randint(100, len(tokenizer) - 1, (rows, width), generator=generator)
+    mask = torch.ones(rows, width, dtype=torch.long)
+    batch = TRLBatch({"prompt_ids": torch.tensor([prompt] * rows), "prompt_mask": torch.ones(rows, len(prompt),
+                      dtype=torch.long), "completion_ids": completion, "completion_mask": mask,
+                      "advantages": torch.linspace(-1, 1, rows), "num_items_in_batch": mask.sum(), "tool_mask": mask})
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1  # set by train(), read by TRL's loss
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+    start = time.process_time()
+    trainer.compute_loss(trainer.model, batch.data).backward()
+    return {"rows": rows, "context": args.context, "prompt_tokens": len(prompt), "seconds": time.process_time() - start,
+            "rss_before_gb": before, "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
+            "gradient_checkpointing": args.gradient_checkpointing}
 
 
 def run_decode(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -327,10 +394,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.model == native.MODEL:
         native.native_model.prepare(Path(native.MODEL))
     learning.set_determinism(args.seed, args.threads, args.device)
-    if args.command in ("step-child", "eval-child"):
-        print(json.dumps({"step-child": step_child, "eval-child": eval_child}[args.command](args)))
+    children = {"step-child": step_child, "eval-child": eval_child, "memory-child": memory_child}
+    if args.command in children:
+        print(json.dumps(children[args.command](args)))
         return 0
-    run = {"eval": run_eval, "step": run_step, "decode": run_decode}[args.command]
+    run = {"eval": run_eval, "step": run_step, "decode": run_decode, "memory": run_memory}[args.command]
     results = run(args)
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"speed_{args.command}.json"
