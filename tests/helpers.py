@@ -332,14 +332,15 @@ def raised_within(call: Callable[[], Any], seconds: float) -> BaseException | No
     return outcome.get("error")
 
 
-def assert_one_round_behind(trainer: Any, steps: int, batch: int) -> None:
-    """A ``max_staleness=1`` run of ``steps`` rounds of ``batch`` samples: finite losses, staleness 0 at the first
-    step and 1 after, every started sample trained once or discarded (the one round left ahead at the end)."""
+def assert_rounds_behind(trainer: Any, steps: int, batch: int, depth: int = 1) -> None:
+    """A ``max_staleness=depth`` run of ``steps`` rounds of ``batch`` samples: finite losses, staleness 0, 1, ...,
+    ``depth`` over the first steps and ``depth`` after, every started sample trained once or discarded (the
+    ``depth`` rounds left ahead at the end)."""
     import math
 
     logs = [row for row in trainer.state.log_history if "loss" in row]
     assert len(logs) == steps and all(math.isfinite(row["loss"]) for row in logs)
-    assert [row["async/staleness"] for row in logs] == [0.0] + [1.0] * (steps - 1)
+    assert [row["async/staleness"] for row in logs] == [float(min(step, depth)) for step in range(steps)]
     pipeline = trainer.async_rollouts
-    assert (pipeline.consumed, pipeline.discarded) == (batch * steps, batch)
+    assert (pipeline.consumed, pipeline.discarded) == (batch * steps, batch * depth)
     assert pipeline.started == pipeline.consumed + pipeline.discarded

@@ -63,12 +63,13 @@ def _parse(argv: list[str] | None) -> tuple[DemoSettings, argparse.Namespace]:
     parser.add_argument("--quick", action="store_true", help="40 GRPO steps and 50 held-out prompts")
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--output-dir", default=None, help="where the plot, page and summary go (default: a temp dir)")
-    parser.add_argument("--max-staleness", type=int, default=0, choices=(0, 1),
-                        help="1: GRPO one round behind its generator (asynchronous rollouts; default 0)")
+    parser.add_argument("--max-staleness", type=int, default=0,
+                        help="D >= 1: GRPO D rounds behind its generator (asynchronous rollouts; default 0)")
     parser.add_argument("--async-correction", default="decoupled", choices=("decoupled", "behaviour", "none"),
-                        help="with --max-staleness 1: the off-policy correction (default decoupled)")
+                        help="with --max-staleness >= 1: the off-policy correction (default decoupled)")
     parser.add_argument("--async-generator", default="thread", choices=("thread", "process"),
-                        help="with --max-staleness 1: generate on a background thread (default) or in a child process")
+                        help="with --max-staleness >= 1: generate on a background thread (default) or in a child "
+                        "process")
     args = parser.parse_args(argv)
     settings = DemoSettings(seed=args.seed)
     if args.quick:

@@ -61,6 +61,20 @@ def test_ppo_two_processes_keep_critic_in_sync(tmp_path, tiny_model_dir):
     assert ranks[0]["policy_checksum"] == pytest.approx(ranks[1]["policy_checksum"], rel=1e-9)
 
 
+def test_two_processes_two_rounds_behind(tmp_path, tiny_model_dir):
+    """``max_staleness=2`` on two processes whose episodes last 1 and 3 turns: each rank's background generator rolls
+    out without waiting for the other's (no collective call leaves the training thread, so none interleaves with
+    training's), both train at staleness 0, 1, 2, every sample started is trained or discarded, each pins its
+    generator to a core of its own, and both policies end equal (DDP averaged the gradients)."""
+    ranks = _launch(tmp_path, tiny_model_dir, "async")
+    for rank in ranks:
+        assert rank["staleness"] == [0.0, 1.0, 2.0]
+        started, consumed, discarded = rank["samples"]
+        assert (started, consumed, discarded) == (3 * (3 + 2), 3 * 3, 3 * 2)  # 3 rows a round, two rounds ahead
+    assert [rank["generator_cpu"] for rank in ranks] == [0, 1]
+    assert ranks[0]["policy_checksum"] == pytest.approx(ranks[1]["policy_checksum"], rel=1e-9)
+
+
 def test_agents_train_on_two_processes(tmp_path, tiny_model_dir):
     """``agent=`` on two processes, each with its own endpoint: rank 0's agents make one model call per run and
     rank 1's three, yet both ranks make the same number of generation calls (rank 0 generates dummies while rank 1's

@@ -19,6 +19,7 @@ from trl_agentic.toy import build_tiny_model, build_tokenizer  # noqa: E402
 out_dir, model_dir = sys.argv[1], sys.argv[2]
 mode = sys.argv[3] if len(sys.argv) > 3 else "grpo"
 dynamic = mode == "dynamic"  # DAPO dynamic sampling with groups spanning ranks
+depth = 2 if mode == "async" else 0  # max_staleness: GRPO two rounds behind its background generator
 rank = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", 0)))
 record = {"generation_calls": [], "rewards": [], "advantages": []}
 
@@ -70,8 +71,9 @@ if rank == 0 and not os.path.exists(os.path.join(model_dir, "config.json")):
 make_args = ppo_args if mode == "ppo" else agentic_args
 args = make_args(
     type("P", (), {"__truediv__": lambda self, other: os.path.join(out_dir, other)})(),
-    per_device_train_batch_size=3, num_generations=1 if mode == "ppo" else 2, max_steps=2, max_turns=4,
-    max_completion_length=64, max_tokens_per_turn=6,
+    per_device_train_batch_size=3, num_generations=1 if mode == "ppo" else 2, max_steps=3 if depth else 2,
+    max_turns=4, max_completion_length=64, max_tokens_per_turn=6,
+    **({"max_staleness": depth, "generator_cpu": 0} if depth else {}),
     **({"zero_variance_groups": "dynamic_sampling", "max_extra_generation_rounds": 8} if dynamic else {}),
 )
 trainer = RecordingTrainer(model=model_dir, reward_funcs=agent_tokens_reward, args=args,
@@ -80,7 +82,13 @@ trainer = RecordingTrainer(model=model_dir, reward_funcs=agent_tokens_reward, ar
 trainer.train()
 if mode == "ppo":
     record["critic_checksum"] = [float(p.detach().double().sum()) for p in trainer.critic.parameters()]
+if mode in ("ppo", "async"):
     record["policy_checksum"] = float(sum(p.detach().double().sum() for p in trainer.model.parameters()))
+if depth:
+    pipeline = trainer.async_rollouts
+    record["staleness"] = [row["async/staleness"] for row in trainer.state.log_history if "loss" in row]
+    record["samples"] = [pipeline.started, pipeline.consumed, pipeline.discarded]
+    record["generator_cpu"] = pipeline.thread.cpu
 # Without it a rank can abort at exit after a good run ("terminate called without an active exception": a gloo
 # worker still releasing its last all-reduce needs the GIL during interpreter shutdown).
 trainer.end_training()

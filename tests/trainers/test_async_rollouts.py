@@ -1,7 +1,7 @@
-"""Asynchronous rollouts (``max_staleness=1``, ``trl_agentic/trainers/async_rollouts.py``): 0 is the synchronous
-trainer bit for bit; 1 trains both trainers one round behind the generator, with every sample trained once or
-counted discarded, the copy's weights those of the version it reports, the behaviour log-probs in the correction, and
-a failure of the background thread raised in ``train()`` with its traceback."""
+"""Asynchronous rollouts (``max_staleness=D``, ``trl_agentic/trainers/async_rollouts.py``): 0 is the synchronous
+trainer bit for bit; D >= 1 trains both trainers D rounds behind the generator (staleness 0, 1, ..., D, D), with
+every sample trained once or counted discarded, the copy's weights those of the version it reports, the behaviour
+log-probs in the correction, and a failure of the background thread raised in ``train()`` with its traceback."""
 
 import math
 import os
@@ -13,7 +13,7 @@ import traceback
 import pytest
 import torch
 from conventions import build_convention
-from helpers import agentic_args, assert_one_round_behind, lookup_dataset, ppo_args, raised_within
+from helpers import agentic_args, assert_rounds_behind, lookup_dataset, ppo_args, raised_within
 from peft import LoraConfig
 from transformers import TrainerCallback
 
@@ -26,11 +26,15 @@ from trl_agentic.trainers.async_rollouts import (
     GenerationStopped,
     PolicyCopy,
     StoppableGenerator,
+    generator_core,
     refusal,
+    sharding_of,
+    snapshot,
 )
 from trl_agentic.trajectory import Trajectory, load_trajectories
 
 STEPS = 3
+DEEP_STEPS = 5  # max_staleness=2: two steps to fill the pipeline, then three at staleness 2
 BATCH = 4  # agentic_args' per_device_train_batch_size: one round's samples
 
 
@@ -85,19 +89,35 @@ def test_grpo_one_round_behind_trains_every_sample_once(tiny_model_dir, tokenize
     assert pipeline.consumed == BATCH * STEPS
     assert pipeline.discarded == BATCH
     assert pipeline.started == pipeline.consumed + pipeline.discarded
-    assert pipeline.ahead is None
+    assert not pipeline.ahead
     rows = list(load_trajectories(tmp_path / "traj" / "trajectories-rank0.jsonl"))
     assert len(rows) == BATCH * STEPS  # each trained once
     assert [r["step"] - r["policy_version"] for r in rows] == [0] * BATCH + [1] * BATCH * (STEPS - 1)
 
 
-def test_ppo_one_round_behind(tiny_model_dir, tokenizer, tmp_path):
-    args = ppo_args(tmp_path, max_steps=STEPS, max_staleness=1)
+def test_grpo_two_rounds_behind_trains_every_sample_once(tiny_model_dir, tokenizer, tmp_path):
+    trainer = _grpo(tmp_path, tiny_model_dir, tokenizer, max_staleness=2, max_steps=DEEP_STEPS,
+                    trajectory_dir=str(tmp_path / "traj"))
+    trainer.train()
+    assert_rounds_behind(trainer, DEEP_STEPS, BATCH, depth=2)  # staleness 0, 1, 2, 2, 2
+    pipeline = trainer.async_rollouts
+    # the first round's rows three times (once now, twice ahead), then one round's per step; two rounds ahead at the end
+    assert pipeline.started == BATCH * (DEEP_STEPS + 2)
+    assert not pipeline.ahead
+    rows = list(load_trajectories(tmp_path / "traj" / "trajectories-rank0.jsonl"))
+    assert len(rows) == BATCH * DEEP_STEPS  # each trained once
+    assert [r["step"] - r["policy_version"] for r in rows] == [s for s in (0, 1, 2, 2, 2) for _ in range(BATCH)]
+    assert [r["policy_version"] for r in rows] == [v for v in (0, 0, 0, 1, 2) for _ in range(BATCH)]
+
+
+@pytest.mark.parametrize(("depth", "steps"), [(1, STEPS), (2, DEEP_STEPS)])
+def test_ppo_rounds_behind(tiny_model_dir, tokenizer, tmp_path, depth, steps):
+    args = ppo_args(tmp_path, max_steps=steps, max_staleness=depth)
     trainer = AgenticPPOTrainer(model=tiny_model_dir, reward_funcs=lookup_reward, args=args,
                                 train_dataset=lookup_dataset(16), processing_class=tokenizer,
                                 environment=LookupEnvironment)
     trainer.train()
-    assert_one_round_behind(trainer, STEPS, BATCH)
+    assert_rounds_behind(trainer, steps, BATCH, depth)
 
 
 def test_dynamic_sampling_and_evaluation_roll_out_on_the_spot(tiny_model_dir, tokenizer, tmp_path):
@@ -114,10 +134,13 @@ def test_dynamic_sampling_and_evaluation_roll_out_on_the_spot(tiny_model_dir, to
     assert (pipeline.consumed, pipeline.discarded) == (BATCH * STEPS, BATCH)
 
 
-@pytest.mark.parametrize("use_lora", [False, True])
-def test_the_copy_holds_the_weights_of_the_version_it_reports(tiny_model_dir, tokenizer, tmp_path, use_lora):
+@pytest.mark.parametrize(("use_lora", "depth"), [(False, 1), (True, 1), (False, 2)])
+def test_the_copy_holds_the_weights_of_the_version_it_reports(tiny_model_dir, tokenizer, tmp_path, use_lora, depth):
+    """Each job samples with the weights of the step it was started at, loaded when it starts: with two jobs queued,
+    the one running is never overwritten by the next one's weights."""
+    steps = STEPS + depth - 1  # a trained job sampled at version 1 or later
     peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
-    trainer = _grpo(tmp_path, tiny_model_dir, tokenizer, max_staleness=1, learning_rate=1e-2,
+    trainer = _grpo(tmp_path, tiny_model_dir, tokenizer, max_staleness=depth, learning_rate=1e-2, max_steps=steps,
                     peft_config=peft_config if use_lora else None)
     policy_at = {}  # global step -> the policy's parameters when that step begins
 
@@ -137,7 +160,9 @@ def test_the_copy_holds_the_weights_of_the_version_it_reports(tiny_model_dir, to
 
     seam.run = recording_run
     trainer.train()
-    assert [version for version, _ in sampled] == [0, 0, 1, 2]
+    jobs = [0] * (depth + 1) + list(range(1, steps))  # the versions of every job started, in order
+    assert len(sampled) >= steps  # the jobs trained; of those ahead at the end, a queued one never starts
+    assert [version for version, _ in sampled] == jobs[:len(sampled)]
     for version, weights in sampled:
         assert all(torch.equal(weights[n], policy_at[version][n]) for n in weights)
     assert not all(torch.equal(sampled[-1][1][n], policy_at[0][n]) for n in policy_at[0])  # the policy moved
@@ -167,15 +192,17 @@ def test_the_other_corrections_train(tiny_model_dir, tokenizer, tmp_path, correc
     assert all("sampling/importance_sampling_ratio/mean" not in row for row in logs)
 
 
-def test_a_background_failure_is_raised_in_train_with_its_traceback(tiny_model_dir, tokenizer, tmp_path, monkeypatch):
-    trainer = _grpo(tmp_path, tiny_model_dir, tokenizer, max_staleness=1, max_steps=4)
+@pytest.mark.parametrize("depth", [1, 2])
+def test_a_background_failure_is_raised_in_train_with_its_traceback(tiny_model_dir, tokenizer, tmp_path, monkeypatch,
+                                                                    depth):
+    trainer = _grpo(tmp_path, tiny_model_dir, tokenizer, max_staleness=depth, max_steps=4)
     generate = HFGenerator.generate
     calls = {"background": 0}
 
     def failing_generate(self, *args, **kwargs):
         if threading.current_thread().name == "trl-agentic-rollouts":
             calls["background"] += 1
-            if calls["background"] > 4:  # the first round's two jobs have run (<= 2 turns each here)
+            if calls["background"] > 2 * (depth + 1):  # the first round's jobs have run (<= 2 turns each here)
                 raise KeyError("the generator's card fell over")
         return generate(self, *args, **kwargs)
 
@@ -185,7 +212,8 @@ def test_a_background_failure_is_raised_in_train_with_its_traceback(tiny_model_d
     assert "failing_generate" in "".join(traceback.format_tb(error.__traceback__))  # the background frames
     assert trainer.state.global_step < 4
     pipeline = trainer.async_rollouts
-    assert pipeline.ahead is None and pipeline.started == pipeline.consumed + pipeline.discarded
+    assert not pipeline.ahead and pipeline.started == pipeline.consumed + pipeline.discarded
+    assert pipeline.discarded == BATCH * depth  # the failed job and every job queued with it
 
 
 def test_training_end_stops_the_generator(tiny_model_dir, tokenizer, tmp_path, monkeypatch):
@@ -203,7 +231,7 @@ def test_training_end_stops_the_generator(tiny_model_dir, tokenizer, tmp_path, m
     after = len(calls)
     threading.Event().wait(0.5)
     assert len(calls) == after  # nothing generates once train() returned
-    assert trainer.async_rollouts.ahead is None and trainer.async_rollouts.discarded == BATCH
+    assert not trainer.async_rollouts.ahead and trainer.async_rollouts.discarded == BATCH
     trainer.train()  # a second train() starts the pipeline again
     assert trainer.async_rollouts.started == trainer.async_rollouts.consumed + trainer.async_rollouts.discarded
 
@@ -246,13 +274,14 @@ class _SlowSeam:
         return [Trajectory(prompt_ids=[1]) for _ in rows], None
 
 
-def test_an_interrupted_wait_stops_the_job_and_the_pipeline_starts_again():
-    """Ctrl-C while the trainer waits for the job: the job ends at its next generation call, its samples are
-    discarded, and the next round starts afresh."""
+@pytest.mark.parametrize("depth", [1, 2])
+def test_an_interrupted_wait_stops_the_job_and_the_pipeline_starts_again(depth):
+    """Ctrl-C while the trainer waits for the job: the job ends at its next generation call, its samples and those of
+    every job queued behind it are discarded, and the next round starts afresh."""
     stop = threading.Event()
     seam = _SlowSeam(StoppableGenerator(_OneToken(), stop), calls=300)
     model = torch.nn.Linear(2, 2)
-    pipeline = AsyncRollouts(seam, PolicyCopy(model), stop)
+    pipeline = AsyncRollouts(seam, PolicyCopy(model), stop, depth=depth)
     # Python's own Ctrl-C handler, set at the OS level too: once, in a loaded whole-suite run, this test saw no
     # KeyboardInterrupt (cause not found; signal.getsignal showed no test changing it: a C library could)
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -267,22 +296,109 @@ def test_an_interrupted_wait_stops_the_job_and_the_pipeline_starts_again():
     stopped = pipeline._stopping
     with pytest.raises(GenerationStopped):
         stopped.result(2)  # well before its 300 calls (3 s)
-    assert (pipeline.started, pipeline.discarded, pipeline.ahead) == (2, 2, None)
+    assert (pipeline.started, pipeline.discarded, list(pipeline.ahead)) == (2 * depth, 2 * depth, [])
     seam.calls = 2
     rollouts = pipeline.next([{}, {}], model, 1)
     assert len(rollouts.runs) == 2 and rollouts.version == 1 and not stop.is_set()
     pipeline.close()
-    assert pipeline.started == pipeline.consumed + pipeline.discarded == 6
+    assert pipeline.started == pipeline.consumed + pipeline.discarded == 2 * depth + 2 * (depth + 1)
+
+
+class _RecordingSeam:
+    """A rollout seam whose runs carry each row's ``k`` and the copy's version when the job started; a row with
+    ``fail`` raises instead."""
+
+    def __init__(self, policy):
+        self.policy = policy
+
+    def run(self, rows):
+        if any(row.get("fail") for row in rows):
+            raise RuntimeError("the environment fell over")
+        return [Trajectory(prompt_ids=[row["k"], self.policy.version]) for row in rows], None
+
+
+def _recording_pipeline(depth):
+    model = torch.nn.Linear(2, 2)
+    policy = PolicyCopy(model)
+    return AsyncRollouts(_RecordingSeam(policy), policy, threading.Event(), depth=depth), model
+
+
+@pytest.mark.parametrize(("depth", "trained"), [
+    (1, [(0, 0), (0, 0), (1, 1), (2, 2), (3, 3)]),  # as the one-round pipeline always trained
+    (2, [(0, 0), (0, 0), (0, 0), (1, 1), (2, 2)]),
+])
+def test_each_round_trains_the_oldest_job(depth, trained):
+    """Round ``k`` trains rows_{k-D}'s runs, sampled at version k-D (the first rounds: the first rows' extra runs),
+    and the pipeline holds D jobs ahead after each round."""
+    pipeline, model = _recording_pipeline(depth)
+    seen = []
+    for k in range(5):
+        rollouts = pipeline.next([{"k": k}], model, k)
+        seen.append((rollouts.rows[0]["k"], rollouts.version))
+        assert [list(run.prompt_ids) for run in rollouts.runs] == [[rollouts.rows[0]["k"], rollouts.version]]
+        assert all(run.policy_version == rollouts.version for run in rollouts.runs)
+        assert len(pipeline.ahead) == depth
+    assert seen == trained
+    pipeline.close()
+    assert (pipeline.started, pipeline.consumed, pipeline.discarded) == (5 + depth, 5, depth)
+
+
+def test_a_failure_of_any_job_ahead_is_raised_after_the_step():
+    """Two jobs ahead, the newer fails: it is raised after the optimizer step (not only the oldest job is checked),
+    and both are discarded."""
+    pipeline, model = _recording_pipeline(depth=2)
+    pipeline.next([{"k": 0}], model, 0)
+    pipeline.next([{"k": 1, "fail": True}], model, 1)
+    pipeline.ahead[-1].future.exception(5)  # the failing job has run
+    with pytest.raises(RuntimeError, match="the environment fell over"):
+        pipeline.raise_failure()
+    assert not pipeline.ahead and pipeline.started == pipeline.consumed + pipeline.discarded
+    assert pipeline.discarded == 2
+
+
+def test_the_copy_loads_a_snapshot_of_the_weights_of_its_submit():
+    """The weights a job samples with are taken when it is submitted: training moving the policy meanwhile does not
+    reach them."""
+    model = torch.nn.Linear(2, 2)
+    policy = PolicyCopy(model)
+    weights = snapshot(model)
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    policy.load(weights, version=3)
+    assert torch.equal(policy.model.weight, weights["weight"]) and not torch.equal(policy.model.weight, model.weight)
+    assert policy.version == 3
 
 
 def test_settings_it_cannot_run_are_refused(tmp_path):
-    with pytest.raises(ValueError, match="max_staleness must be 0"):
-        agentic_args(tmp_path, max_staleness=2)
+    assert agentic_args(tmp_path, max_staleness=3).max_staleness == 3
+    for value in (-1, True, 1.5):
+        with pytest.raises(ValueError, match="max_staleness must be an integer >= 0"):
+            agentic_args(tmp_path, max_staleness=value)
     with pytest.raises(ValueError, match="async_correction must be one of"):
         agentic_args(tmp_path, max_staleness=1, async_correction="tis")
-    assert "pass max_staleness=0" in refusal(True, "EngineSeam", False)
-    assert "concurrent_sync_tools=True" in refusal(False, "TRLToolsSeam", False)
-    assert refusal(False, "TRLToolsSeam", True) is None and refusal(False, "EngineSeam", False) is None
+    assert "FSDP" in refusal("FSDP", "EngineSeam", False) and "pass max_staleness=0" in refusal("FSDP", "EngineSeam",
+                                                                                                 False)
+    assert "concurrent_sync_tools=True" in refusal(None, "TRLToolsSeam", False)
+    assert refusal(None, "TRLToolsSeam", True) is None and refusal(None, "EngineSeam", False) is None
+
+
+def test_sharded_parameters_are_named():
+    """Several processes are run (no collective call leaves the training thread); what shards the parameters, whose
+    unwrapped model a copy would not hold, is named for the refusal."""
+    from types import SimpleNamespace
+
+    def state(deepspeed=None, fsdp=None):
+        return SimpleNamespace(deepspeed_plugin=deepspeed, fsdp_plugin=fsdp)
+
+    assert sharding_of(state()) is None
+    assert sharding_of(state(deepspeed=SimpleNamespace(zero_stage=2))) is None
+    assert sharding_of(state(deepspeed=SimpleNamespace(zero_stage=3))) == "DeepSpeed ZeRO-3"
+    assert sharding_of(state(fsdp=object())) == "FSDP"
+
+
+def test_each_process_pins_its_generator_to_a_core_of_its_own():
+    assert generator_core(None, 1) is None
+    assert [generator_core(4, index) for index in range(3)] == [4, 5, 6]
 
 
 def _increment_run(tmp_path, **extra):

@@ -1,7 +1,7 @@
 """The generator in a process of its own (``async_generator="process"``, ``trl_agentic/rollout/process_generator.py``):
 the same ids and log-probs as the in-process ``HFGenerator`` (a session's kept KV cache too), the weights written by
-``PolicyCopy.load`` seen by the child's next call, both trainers one round behind with it, a failure or a death of the
-child raised in the trainer (never a hang), and no child left once training stops."""
+``PolicyCopy.load`` seen by the child's next call, both trainers one round behind with it (and GRPO two), a failure
+or a death of the child raised in the trainer (never a hang), and no child left once training stops."""
 
 import functools
 import math
@@ -11,7 +11,7 @@ import threading
 
 import pytest
 import torch
-from helpers import agentic_args, assert_one_round_behind, fail_when_set, lookup_dataset, ppo_args, raised_within
+from helpers import agentic_args, assert_rounds_behind, fail_when_set, lookup_dataset, ppo_args, raised_within
 from peft import LoraConfig, get_peft_model
 from transformers import TrainerCallback
 
@@ -243,7 +243,7 @@ def test_grpo_one_round_behind_with_the_process_generator(tiny_model_dir, tokeni
     pids = _Pids(generator)
     trainer.add_callback(pids)
     trainer.train()
-    assert_one_round_behind(trainer, STEPS, BATCH)
+    assert_rounds_behind(trainer, STEPS, BATCH)
     assert len(set(pids.pids)) == 1 and pids.pids[0] != os.getpid()  # one child served every round
     assert generator.pid is None and _gone(pids.pids[0])  # training's end ended it
     trainer.train()  # a second train() starts another
@@ -260,8 +260,18 @@ def test_ppo_one_round_behind_with_the_process_generator(tiny_model_dir, tokeniz
     pids = _Pids(_process_generator(trainer))
     trainer.add_callback(pids)
     trainer.train()
-    assert_one_round_behind(trainer, STEPS, BATCH)
+    assert_rounds_behind(trainer, STEPS, BATCH)
     assert _gone(pids.pids[0])
+
+
+def test_grpo_two_rounds_behind_with_the_process_generator(tiny_model_dir, tokenizer, tmp_path):
+    """Two jobs queued: each loads its own weights into the shared copy when it starts, while the child is idle."""
+    trainer = _grpo(tmp_path, tiny_model_dir, tokenizer, max_staleness=2, max_steps=4)
+    pids = _Pids(_process_generator(trainer))
+    trainer.add_callback(pids)
+    trainer.train()
+    assert_rounds_behind(trainer, 4, BATCH, depth=2)
+    assert len(set(pids.pids)) == 1 and _gone(pids.pids[0])
 
 
 def test_grpo_with_lora_and_the_process_generator(tiny_model_dir, tokenizer, tmp_path):
@@ -301,7 +311,7 @@ def test_a_child_failure_is_raised_in_train_and_no_child_is_left(tiny_model_dir,
         assert "\n" not in str(error)
     assert trainer.state.global_step < 5
     pipeline = trainer.async_rollouts
-    assert pipeline.ahead is None and pipeline.started == pipeline.consumed + pipeline.discarded
+    assert not pipeline.ahead and pipeline.started == pipeline.consumed + pipeline.discarded
     assert generator.pid is None and _gone(pids.pids[0])
 
 
@@ -329,10 +339,10 @@ def test_close_ends_the_pipeline_and_its_child(tiny_model_dir, tokenizer, tmp_pa
     trainer = _grpo(tmp_path, tiny_model_dir, tokenizer, max_steps=1)
     pipeline = trainer.async_rollouts
     rollouts = pipeline.next([dict(row) for row in lookup_dataset(4)], trainer.model, 0)
-    assert len(rollouts.runs) == 4 and pipeline.ahead is not None
+    assert len(rollouts.runs) == 4 and pipeline.ahead
     pid = _process_generator(trainer).pid
     pipeline.close()
-    assert pipeline.ahead is None and _gone(pid)
+    assert not pipeline.ahead and _gone(pid)
     assert pipeline.started == pipeline.consumed + pipeline.discarded
 
 

@@ -1,7 +1,7 @@
 """A generator whose forward passes run in a child process: the generation seam (:class:`~.generation.Generator`)
 over an :class:`~.generation.HFGenerator` that lives in a process of its own.
 
-Why: asynchronous rollouts (``max_staleness=1``) generate on a background thread while the training thread trains.
+Why: asynchronous rollouts (``max_staleness >= 1``) generate on a background thread while the training thread trains.
 Two threads of one interpreter share the GIL, and with small models, whose ``generate`` is mostly Python, the two
 take turns instead of running side by side (``docs/benchmarks.md``). Here only the rollout loop (engine, tools,
 environments, the agents' endpoint) stays on the trainer's background thread; each ``generate`` call crosses a
@@ -9,7 +9,7 @@ environments, the agents' endpoint) stays on the trainer's background thread; ea
 
 - Weights: the model's parameters and buffers are moved to shared memory (``share_memory_``) before the child is
   spawned, so that the child's model reads the very memory the trainer's copy holds. Writing into them in place
-  (``PolicyCopy.load``, only while no call runs) is what the child sees at its next call: no weights are sent.
+  (``PolicyCopy.load`` at the start of each job, only while no call runs) is what the child sees at its next call.
   Shared memory lives in ``/dev/shm``, which must hold the model (a container's default may be 64 MB).
 - The child is started with ``spawn`` (never ``fork``: the trainer has torch threads running), at the first call
   (so a generator never used costs nothing), pins itself to ``cpu`` (``os.sched_setaffinity``), runs ``threads``

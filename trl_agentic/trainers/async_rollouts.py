@@ -1,22 +1,27 @@
-"""Asynchronous rollouts (``max_staleness=1``): the next round's rollouts, every turn and tool, run on a background
-thread, on a copy of the policy, while this round trains.
+"""Asynchronous rollouts (``max_staleness=D``, any integer ``D >= 1``): the next D rounds' rollouts, every turn and
+tool, run on a background thread, on a copy of the policy, while this round trains.
 
-The pipeline, at training round ``k`` with the rows TRL's sampler gave it (``rows_k``)::
+The pipeline, D rounds deep, at training round ``k`` with the rows TRL's sampler gave it (``rows_k``)::
 
-    1 wait for the job ahead          rows_{k-1}'s runs, sampled by the copy at version v = k-1 (its error, if any,
+    1 wait for the oldest job         rows_{k-D}'s runs, sampled by the copy at version v = k-D (its error, if any,
                                       is raised here, or after the optimizer step during which it happened,
                                       with the background thread's traceback)
-    2 load the policy into the copy   the trained parameters, copied while the generator is idle: weights reach the
-                                      generator between its calls; the copy's version = the global step, k
-    3 start rows_k's job              on the background thread (pinned to ``generator_cpu``), through a rollout seam
-                                      of its own over the copy (the same kind as the trainer's)
-    4 train on rows_{k-1}'s runs      score, batch and log-probs on the training thread; staleness k - v = 1
+    2 queue rows_k's job              with a snapshot of the trained parameters (detached clones; the version of the
+                                      snapshot = the global step, k), on the background thread (pinned to
+                                      ``generator_cpu``), through a rollout seam of its own over the copy (the same
+                                      kind as the trainer's)
+    3 train on rows_{k-D}'s runs      score, batch and log-probs on the training thread; staleness k - v = D
 
-The first round has no job ahead: its rows are rolled out once to train on at once (staleness 0) and once more
-ahead, for the second round. The rows of round ``k+1`` reach the trainer only at that round (TRL's sampler), so a
-pipeline one round deep needs this one batch more; no sample is trained twice. When training ends (or a round
-raises) the job ahead is stopped at its next generation call and its samples counted as discarded; every sample
-started is consumed (trained) or discarded.
+The background thread runs its jobs one after another, and each job first loads its snapshot into the copy: the
+generator is idle then, so weights reach it between its calls, never during a job (with D jobs queued, the copy
+cannot be written when a job is queued: one before it may still run). A snapshot costs one copy of the trained
+parameters (the adapters alone with PEFT) per job queued.
+
+The first round has no job ahead: its rows are rolled out once to train on at once (staleness 0) and D more times
+ahead, for the next D rounds, so that staleness goes 0, 1, ..., D, then stays D. The rows of round ``k+1`` reach the
+trainer only at that round (TRL's sampler), so a pipeline D rounds deep needs these D batches more; no sample is
+trained twice. When training ends (or a round raises) every job ahead is discarded: the queued ones never start,
+the running one is stopped at its next generation call; every sample started is consumed (trained) or discarded.
 
 Off-policy correction (``async_correction``; :meth:`~trl_agentic.trainers.base.AgenticTrainer.add_logps`) uses the
 log-probs the copy's generator returned when it sampled (the behaviour policy), carried in each run's ``logprobs``
@@ -25,25 +30,30 @@ as vLLM's are, through the same batch key (``sampling_per_token_logps``) and TRL
 
 Where the copy generates (``async_generator``): on the background thread itself (``"thread"``), or in a child
 process (``"process"``: :class:`~trl_agentic.rollout.process_generator.ProcessGenerator`, whose forward passes do not
-share the GIL with training; the copy's weights are in shared memory, so step 2 writes what the child reads), which
-the pipeline ends whenever it stops; the rollout loop stays on the background thread either way.
+share the GIL with training; the copy's weights are in shared memory, so a job's load writes what the child reads),
+which the pipeline ends whenever it stops; the rollout loop stays on the background thread either way.
 
 Every kind of rollout runs so: our environments, TRL's ``tools=`` / ``environment_factory=`` and agents through the
-endpoint (whose generation then runs on the background thread, the caller of its round). Not here: several processes
-(each would make collective calls from a second thread, between training's), vLLM (its server has its own weight
-sync) and sync tools on the training thread (TRL's default for ``tools=`` / ``environment_factory=``, which needs
-``concurrent_sync_tools=True`` here); the trainer refuses them with what to pass instead (:func:`refusal`).
+endpoint (whose generation then runs on the background thread, the caller of its round). Several processes run it
+too, each its own pipeline: the background seam is built without ``sync_any`` / ``sync_max`` (no process waits for
+another's rollouts; no dummy calls) and generates with a local copy's ``generate`` (no collective call under DDP),
+so every collective call (gather, all-reduce) stays on the training thread, in the same order on every process.
+Not here: DeepSpeed ZeRO-3 and FSDP (the unwrapped model holds a shard of the parameters), vLLM (its server has its
+own weight sync) and sync tools on the training thread (TRL's default for ``tools=`` / ``environment_factory=``,
+which needs ``concurrent_sync_tools=True`` here); the trainer refuses them with what to pass instead
+(:func:`refusal`).
 """
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import contextlib
 import copy
 import os
 import queue
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ContextManager
 
@@ -79,6 +89,17 @@ class StoppableGenerator:
         return generation_session(self.inner)
 
 
+def trained_parameters(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """``model``'s parameters that train (``requires_grad``; the frozen ones never change), by name."""
+    return {name: param for name, param in model.named_parameters() if param.requires_grad}
+
+
+def snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Detached clones of ``model``'s trained parameters: the weights of now, kept for a job that starts after
+    training has moved the policy on."""
+    return {name: param.detach().clone() for name, param in trained_parameters(model).items()}
+
+
 class PolicyCopy:
     """A copy of the policy for the background generator, and the version of its weights.
 
@@ -99,14 +120,14 @@ class PolicyCopy:
                 module.disable_input_require_grads()  # function, which could not reach a generator process either)
         self.version = -1
 
-    def load(self, model: torch.nn.Module, version: int) -> None:
-        """Copy ``model``'s trained parameters (``requires_grad``; the frozen ones never change) into the copy, in
+    def load(self, weights: torch.nn.Module | Mapping[str, torch.Tensor], version: int) -> None:
+        """Copy the trained parameters of ``weights`` (the policy, or a :func:`snapshot` of it) into the copy, in
         place. Call it only while the generator is idle."""
+        source = trained_parameters(weights) if isinstance(weights, torch.nn.Module) else weights
         own = dict(self.model.named_parameters())
         with torch.no_grad():
-            for name, param in model.named_parameters():
-                if param.requires_grad:
-                    own[name].copy_(param.detach())
+            for name, param in source.items():
+                own[name].copy_(param.detach())
         self.version = version
 
 
@@ -168,79 +189,93 @@ class AsyncRollouts:
         seam: The rollout seam over ``policy``'s generator (wrapped in a :class:`StoppableGenerator` over ``stop``).
         policy: The copy the seam's generator samples from.
         stop: The event the seam's generator checks before each call.
+        depth: ``max_staleness``: the jobs kept ahead of training.
         cpu: The core the background thread is pinned to (``None``: not pinned).
         generator_process: With ``async_generator="process"``, the seam's generator's process: ended whenever the
             pipeline stops (a call in flight then ends at once; none starts another until the next job) and started
             again by the next job's first call.
 
     Attributes:
+        ahead: The jobs started ahead of training, oldest first (``depth`` of them between rounds).
         started, produced, consumed, discarded: Samples (runs) whose rollout was started, that a job returned, that
             a round trained on, that were dropped when training ended or a round raised. ``started == consumed +
             discarded`` once nothing is ahead.
     """
 
-    def __init__(self, seam: RolloutSeam, policy: PolicyCopy, stop: threading.Event, cpu: int | None = None,
-                 generator_process: ProcessGenerator | None = None) -> None:
+    def __init__(self, seam: RolloutSeam, policy: PolicyCopy, stop: threading.Event, depth: int = 1,
+                 cpu: int | None = None, generator_process: ProcessGenerator | None = None) -> None:
         self.seam = seam
         self.policy = policy
         self.stop_event = stop
+        self.depth = depth
         self.generator_process = generator_process
         self.thread = BackgroundThread(cpu)
-        self.ahead: Job | None = None
+        self.ahead: collections.deque[Job] = collections.deque()
         self.started = self.produced = self.consumed = self.discarded = 0
         self._lock = threading.Lock()
         self._stopping: concurrent.futures.Future | None = None  # a job told to stop that may still run
 
     def next(self, rows: list[dict[str, Any]], model: torch.nn.Module, version: int) -> Rollouts:
-        """Steps 1-3 of the pipeline: the rollouts to train on now (the job ahead's; the first round's own), with
-        ``rows``' rollouts started ahead with ``model``'s weights at ``version``. A failed job raises its
-        exception here; nothing is left ahead then."""
-        current = self.ahead if self.ahead is not None else self._start(rows, model, version)
-        self.ahead = None
+        """Steps 1-3 of the pipeline: the rollouts to train on now (the oldest job's; the first round's own, its
+        rows started ``depth`` times more to fill the pipeline), with ``rows``' rollouts started ahead with
+        ``model``'s weights at ``version``. A failed job raises its exception here; nothing is left ahead then."""
+        if not self.ahead:
+            self.ahead.extend(self._start(rows, model, version) for _ in range(self.depth))
+        current = self.ahead.popleft()
         try:
             runs, environments = current.future.result()
         except BaseException:
-            self.discarded += len(current.rows)
-            if not current.future.done():  # interrupted while waiting (Ctrl-C): stop the job at its next call
-                self._stopping = current.future
-                self.stop_event.set()
+            self._discard([current, *self.ahead])  # interrupted while waiting (Ctrl-C): stopped at its next call
+            self.ahead.clear()
             raise
-        self.ahead = self._start(rows, model, version)
+        self.ahead.append(self._start(rows, model, version))
         self.consumed += len(runs)
         for run in runs:
             run.policy_version = current.version
         return Rollouts(current.rows, runs, environments, current.version)
 
     def stop(self) -> None:
-        """Stop the job ahead at its next generation call and count its samples discarded (training ended, or a round
-        raised). The pipeline starts again at the next :meth:`next`."""
-        job, self.ahead = self.ahead, None
-        if job is None:
-            self._end_process()
-            return
-        self.stop_event.set()
+        """Stop every job ahead (the one running at its next generation call) and count their samples discarded
+        (training ended, or a round raised). The pipeline starts again at the next :meth:`next`."""
+        jobs = list(self.ahead)
+        self.ahead.clear()
+        self._discard(jobs)
         try:
             self._end_process()
-            with contextlib.suppress(BaseException):
-                job.future.result()
+            self._wait_stopped()
         finally:
             self.stop_event.clear()
-            self.discarded += len(job.rows)
 
     def raise_failure(self) -> None:
-        """Raise the exception of the job ahead if it has already failed (checked after every optimizer step, so that
-        a failure surfaces before the next round asks for its rollouts); nothing is left ahead then."""
-        job = self.ahead
-        if job is not None and job.future.done() and job.future.exception() is not None:
-            self.ahead = None
-            self.discarded += len(job.rows)
-            self._end_process()
-            raise job.future.exception()
+        """Raise the exception of the first job ahead that has already failed (checked after every optimizer step,
+        so that a failure surfaces before the round that waits for it); nothing is left ahead then."""
+        failed = [job for job in self.ahead if job.future.done() and job.future.exception() is not None]
+        if failed:
+            self.stop()
+            raise failed[0].future.exception()
 
     def close(self) -> None:
         """:meth:`stop`, and end the background thread."""
         self.stop()
         self.thread.close()
+
+    def _discard(self, jobs: list[Job]) -> None:
+        """Count ``jobs``' samples discarded and stop them: a job queued never starts, the one running (if any) is
+        stopped at its next generation call and waited for by the next :meth:`stop` or start."""
+        if not jobs:
+            return
+        self.stop_event.set()
+        for job in jobs:
+            self.discarded += len(job.rows)
+            if not job.future.cancel() and not job.future.done():  # running: one at a time on the thread
+                self._stopping = job.future
+
+    def _wait_stopped(self) -> None:
+        """Wait for the job told to stop, if any (its next generation call ends it)."""
+        if self._stopping is not None:
+            with contextlib.suppress(BaseException):
+                self._stopping.result()
+            self._stopping = None
 
     def _end_process(self) -> None:
         """End the generator's process, if there is one (no child outlives the pipeline's stop)."""
@@ -255,18 +290,20 @@ class AsyncRollouts:
                 "async/samples_discarded": float(self.discarded)}
 
     def _start(self, rows: list[dict[str, Any]], model: torch.nn.Module, version: int) -> Job:
-        if self._stopping is not None:  # its next generation call ends it
-            with contextlib.suppress(BaseException):
-                self._stopping.result()
-            self._stopping = None
+        """Submit ``rows``' rollouts with a :func:`snapshot` of ``model``'s weights at ``version``, loaded into the
+        copy when the job starts on the background thread (jobs run one after another: the generator is idle then,
+        while jobs queued before may still run at submit)."""
+        if self.stop_event.is_set():  # the first job after a discard: the job told to stop ends at its next call
+            self._wait_stopped()
             self.stop_event.clear()
-        self.policy.load(model, version)  # the generator is idle: no job is running
         if self.generator_process is not None:  # ended by the last stop: this job's first call starts it again
             self.generator_process.reopen()
         rows = [dict(row) for row in rows]
+        weights = snapshot(model)
         self.started += len(rows)
 
         def job() -> Any:
+            self.policy.load(weights, version)
             runs, environments = self.seam.run(rows)
             with self._lock:
                 self.produced += len(runs)
@@ -276,8 +313,8 @@ class AsyncRollouts:
 
 
 class PipelineCallback(TrainerCallback):
-    """After every optimizer step, raises the failure of the job ahead if it failed meanwhile; when training ends,
-    stops the job ahead (its samples are discarded, never trained)."""
+    """After every optimizer step, raises the failure of a job ahead if one failed meanwhile; when training ends,
+    stops the jobs ahead (their samples are discarded, never trained)."""
 
     def __init__(self, rollouts: AsyncRollouts) -> None:
         self.rollouts = rollouts
@@ -289,14 +326,33 @@ class PipelineCallback(TrainerCallback):
         self.rollouts.stop()
 
 
-def refusal(multi_process: bool, kind: str, concurrent_sync_tools: bool) -> str | None:
-    """Why ``max_staleness=1`` cannot run with these settings, naming what to pass instead; ``None`` when it can.
-    ``kind``: the rollout seam's class name."""
-    if multi_process:
-        return ("max_staleness=1 runs on one process (a background thread's collective calls would interleave with "
-                "training's); pass max_staleness=0 to train on several")
-    if kind == "TRLToolsSeam" and not concurrent_sync_tools:
-        return ("max_staleness=1 rolls out on a background thread, where TRL's sync tools cannot run on the training "
-                "thread (signal.alarm, thread-bound resources); pass concurrent_sync_tools=True (thread-safe tools) "
-                "or max_staleness=0")
+def sharding_of(state: Any) -> str | None:
+    """What shards the policy's parameters across processes under accelerate's ``state`` (DeepSpeed ZeRO-3, FSDP),
+    where the unwrapped model holds a shard and a copy of it would not be the policy; ``None`` when none does."""
+    deepspeed = getattr(state, "deepspeed_plugin", None)
+    if deepspeed is not None and getattr(deepspeed, "zero_stage", 0) == 3:
+        return "DeepSpeed ZeRO-3"
+    if getattr(state, "fsdp_plugin", None) is not None:
+        return "FSDP"
     return None
+
+
+def refusal(sharding: str | None, kind: str, concurrent_sync_tools: bool) -> str | None:
+    """Why ``max_staleness >= 1`` cannot run with these settings, naming what to pass instead; ``None`` when it can.
+    ``sharding``: :func:`sharding_of` accelerate's state; ``kind``: the rollout seam's class name. Several processes
+    are not refused: nothing on the background thread makes a collective call (its seam has no ``sync_any`` /
+    ``sync_max``, its generator is a local copy's ``generate``), so training's collective calls stay the only ones."""
+    if sharding is not None:
+        return (f"max_staleness >= 1 generates with a copy of the unwrapped policy, whose parameters {sharding} "
+                f"shards across processes; pass max_staleness=0")
+    if kind == "TRLToolsSeam" and not concurrent_sync_tools:
+        return ("max_staleness >= 1 rolls out on a background thread, where TRL's sync tools cannot run on the "
+                "training thread (signal.alarm, thread-bound resources); pass concurrent_sync_tools=True (thread-safe "
+                "tools) or max_staleness=0")
+    return None
+
+
+def generator_core(cpu: int | None, local_process_index: int) -> int | None:
+    """The core this process's background generator is pinned to: ``generator_cpu`` plus the process's index on its
+    machine, so that the processes of one machine pin theirs to cores of their own (``None``: not pinned)."""
+    return None if cpu is None else cpu + local_process_index

@@ -49,7 +49,16 @@ from ..rollout.seam import RolloutSeam, Runs
 from ..rollout.vllm import TRLVLLMGenerator
 from ..trackers import trajectory_columns
 from ..trajectory import Trajectory, save_trajectories
-from .async_rollouts import AsyncRollouts, PipelineCallback, PolicyCopy, Rollouts, StoppableGenerator, refusal
+from .async_rollouts import (
+    AsyncRollouts,
+    PipelineCallback,
+    PolicyCopy,
+    Rollouts,
+    StoppableGenerator,
+    generator_core,
+    refusal,
+    sharding_of,
+)
 from .checks import DegenerateStepMonitor, DegenerateTrainingError, keyword_arguments
 from .config import AgenticConfig
 from .rollout_choice import RolloutChoice, SeamParts, choose_rollout
@@ -91,7 +100,7 @@ class AgenticTrainer(GRPOTrainerBoundary):
         self._vllm_weights_step = -1  # the global step whose weights vLLM holds
         self.group_by_length = getattr(self.args, "group_by_length", False)  # the boundary's micro-batch layout
         self.rollout_seam: RolloutSeam | None = None
-        self.async_rollouts: AsyncRollouts | None = None  # max_staleness=1 (trainers/async_rollouts.py)
+        self.async_rollouts: AsyncRollouts | None = None  # max_staleness >= 1 (trainers/async_rollouts.py)
         if choice is None and getattr(self.args, "max_staleness", 0):
             raise ValueError("max_staleness applies to rollouts (environment=, tools=/environment_factory=, agent=); "
                              "without them the trainer is TRL's GRPOTrainer: pass max_staleness=0")
@@ -110,34 +119,37 @@ class AgenticTrainer(GRPOTrainerBoundary):
             self._check_clipped_loss_settings()
 
     def _async_rollouts(self, choice: RolloutChoice, settings: RolloutConfig) -> AsyncRollouts:
-        """``max_staleness=1``: a copy of the policy, a transformers generator over it that returns its log-probs (the
-        behaviour policy's; ``async_generator="process"``: in a child process, over the copy's weights in shared
-        memory), a rollout seam of the same kind over that generator, and the background thread
+        """``max_staleness >= 1``: a copy of the policy, a transformers generator over it that returns its log-probs
+        (the behaviour policy's; ``async_generator="process"``: in a child process, over the copy's weights in shared
+        memory), a rollout seam of the same kind over that generator, without the other processes' ``sync_any`` /
+        ``sync_max`` (no collective call on the background thread), and the background thread, pinned to
+        ``generator_cpu`` plus this process's index on its machine
         (:mod:`~trl_agentic.trainers.async_rollouts`); settings it cannot run are refused before training."""
-        reason = refusal(self.accelerator.num_processes > 1, type(self.rollout_seam).__name__,
+        reason = refusal(sharding_of(self.accelerator.state), type(self.rollout_seam).__name__,
                          self.args.concurrent_sync_tools)
         if reason is not None:
             raise ValueError(reason)
         policy = PolicyCopy(self.accelerator.unwrap_model(self.model))
         stop = threading.Event()
+        cpu = generator_core(self.args.generator_cpu, self.accelerator.local_process_index)
         process = None
         if self.args.async_generator == "process":  # its forward passes in a child process, weights shared
             process = ProcessGenerator(policy.model, self.processing_class, self.generation_config,
-                                       return_logprobs=True, keep_cache=settings.prefix_caching,
-                                       cpu=self.args.generator_cpu, seed=self.args.seed)
+                                       return_logprobs=True, keep_cache=settings.prefix_caching, cpu=cpu,
+                                       seed=self.args.seed)
         inner: Generator = process if process is not None else HFGenerator(
             policy.model, self.processing_class, self.generation_config, return_logprobs=True,
             keep_cache=settings.prefix_caching)
         seam = choice.seam(SeamParts(self.processing_class, settings, StoppableGenerator(inner, stop),
                                      self.eos_token_ids))
-        rollouts = AsyncRollouts(seam, policy, stop, self.args.generator_cpu, process)
+        rollouts = AsyncRollouts(seam, policy, stop, depth=self.args.max_staleness, cpu=cpu, generator_process=process)
         self.add_callback(PipelineCallback(rollouts))
         return rollouts
 
     def train(self, *args: Any, **kwargs: Any) -> Any:
-        """TRL's ``train``. With ``max_staleness=1`` the pipeline is stopped however training ends (``on_train_end``
-        runs only at its normal end; not after an exception or Ctrl-C), so that no job ahead and no generator
-        process outlives it."""
+        """TRL's ``train``. With ``max_staleness >= 1`` the pipeline is stopped however training ends
+        (``on_train_end`` runs only at its normal end; not after an exception or Ctrl-C), so that no job ahead and no
+        generator process outlives it."""
         try:
             return super().train(*args, **kwargs)
         finally:
@@ -185,9 +197,9 @@ class AgenticTrainer(GRPOTrainerBoundary):
         batch's advantages are left at 0 for the sibling's step to set. A round in which nothing could be scored
         counts towards ``max_degenerate_steps`` (:class:`~trl_agentic.trainers.checks.DegenerateStepMonitor`).
 
-        With ``max_staleness=1`` a training round (``ahead``; not dynamic sampling's extra rounds, rolled out on the
-        spot) trains on the rollouts started one round earlier, and starts ``rows``' (:meth:`rollout_ahead`): the
-        round's rows are then the earlier ones."""
+        With ``max_staleness=D >= 1`` a training round (``ahead``; not dynamic sampling's extra rounds, rolled out
+        on the spot) trains on the rollouts started D rounds earlier (fewer while the pipeline fills), and starts
+        ``rows``' (:meth:`rollout_ahead`): the round's rows are then the earlier ones."""
         if self.async_rollouts is None or not (ahead and self.model.training):
             return self._generation_round(rows, *self.rollout(rows))
         rollouts = self.rollout_ahead(rows)
@@ -236,8 +248,9 @@ class AgenticTrainer(GRPOTrainerBoundary):
         return runs, environments
 
     def rollout_ahead(self, rows: list[dict[str, Any]]) -> Rollouts:
-        """1 with ``max_staleness=1``: the rollouts of the round before (the first round: its own), sampled by the
-        policy's copy on the background thread, while ``rows``' start there with the weights of now
+        """1 with ``max_staleness=D >= 1``: the rollouts of the oldest job ahead (rows D rounds before; the first
+        round: its own), sampled by the policy's copy on the background thread, while ``rows``' are queued there
+        with the weights of now
         (:class:`~trl_agentic.trainers.async_rollouts.AsyncRollouts`); their staleness and the pipeline's counts
         logged. A failure of the background rollout is raised here, with its traceback."""
         model = self.accelerator.unwrap_model(self.model)
@@ -313,7 +326,7 @@ class AgenticTrainer(GRPOTrainerBoundary):
         """4. The model forwards of a round, as TRL decides them: the policy's log-probs now (``old``) when it moves
         before the batch is trained on (``gradient_accumulation_steps`` not a multiple of ``steps_per_generation *
         num_iterations``) or for vLLM's importance-sampling correction (then the correction too); the reference's
-        when ``beta != 0``. With ``max_staleness=1``: always, and the correction of ``async_correction``
+        when ``beta != 0``. With ``max_staleness >= 1``: always, and the correction of ``async_correction``
         (:meth:`off_policy_correction`)."""
         args = self.args
         correction = self.use_vllm and args.vllm_importance_sampling_correction
@@ -332,8 +345,8 @@ class AgenticTrainer(GRPOTrainerBoundary):
         batch.in_trl_order()
 
     def off_policy_correction(self, batch: TRLBatch) -> None:
-        """``max_staleness=1``: the correction for samples drawn by an older policy (the behaviour policy ``mu``, whose
-        log-probs the generator returned: ``batch.sampling_logps``), on agent tokens only. With ``pi_prox`` the
+        """``max_staleness >= 1``: the correction for samples drawn by an older policy (the behaviour policy ``mu``,
+        whose log-probs the generator returned: ``batch.sampling_logps``), on agent tokens only. With ``pi_prox`` the
         policy before this round's update (``batch.old_logps``, recomputed) and ``rho_t = pi / pi_old``:
 
         - ``"decoupled"`` (AReaL, Fu et al. 2025): ``pi_old = pi_prox`` in the clip, and each token's loss weighted
@@ -523,5 +536,5 @@ class AgenticTrainer(GRPOTrainerBoundary):
 
     def _clipped_loss_user(self) -> str:
         if getattr(self.args, "max_staleness", 0):
-            return "max_staleness=1 (its loss is clipped_loss)"
+            return "max_staleness >= 1 (its loss is clipped_loss)"
         return f"kl_estimator={getattr(self.args, 'kl_estimator', 'k3')!r}"

@@ -75,13 +75,14 @@ class AgenticConfig(GRPOConfig, RolloutFields):
     max_staleness: int = field(
         default=0,
         metadata={"help": "Asynchronous rollouts (trainers/async_rollouts.py). 0 (default): each round's rollouts "
-                  "are generated before it trains, as TRL. 1: the next round's rollouts (every turn and tool) run on a "
-                  "background thread, on a copy of the policy, while this round trains; each sample is at most one "
-                  "optimizer step stale and corrected by async_correction. One process, transformers generation."},
+                  "are generated before it trains, as TRL. D >= 1: the next D rounds' rollouts (every turn and tool) "
+                  "run on a background thread, on a copy of the policy, while this round trains; each sample is at "
+                  "most D optimizer steps stale and corrected by async_correction. Transformers generation, on every "
+                  "process (not with DeepSpeed ZeRO-3 or FSDP)."},
     )
     async_correction: str = field(
         default="decoupled",
-        metadata={"help": "max_staleness=1: 'decoupled' (AReaL): clip against the proximal policy (the old "
+        metadata={"help": "max_staleness >= 1: 'decoupled' (AReaL): clip against the proximal policy (the old "
                   "log-probs recomputed with the current weights) times TRL's importance weight proximal/behaviour "
                   "(vllm_importance_sampling_mode, _clip_min, _clip_max: token or sequence, truncate or mask); "
                   "'behaviour': clip against the generator's log-probs (TRL's AsyncGRPOTrainer); 'none': no "
@@ -89,7 +90,7 @@ class AgenticConfig(GRPOConfig, RolloutFields):
     )
     async_generator: str = field(
         default="thread",
-        metadata={"help": "max_staleness=1: where the copy of the policy generates. 'thread' (default): on the "
+        metadata={"help": "max_staleness >= 1: where the copy of the policy generates. 'thread' (default): on the "
                   "background thread, in the training process (it shares the GIL with training). 'process': its "
                   "forward passes in a child process (spawned at the first rollout, ended when training stops), "
                   "reading the copy's weights from shared memory, one torch thread, seeded with seed; the rollout "
@@ -97,9 +98,10 @@ class AgenticConfig(GRPOConfig, RolloutFields):
     )
     generator_cpu: int | None = field(
         default=None,
-        metadata={"help": "max_staleness=1: pin the background generator's thread (and, with "
-                  "async_generator='process', its process) to this CPU core (Linux; the training thread keeps the "
-                  "process's cores). None: no pinning."},
+        metadata={"help": "max_staleness >= 1: pin the background generator's thread (and, with "
+                  "async_generator='process', its process) to this CPU core plus the process's local index (with "
+                  "several processes on a machine, each pins to a core of its own: generator_cpu, generator_cpu + 1, "
+                  "...; Linux; the training thread keeps the process's cores). None: no pinning."},
     )
 
     def __post_init__(self) -> None:
@@ -133,15 +135,15 @@ class AgenticConfig(GRPOConfig, RolloutFields):
             )
 
     def _check_async_fields(self) -> None:
-        if isinstance(self.max_staleness, bool) or self.max_staleness not in (0, 1):
-            raise ValueError(f"max_staleness must be 0 (synchronous) or 1 (the generator one round ahead, the one "
-                             f"asynchronous depth implemented), got {self.max_staleness!r}")
+        if isinstance(self.max_staleness, bool) or not isinstance(self.max_staleness, int) or self.max_staleness < 0:
+            raise ValueError(f"max_staleness must be an integer >= 0 (0: synchronous; D: the generator D rounds "
+                             f"ahead), got {self.max_staleness!r}")
         if self.async_correction not in ASYNC_CORRECTIONS:
             raise ValueError(f"async_correction must be one of {ASYNC_CORRECTIONS}, got {self.async_correction!r}")
         if self.async_generator not in ASYNC_GENERATORS:
             raise ValueError(f"async_generator must be one of {ASYNC_GENERATORS}, got {self.async_generator!r}")
         if self.max_staleness and self.use_vllm:
-            raise ValueError("max_staleness=1 generates with transformers on a copy of the policy in a background "
+            raise ValueError("max_staleness >= 1 generates with transformers on a copy of the policy in a background "
                              "thread; with use_vllm=True pass max_staleness=0")
 
     def rollout_config(self) -> RolloutConfig:

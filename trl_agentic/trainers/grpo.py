@@ -213,8 +213,8 @@ class AgenticGRPOTrainer(AgenticTrainer):
         """GRPO's loss. With ``kl_estimator="k3"`` (or ``beta=0``) it is TRL's code untouched
         (:meth:`~trl_agentic.compat.GRPOTrainerBoundary.trl_loss`); with ``k1``/``k2`` it is
         :meth:`~trl_agentic.trainers.base.AgenticTrainer.clipped_loss` with that estimator (TRL's loss hard-codes
-        k3), and with ``max_staleness=1`` (equal to TRL's for k3, with the off-policy weight, which TRL's loss applies
-        only with vLLM)."""
+        k3), and with ``max_staleness >= 1`` (equal to TRL's for k3, with the off-policy weight, which TRL's loss
+        applies only with vLLM)."""
         estimator = getattr(self.args, "kl_estimator", "k3")
         if self.async_rollouts is not None:  # TRL's loss applies the importance weight with vLLM only
             return self.clipped_loss(model, batch, kl_estimator=estimator if self.beta != 0.0 else None)
