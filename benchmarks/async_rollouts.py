@@ -1,8 +1,9 @@
-"""Asynchronous rollouts (``max_staleness=1``) against synchronous ones on the same split of two CPU cores: step
-throughput of ``AgenticGRPOTrainer`` on the toy lookup task with a random tiny Qwen2.
+"""Asynchronous rollouts (``max_staleness`` 1, or more) against synchronous ones on the same split of two CPU cores:
+step throughput of ``AgenticGRPOTrainer`` on the toy lookup task with a random tiny Qwen2.
 
     python benchmarks/async_rollouts.py [--loads 8 24 64] [--steps 8] [--batch 8] [--hidden 64] [--layers 2]
-                                        [--generator thread process] [--cores 0 1] [--json out.json]
+                                        [--generator thread process] [--max-staleness 1 2] [--cores 0 1]
+                                        [--json out.json]
 
 The split: the training thread is pinned to the first core (``os.sched_setaffinity`` on the main thread, before
 anything starts), the background generator's thread to the second (``generator_cpu``), one torch thread each
@@ -15,9 +16,10 @@ stays on the background thread).
 
 A load is the number of tokens per model turn (``max_tokens_per_turn``; a random model rarely ends a turn early):
 generation's share of a step grows with it, training's is fixed by the batch. For each load, one after the other in
-this process: the synchronous run, then an asynchronous one per ``--generator``, each ``--steps`` optimizer steps.
-Prints one JSON line per load and generator (``load``, ``generator``, ``sync_step_s`` and ``async_step_s``: the median
-seconds per step after the first two steps, ``rollout_share``: the share of a synchronous step spent rolling out,
+this process: the synchronous run, then an asynchronous one per ``--generator`` and ``--max-staleness``, each
+``--steps`` optimizer steps. Prints one JSON line per load, generator and staleness (``load``, ``generator``,
+``max_staleness``, ``sync_step_s`` and ``async_step_s``: the median seconds per step once the pipeline is full (from
+the step after the first ``max(2, 1 + max_staleness)``), ``rollout_share``: the share of a synchronous step spent rolling out,
 ``speedup``: sync / async step time, at most 2 on two cores; ``sync_rollout_s`` and ``async_rollout_s``: a round's
 rollout, synchronous and in the background beside training; the synchronous figures are the load's one run) and a
 table; ``--json`` writes them all.
@@ -96,7 +98,7 @@ def run(load: int, staleness: int, args: argparse.Namespace, out: str, generator
     trainer.remove_callback(ProgressCallback)  # no progress bar nor printed logs: this script prints its figures
     trainer.remove_callback(PrinterCallback)
     trainer.train()
-    steps = [b - a for a, b in zip(ends, ends[1:])][1:]  # from the third step on: the pipeline is full
+    steps = [b - a for a, b in zip(ends, ends[1:])][max(1, staleness):]  # once the pipeline is full
     result = {"step_s": statistics.median(steps)}
     if rollouts:
         result["rollout_s"] = statistics.median(rollouts[2:] or rollouts)
@@ -169,14 +171,16 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--generator", nargs="+", choices=["thread", "process"], default=["thread"],
                         help="where the asynchronous runs generate (async_generator): one run per choice")
+    parser.add_argument("--max-staleness", type=int, nargs="+", default=[1],
+                        help="the asynchronous runs' max_staleness: one run per value and generator")
     parser.add_argument("--cores", type=int, nargs=2, default=None,
                         help="training core, generator core (default: the first two this process may use)")
     parser.add_argument("--probe-seconds", type=float, default=10.0,
                         help="split probe: seconds given the training process to start (0: no probe)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    if args.steps < 4:
-        parser.error("--steps must be at least 4 (the first two steps fill the pipeline)")
+    if args.steps < 3 + max(args.max_staleness):
+        parser.error("--steps must be at least 3 + the largest --max-staleness (the first steps fill the pipeline)")
     allowed = sorted(os.sched_getaffinity(0))
     args.cores = args.cores or (allowed * 2)[:2]
     if len(set(args.cores)) < 2:
@@ -191,9 +195,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as out:
         for load in args.loads:
             sync = run(load, 0, args, out)
-            for generator in args.generator:
-                asynchronous = run(load, 1, args, out, generator)
-                row = {"load": load, "generator": generator, "sync_step_s": round(sync["step_s"], 4),
+            for generator, staleness in [(g, d) for g in args.generator for d in args.max_staleness]:
+                asynchronous = run(load, staleness, args, out, generator)
+                row = {"load": load, "generator": generator, "max_staleness": staleness,
+                       "sync_step_s": round(sync["step_s"], 4),
                        "async_step_s": round(asynchronous["step_s"], 4), "sync_rollout_s": round(sync["rollout_s"], 4),
                        "async_rollout_s": round(asynchronous["rollout_s"], 4),
                        "rollout_share": round(sync["rollout_s"] / sync["step_s"], 3),
@@ -203,10 +208,11 @@ def main() -> None:
     print(f"cores: training {args.cores[0]}, generator {args.cores[1]}; batch {args.batch}, {args.turns} turns, "
           f"hidden {args.hidden}, {args.layers} layers, {args.steps} steps; split efficiency {split} (generation alone "
           f"/ beside a training process; 1.0: independent cores)")
-    print(f"{'tokens/turn':>11} {'generator':>9} {'rollout share':>13} {'sync s/step':>11} {'async s/step':>12} "
-          f"{'speed-up':>8} {'rollout s: sync':>15} {'async (beside training)':>23}")
+    print(f"{'tokens/turn':>11} {'generator':>9} {'staleness':>9} {'rollout share':>13} {'sync s/step':>11} "
+          f"{'async s/step':>12} {'speed-up':>8} {'rollout s: sync':>15} {'async (beside training)':>23}")
     for row in rows:
-        print(f"{row['load']:>11} {row['generator']:>9} {row['rollout_share']:>13.2f} {row['sync_step_s']:>11.3f} "
+        print(f"{row['load']:>11} {row['generator']:>9} {row['max_staleness']:>9} {row['rollout_share']:>13.2f} "
+              f"{row['sync_step_s']:>11.3f} "
               f"{row['async_step_s']:>12.3f} {row['speedup']:>7.2f}x {row['sync_rollout_s']:>15.3f} "
               f"{row['async_rollout_s']:>23.3f}")
     if args.json:
