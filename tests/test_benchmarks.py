@@ -70,7 +70,7 @@ def commands(tmp: Path, data: Path, model: Path, adapter: Path) -> dict[str, lis
                                 ["benchmarks/learning_native/report.py", "plot", "--results", str(tmp / "results"),
                                  "--out", str(tmp / "em.png")]],
         "cpu_bf16": [["benchmarks/cpu_bf16.py", "--batch", "1", "--length", "4"]],
-        "async_rollouts": [["benchmarks/async_rollouts.py", "--loads", "4", "8", "--steps", "5", "--batch", "4",
+        "async_rollouts": [["benchmarks/async_rollouts.py", "--loads", "4", "--steps", "5", "--batch", "4",
                             "--turns", "1", "--hidden", "32", "--layers", "1", "--probe-seconds", "3",
                             "--generator", "thread", "process", "--max-staleness", "1", "2", "--json", str(tmp / "async.json")]],
         "learning_native_speed": [
@@ -424,7 +424,7 @@ def test_async_rollouts(runs):
     probe, *lines = json_lines(outputs(runs, "async_rollouts")[0])
     assert probe["split_efficiency"] > 0
     assert [(row["load"], row["generator"], row["max_staleness"]) for row in lines] == [
-        (load, generator, staleness) for load in (4, 8) for generator in ("thread", "process") for staleness in (1, 2)]
+        (4, generator, staleness) for generator in ("thread", "process") for staleness in (1, 2)]
     for row in lines:
         assert row["sync_step_s"] > 0 and row["async_step_s"] > 0 and 0 < row["rollout_share"] <= 1
         assert row["speedup"] == pytest.approx(row["sync_step_s"] / row["async_step_s"], rel=0.01)
