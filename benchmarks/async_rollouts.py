@@ -2,8 +2,8 @@
 step throughput of ``AgenticGRPOTrainer`` on the toy lookup task with a random tiny Qwen2.
 
     python benchmarks/async_rollouts.py [--loads 8 24 64] [--steps 8] [--batch 8] [--hidden 64] [--layers 2]
-                                        [--generator thread process] [--max-staleness 1 2] [--cores 0 1]
-                                        [--json out.json]
+                                        [--generator thread process] [--max-staleness 1 2] [--repeats 3]
+                                        [--cores 0 1] [--json out.json]
 
 The split: the training thread is pinned to the first core (``os.sched_setaffinity`` on the main thread, before
 anything starts), the background generator's thread to the second (``generator_cpu``), one torch thread each
@@ -19,7 +19,9 @@ generation's share of a step grows with it, training's is fixed by the batch. Fo
 this process: the synchronous run, then an asynchronous one per ``--generator`` and ``--max-staleness``, each
 ``--steps`` optimizer steps. Prints one JSON line per load, generator and staleness (``load``, ``generator``,
 ``max_staleness``, ``sync_step_s`` and ``async_step_s``: the median seconds per step once the pipeline is full (from
-the step after the first ``max(2, 1 + max_staleness)``), ``rollout_share``: the share of a synchronous step spent rolling out,
+the step after the first ``max(2, 1 + max_staleness)``; with ``--repeats R`` the load's runs are repeated R times, one
+after another, and each figure is the median over the repeats, ``speedup`` the median of each repeat's ratio: a
+shared machine drifts between runs), ``rollout_share``: the share of a synchronous step spent rolling out,
 ``speedup``: sync / async step time, at most 2 on two cores; ``sync_rollout_s`` and ``async_rollout_s``: a round's
 rollout, synchronous and in the background beside training; the synchronous figures are the load's one run) and a
 table; ``--json`` writes them all.
@@ -173,6 +175,8 @@ def main() -> None:
                         help="where the asynchronous runs generate (async_generator): one run per choice")
     parser.add_argument("--max-staleness", type=int, nargs="+", default=[1],
                         help="the asynchronous runs' max_staleness: one run per value and generator")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="runs of each load (synchronous, then every asynchronous one), in turn; medians")
     parser.add_argument("--cores", type=int, nargs=2, default=None,
                         help="training core, generator core (default: the first two this process may use)")
     parser.add_argument("--probe-seconds", type=float, default=10.0,
@@ -193,16 +197,24 @@ def main() -> None:
     print(json.dumps({"split_efficiency": split}), flush=True)
     rows = []
     with tempfile.TemporaryDirectory() as out:
+        variants = [(g, d) for g in args.generator for d in args.max_staleness]
         for load in args.loads:
-            sync = run(load, 0, args, out)
-            for generator, staleness in [(g, d) for g in args.generator for d in args.max_staleness]:
-                asynchronous = run(load, staleness, args, out, generator)
-                row = {"load": load, "generator": generator, "max_staleness": staleness,
-                       "sync_step_s": round(sync["step_s"], 4),
-                       "async_step_s": round(asynchronous["step_s"], 4), "sync_rollout_s": round(sync["rollout_s"], 4),
-                       "async_rollout_s": round(asynchronous["rollout_s"], 4),
-                       "rollout_share": round(sync["rollout_s"] / sync["step_s"], 3),
-                       "speedup": round(sync["step_s"] / asynchronous["step_s"], 3)}
+            repeats = []
+            for _ in range(args.repeats):
+                sync = run(load, 0, args, out)
+                repeats.append([(sync, run(load, staleness, args, out, generator)) for generator, staleness in variants])
+            for k, (generator, staleness) in enumerate(variants):
+                pairs = [repeat[k] for repeat in repeats]
+
+                def med(side: int, key: str) -> float:
+                    return round(statistics.median(pair[side][key] for pair in pairs), 4)
+
+                row = {"load": load, "generator": generator, "max_staleness": staleness, "repeats": args.repeats,
+                       "sync_step_s": med(0, "step_s"), "async_step_s": med(1, "step_s"),
+                       "sync_rollout_s": med(0, "rollout_s"), "async_rollout_s": med(1, "rollout_s"),
+                       "rollout_share": round(statistics.median(s["rollout_s"] / s["step_s"] for s, _ in pairs), 3),
+                       "speedup": round(statistics.median(s["step_s"] / a["step_s"] for s, a in pairs), 3),
+                       "speedups": [round(s["step_s"] / a["step_s"], 3) for s, a in pairs]}
                 print(json.dumps(row), flush=True)
                 rows.append(row)
     print(f"cores: training {args.cores[0]}, generator {args.cores[1]}; batch {args.batch}, {args.turns} turns, "

@@ -428,6 +428,7 @@ def test_async_rollouts(runs):
     for row in lines:
         assert row["sync_step_s"] > 0 and row["async_step_s"] > 0 and 0 < row["rollout_share"] <= 1
         assert row["speedup"] == pytest.approx(row["sync_step_s"] / row["async_step_s"], rel=0.01)
+        assert row["repeats"] == 1 and row["speedups"] == [row["speedup"]]
     assert written(runs, "async_rollouts")["loads"] == lines
     assert written(runs, "async_rollouts")["split_efficiency"] == probe["split_efficiency"]
 
