@@ -352,7 +352,16 @@ def refusal(sharding: str | None, kind: str, concurrent_sync_tools: bool) -> str
     return None
 
 
-def generator_core(cpu: int | None, local_process_index: int) -> int | None:
+def generator_core(cpu: int | None, local_process_index: int, allowed: set[int]) -> int | None:
     """The core this process's background generator is pinned to: ``generator_cpu`` plus the process's index on its
-    machine, so that the processes of one machine pin theirs to cores of their own (``None``: not pinned)."""
-    return None if cpu is None else cpu + local_process_index
+    machine, so that the processes of one machine pin theirs to cores of their own (``None``: not pinned). Refused
+    before training when it is not among the ``allowed`` cores (the process's affinity), where pinning would fail on
+    the background thread."""
+    if cpu is None:
+        return None
+    core = cpu + local_process_index
+    if core not in allowed:
+        raise ValueError(f"generator_cpu={cpu} + local process index {local_process_index} = core {core} is not one "
+                         f"this process may run on ({', '.join(map(str, sorted(allowed)))}): pass generator_cpu=None "
+                         f"or a smaller core")
+    return core
