@@ -194,6 +194,11 @@ class TRLBatch:
     def is_left_padded(self, key: str) -> bool:
         return key in self.LEFT_PADDED
 
+    def select(self, rows: torch.Tensor) -> TRLBatch:
+        """The batch of ``rows`` (indices): every per-row tensor indexed, the rest (``num_items_in_batch``) kept."""
+        keys = set(self.row_keys())
+        return TRLBatch({key: value[rows.to(value.device)] if key in keys else value for key, value in self.data.items()})
+
     def completion_lengths(self) -> torch.Tensor:
         """(B,) each row's completion length: its last real position + 1 (0 for an empty row)."""
         columns = torch.arange(1, self.completion_mask.size(1) + 1, device=self.completion_mask.device)
@@ -402,8 +407,22 @@ class GRPOTrainerBoundary(GRPOTrainer):
 
     def policy_logps(self, model: Any, batch: TRLBatch) -> torch.Tensor:
         """Per-token log-probs of the completion under ``model``, computed as TRL computes them (no gradient; in
-        chunks of the mode's per-device batch size, l. 2511)."""
+        chunks of the mode's per-device batch size, l. 2511). With ``group_by_length`` in training, the chunks are
+        rows of similar completion length (longest first), each computed at its own width (:meth:`TRLBatch.trimmed`);
+        the positions a chunk cuts, after every one of its rows' completion, hold 0."""
         size = self.args.per_device_train_batch_size if self.model.training else self.args.per_device_eval_batch_size
+        if not (self.group_by_length and self.model.training):
+            return self._chunk_logps(model, batch, size)
+        order = torch.sort(batch.completion_lengths(), descending=True, stable=True).indices
+        logps = torch.zeros(batch.completion_mask.shape, device=batch.completion_mask.device)
+        for start in range(0, len(order), size):
+            rows = order[start:start + size]
+            chunk = self._chunk_logps(model, batch.select(rows).trimmed(self.pad_to_multiple_of), size)
+            logps = logps.to(chunk.dtype)
+            logps[rows, :chunk.size(1)] = chunk
+        return logps
+
+    def _chunk_logps(self, model: Any, batch: TRLBatch, size: int) -> torch.Tensor:
         with torch.no_grad():
             logps, _, _ = self._get_per_token_logps_and_entropies(
                 model, batch.input_ids(), batch.attention_mask(), batch.completion_ids.size(1), batch_size=size,

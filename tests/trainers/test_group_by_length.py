@@ -53,10 +53,10 @@ def turns_reward(completions, trajectory, **kwargs):
     return [t.num_agent_tokens / 10 for t in trajectory]
 
 
-def _train(trainer_class, make_args, tmp_path, group_by_length, model_dir, tokenizer):
+def _train(trainer_class, make_args, tmp_path, group_by_length, model_dir, tokenizer, **overrides):
     """Two steps of 4 samples in 2 micro-batches; episodes of 1 to 3 turns (so completions of different lengths)."""
     args = make_args(tmp_path / str(group_by_length), per_device_train_batch_size=2, gradient_accumulation_steps=2,
-                     max_steps=2, group_by_length=group_by_length)
+                     max_steps=2, group_by_length=group_by_length, **overrides)
     rows = Dataset.from_list([{"prompt": f"count {i}", "turns": 1 + (i * 5) % 3} for i in range(8)])
     trainer = trainer_class(model=model_dir, reward_funcs=turns_reward, args=args, train_dataset=rows,
                             processing_class=tokenizer, environment=lambda: EchoEnvironment(turns=1))
@@ -76,11 +76,14 @@ def _train(trainer_class, make_args, tmp_path, group_by_length, model_dir, token
     return step_losses, params, widths
 
 
-def test_grouped_micro_batches_train_as_trls_random_ones(tiny_model_dir, tokenizer, tmp_path):
-    """GRPO's default loss (dapo) is normalized per round: the same optimizer steps, micro-batches of less width."""
+@pytest.mark.parametrize("beta", [0.0, 0.1])
+def test_grouped_micro_batches_train_as_trls_random_ones(tiny_model_dir, tokenizer, tmp_path, beta):
+    """GRPO's default loss (dapo) is normalized per round: the same optimizer steps, micro-batches of less width
+    (with ``beta``, the reference log-probs by length too)."""
     plain_losses, plain_params, plain_widths = _train(AgenticGRPOTrainer, agentic_args, tmp_path, False,
-                                                      tiny_model_dir, tokenizer)
-    losses, params, widths = _train(AgenticGRPOTrainer, agentic_args, tmp_path, True, tiny_model_dir, tokenizer)
+                                                      tiny_model_dir, tokenizer, beta=beta)
+    losses, params, widths = _train(AgenticGRPOTrainer, agentic_args, tmp_path, True, tiny_model_dir, tokenizer,
+                                    beta=beta)
     assert losses == pytest.approx(plain_losses, rel=1e-4, abs=1e-6)
     for name, value in plain_params.items():
         torch.testing.assert_close(params[name], value, rtol=1e-4, atol=1e-6)
@@ -105,3 +108,34 @@ def _assert_grouped(widths, plain_widths):
         assert first[0] == max(first[1]) and second[0] == max(second[1])
         assert min(first[1]) >= max(second[1])
     assert sum(width for width, _ in widths) < sum(width for width, _ in plain_widths)
+
+
+def test_the_rounds_log_probs_are_computed_by_length_too(tiny_model_dir, tokenizer, tmp_path):
+    """The old and reference log-probs of a round (computed in chunks of the micro-batch size) come from chunks of
+    rows of similar length, each at its own width, and equal TRL's chunks' on every completion position."""
+    args = agentic_args(tmp_path, per_device_train_batch_size=2, gradient_accumulation_steps=2, beta=0.1,
+                        group_by_length=True)
+    rows = Dataset.from_list([{"prompt": f"count {i}", "turns": 1 + (i * 5) % 3} for i in range(8)])
+    trainer = AgenticGRPOTrainer(model=tiny_model_dir, reward_funcs=turns_reward, args=args, train_dataset=rows,
+                                 processing_class=tokenizer, environment=lambda: EchoEnvironment(turns=1))
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    batch = trainer.generation_round([trainer.train_dataset[i] for i in range(4)]).batch
+    lengths = batch.completion_lengths()
+    assert len(set(lengths.tolist())) > 1
+    widths = []
+    compute = trainer._get_per_token_logps_and_entropies
+
+    def recording(model, input_ids, attention_mask, logits_to_keep, **kwargs):
+        widths.append(logits_to_keep)
+        return compute(model, input_ids, attention_mask, logits_to_keep, **kwargs)
+
+    trainer._get_per_token_logps_and_entropies = recording
+    grouped = trainer.policy_logps(trainer.model, batch)
+    trainer.group_by_length = False
+    plain = trainer.policy_logps(trainer.model, batch)
+    mask = batch.completion_mask.bool()
+    assert grouped.shape == plain.shape
+    torch.testing.assert_close(grouped[mask], plain[mask], rtol=1e-5, atol=1e-5)
+    longest = lengths.sort(descending=True).values
+    assert widths[:2] == [int(longest[0]), int(longest[2])] and widths[2] == batch.completion_ids.size(1)

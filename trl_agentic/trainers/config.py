@@ -39,8 +39,8 @@ class AgenticConfig(GRPOConfig, RolloutFields):
         default=False,
         metadata={"help": "Order a round's samples by completion length (after TRL's shuffle, longest first) before "
                   "they are cut into micro-batches, and compute each micro-batch at its own longest completion "
-                  "(the padding every row of it has is cut): less padding computed in the loss's forward and "
-                  "backward. GRPO's loss is the same for every loss type but bnpo, which normalizes per "
+                  "(the padding every row of it has is cut), the round's old and reference log-probs likewise in "
+                  "chunks of rows of similar length: less padding computed. GRPO's loss is the same for every loss type but bnpo, which normalizes per "
                   "micro-batch (its weighting then follows the lengths), as PPO's value loss does. Default "
                   "(TRL's): random micro-batches, padded to the round's longest completion."},
     )
