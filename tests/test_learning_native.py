@@ -343,7 +343,7 @@ def test_documented_speed_commands_parse():
     assert len(commands) >= 4  # step, eval (docs and README), decode
     for argv in commands:
         args = speed.make_parser().parse_args(argv)
-        assert args.command in ("eval", "step", "decode")
+        assert args.command in ("eval", "step", "decode", "memory")
 
 
 def test_documented_commands_parse():
