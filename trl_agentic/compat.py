@@ -201,8 +201,10 @@ class TRLBatch:
 
     def completion_lengths(self) -> torch.Tensor:
         """(B,) each row's completion length: its last real position + 1 (0 for an empty row)."""
-        columns = torch.arange(1, self.completion_mask.size(1) + 1, device=self.completion_mask.device)
-        return (self.completion_mask.bool() * columns).amax(dim=1) if columns.numel() else columns.new_zeros(0)
+        mask = self.completion_mask
+        if mask.size(1) == 0:
+            return mask.new_zeros(mask.size(0))
+        return (mask.bool() * torch.arange(1, mask.size(1) + 1, device=mask.device)).amax(dim=1)
 
     def trimmed(self, multiple: int | None = None) -> TRLBatch:
         """The batch with the completion padding that every row has cut off: each (B, C) value (the completion ids,
@@ -210,8 +212,10 @@ class TRLBatch:
         ``multiple``. The loss is unchanged: the model is causal, so the cut positions, after every row's real
         tokens, never reach a kept one, and every per-token term is masked at them. The prompt (left-padded:
         cutting it would shift the positions of every token) is kept whole."""
-        width = self.completion_ids.size(1)
-        keep = max(1, int(self.completion_lengths().max())) if self.completion_ids.size(0) else width
+        rows, width = self.completion_ids.shape
+        if rows == 0 or width == 0:
+            return self
+        keep = max(1, int(self.completion_lengths().max()))
         if multiple:
             keep = -(-keep // multiple) * multiple
         if keep >= width:

@@ -37,6 +37,8 @@ def test_trimmed_cuts_the_padding_every_row_has():
     assert batch.trimmed(multiple=2).completion_ids.shape == (3, 6)
     assert _batch([8, 1], width=8).trimmed() is not None and _batch([8, 1], width=8).trimmed().completion_ids.shape[1] == 8
     assert _batch([0, 0], width=4).trimmed().completion_ids.shape == (2, 1)  # empty rows keep one column
+    nothing = _batch([0, 0], width=0)
+    assert nothing.trimmed() is nothing and nothing.completion_lengths().tolist() == [0, 0]
 
 
 def test_by_completion_length_orders_every_row_value_longest_first():
