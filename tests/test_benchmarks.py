@@ -243,8 +243,11 @@ def test_rollout_speed_trl(runs):
     for turns, line in zip((1, 2), lines, strict=True):
         assert re.fullmatch(rf"turns {turns}: rollout s {side}; step s trl {NUMBER} \| ours {NUMBER} \| ours_reprefill "
                             rf"{NUMBER}; prefilled tokens/trajectory trl \d+ \| ours \d+ \| ours_reprefill \d+ "
-                            rf"\(\d+ completion tokens/trajectory\)", line), line
+                            rf"\(\d+ completion tokens/trajectory\); a loop prefilling nothing: {NUMBER} of TRL's "
+                            rf"rollout CPU s", line), line
     one, two = written(runs, "rollout_speed_trl")["results"]
+    for result in (one, two):  # TRL's rollout less its prefills: above 0, below the whole
+        assert 0 < result["no_prefill_bound_ratio_rollout_cpu_s"] < 1 and result["trl_prefill_cpu_s"] > 0
     assert one["identical_rollouts"] == two["identical_rollouts"] == 2  # the warm-up step and one measured
     assert one["ours_prefilled_per_trajectory"] < one["trl_prefilled_per_trajectory"]  # a group's prompt once
     assert one["ours_reprefill_prefilled_per_trajectory"] == one["trl_prefilled_per_trajectory"]

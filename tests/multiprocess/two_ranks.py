@@ -7,6 +7,7 @@ advantages, so the test can check call alignment (no deadlock) and group advanta
 import json
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
 
@@ -63,6 +64,15 @@ def _native_thread_names() -> list[str]:
     return names
 
 
+def _gloo_threads_left(within: float = 10.0) -> list[str]:
+    """gloo's threads still alive ``within`` seconds after the process group was destroyed (they end on their own
+    once it is; on a loaded machine that can take a moment): none may be left to race the interpreter's shutdown."""
+    deadline = time.monotonic() + within
+    while (left := sorted(name for name in _native_thread_names() if "gloo" in name)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
 tokenizer = build_tokenizer()
 if rank == 0 and not os.path.exists(os.path.join(model_dir, "config.json")):
     build_tiny_model(tokenizer).save_pretrained(model_dir)
@@ -92,6 +102,6 @@ if depth:
 # Without it a rank can abort at exit after a good run ("terminate called without an active exception": a gloo
 # worker still releasing its last all-reduce needs the GIL during interpreter shutdown).
 trainer.end_training()
-record["gloo_threads_after_end"] = sorted(name for name in _native_thread_names() if "gloo" in name)
+record["gloo_threads_after_end"] = _gloo_threads_left()
 with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
     json.dump(record, f)
