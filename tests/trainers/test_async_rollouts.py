@@ -399,8 +399,8 @@ def test_sharded_parameters_are_named():
 def test_each_process_pins_its_generator_to_a_core_of_its_own():
     assert generator_core(None, 1, {0}) is None
     assert [generator_core(4, index, set(range(8))) for index in range(3)] == [4, 5, 6]
-    with pytest.raises(ValueError, match=r"^generator_cpu=1 \+ local process index 1 = core 2 is not one this process "
-                                         r"may run on \(0, 1\): pass generator_cpu=None or a smaller core$"):
+    with pytest.raises(ValueError, match=r"^generator_cpu=1 \+ local process index 1 = core 2 is not a core of this "
+                                         r"machine \(0, 1\): pass generator_cpu=None or a smaller core$"):
         generator_core(1, 1, {0, 1})
 
 

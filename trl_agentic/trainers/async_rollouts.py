@@ -352,16 +352,16 @@ def refusal(sharding: str | None, kind: str, concurrent_sync_tools: bool) -> str
     return None
 
 
-def generator_core(cpu: int | None, local_process_index: int, allowed: set[int]) -> int | None:
+def generator_core(cpu: int | None, local_process_index: int, cores: set[int]) -> int | None:
     """The core this process's background generator is pinned to: ``generator_cpu`` plus the process's index on its
     machine, so that the processes of one machine pin theirs to cores of their own (``None``: not pinned). Refused
-    before training when it is not among the ``allowed`` cores (the process's affinity), where pinning would fail on
-    the background thread."""
+    before training when it is not one of the machine's ``cores`` (pinning would fail on the background thread; not
+    the calling thread's affinity, which a caller may have narrowed to the training core)."""
     if cpu is None:
         return None
     core = cpu + local_process_index
-    if core not in allowed:
-        raise ValueError(f"generator_cpu={cpu} + local process index {local_process_index} = core {core} is not one "
-                         f"this process may run on ({', '.join(map(str, sorted(allowed)))}): pass generator_cpu=None "
-                         f"or a smaller core")
+    if core not in cores:
+        raise ValueError(f"generator_cpu={cpu} + local process index {local_process_index} = core {core} is not a "
+                         f"core of this machine ({', '.join(map(str, sorted(cores)))}): pass generator_cpu=None or a "
+                         f"smaller core")
     return core

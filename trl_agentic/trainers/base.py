@@ -131,8 +131,8 @@ class AgenticTrainer(GRPOTrainerBoundary):
             raise ValueError(reason)
         policy = PolicyCopy(self.accelerator.unwrap_model(self.model))
         stop = threading.Event()
-        allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
-        cpu = generator_core(self.args.generator_cpu, self.accelerator.local_process_index, allowed)
+        cpu = generator_core(self.args.generator_cpu, self.accelerator.local_process_index,
+                             set(range(os.cpu_count() or 1)))
         process = None
         if self.args.async_generator == "process":  # its forward passes in a child process, weights shared
             process = ProcessGenerator(policy.model, self.processing_class, self.generation_config,
