@@ -206,6 +206,10 @@ class TRLBatch:
             return mask.new_zeros(mask.size(0))
         return (mask.bool() * torch.arange(1, mask.size(1) + 1, device=mask.device)).amax(dim=1)
 
+    def longest_first(self) -> torch.Tensor:
+        """The row indices by completion length, longest first, ties in their order (a stable sort)."""
+        return torch.sort(self.completion_lengths(), descending=True, stable=True).indices
+
     def trimmed(self, multiple: int | None = None) -> TRLBatch:
         """The batch with the completion padding that every row has cut off: each (B, C) value (the completion ids,
         masks, log-probs, per-token advantages, PPO's values) cut to the longest completion, rounded up to
@@ -230,7 +234,7 @@ def by_completion_length(data: dict[str, Any]) -> dict[str, Any]:
     """``data`` (a TRL generation batch) with its rows ordered by completion length, longest first, ties kept in
     their order (a stable sort of the shuffled batch), so that the micro-batches ``split_tensor_dict`` cuts from it
     hold rows of similar length (the longest first: a micro-batch too large for memory fails at once)."""
-    order = torch.sort(TRLBatch(data).completion_lengths(), descending=True, stable=True).indices.cpu()
+    order = TRLBatch(data).longest_first().cpu()
 
     def reorder(value: Any) -> Any:
         if value is None or (isinstance(value, torch.Tensor) and value.dim() == 0):
@@ -417,7 +421,7 @@ class GRPOTrainerBoundary(GRPOTrainer):
         size = self.args.per_device_train_batch_size if self.model.training else self.args.per_device_eval_batch_size
         if not (self.group_by_length and self.model.training):
             return self._chunk_logps(model, batch, size)
-        order = torch.sort(batch.completion_lengths(), descending=True, stable=True).indices
+        order = batch.longest_first()
         logps = torch.zeros(batch.completion_mask.shape, device=batch.completion_mask.device)
         for start in range(0, len(order), size):
             rows = order[start:start + size]
