@@ -7,7 +7,10 @@ environment with those modules imported, to ``fork`` a child that runs the comma
 pid, exit status and files 0/1/2; at its end non-daemon threads are joined, ``atexit`` handlers run and the files
 flushed, as at the end of ``python ...``, less the teardown of every module), but born with the modules loaded. Where forking is not possible (no ``os.fork``, or the
 server holds a thread after its imports, which a child would lose), it runs ``subprocess.run`` as before, so the
-result never depends on the server: only the time does.
+result never depends on the server: only the time does. A forked child that outlives its timeout prints its Python
+stacks (``faulthandler``), is killed, and the command runs again with ``subprocess.run`` under a warning that
+carries those stacks: a hang that forking caused (a lock some native thread held at the fork) costs time, not a
+red run; a command that hangs anyway times out there.
 
 The child starts as ``python -c CODE ...``, ``python -m MODULE ...`` or ``python SCRIPT ...`` would: ``sys.argv``,
 ``sys.path[0]`` (the script's folder, the working directory for ``-m``, ``''`` for ``-c``), ``__name__ == "__main__"``, the working directory, standard input from
@@ -30,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import warnings
 from pathlib import Path
 
 PRELOAD = ("torch", "transformers", "trl", "peft", "datasets", "accelerate", "trl_agentic")
@@ -38,8 +42,12 @@ VOLATILE = ("PYTEST_CURRENT_TEST",)
 """Variables that change from test to test and no import reads: one server serves every value (the child gets the
 request's)."""
 
+SERVER_ONLY = {"JE_ARROW_MALLOC_CONF": "background_thread:false"}
+"""Set in the server alone (a child's ``os.environ`` is its request's): pyarrow's jemalloc (``datasets`` imports it)
+otherwise starts a background thread, which a forked child would not have while it may hold the allocator's lock."""
+
 SERVER = r'''
-import atexit, importlib, json, os, runpy, selectors, sys, threading, traceback
+import atexit, faulthandler, importlib, json, os, runpy, selectors, sys, threading, traceback
 for name in sys.argv[1].split(","):
     importlib.import_module(name)
 if threading.active_count() != 1:  # a child would hold a copy of a thread that does not run
@@ -54,6 +62,8 @@ def child(request):
     os.dup2(null, 0)
     for fd, path in ((1, request["out"]), (2, request["err"])):
         os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), fd)
+    if request["timeout"] is not None:  # a hung child's Python stacks reach its stderr before the parent kills it
+        faulthandler.dump_traceback_later(max(request["timeout"] - 3, 1), exit=False)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
@@ -79,6 +89,7 @@ def child(request):
         code = 1
     # what the interpreter's shutdown does that a program can see, without tearing down every module (seconds
     # with torch loaded): non-daemon threads joined, atexit handlers run, the files flushed
+    faulthandler.cancel_dump_traceback_later()
     threading._shutdown()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
@@ -118,7 +129,7 @@ class _Server:
         self.pids: dict[int, int] = {}
         self.done: dict[int, int] = {}
         self.changed = threading.Condition()
-        self.process = subprocess.Popen([sys.executable, "-c", SERVER, ",".join(PRELOAD)], env=env,
+        self.process = subprocess.Popen([sys.executable, "-c", SERVER, ",".join(PRELOAD)], env={**env, **SERVER_ONLY},
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                         text=True, bufsize=1)
         first = self.process.stdout.readline()
@@ -146,7 +157,7 @@ class _Server:
                 self.next_id += 1
                 request_id = self.next_id
                 self.process.stdin.write(json.dumps({"id": request_id, "argv": argv, "cwd": cwd, "env": env,
-                                                     "out": out, "err": err}) + "\n")
+                                                     "out": out, "err": err, "timeout": timeout}) + "\n")
                 self.process.stdin.flush()
             with self.changed:
                 finished = self.changed.wait_for(lambda: request_id in self.done, timeout=timeout)
@@ -157,7 +168,10 @@ class _Server:
                         os.killpg(pid, signal.SIGKILL)
                 with self.changed:
                     self.changed.wait_for(lambda: request_id in self.done, timeout=30)
-                raise subprocess.TimeoutExpired([sys.executable, *argv], timeout, _read(out), _read(err))
+                warnings.warn(f"forkserver: {' '.join(argv)} hung {timeout} s in a forked child, rerun in a fresh "
+                              f"interpreter; the child's stacks: {_read(err)[-3000:]}", RuntimeWarning, stacklevel=3)
+                return subprocess.run([sys.executable, *argv], env=env, cwd=cwd, capture_output=True, text=True,
+                                      timeout=timeout)
             with self.changed:
                 returncode = self.done.pop(request_id)
                 self.pids.pop(request_id, None)

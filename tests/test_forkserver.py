@@ -56,3 +56,14 @@ def test_an_uncaught_exception_and_a_timeout():
         run_python(["-c", "import time; print('started', flush=True); time.sleep(60)"], env=dict(os.environ),
                    cwd=os.getcwd(), timeout=2)
     assert time.perf_counter() - start < 30
+
+
+def test_a_child_that_hangs_because_it_was_forked_runs_again_fresh():
+    """A forked child past its timeout leaves its stacks in a warning and the command runs in a fresh interpreter
+    (a lock a native thread held at the fork hangs only the forked copy); the fresh run's result is returned."""
+    code = ("import sys, time\n"
+            "def held_lock():\n    time.sleep(60)\n"
+            "held_lock() if 'trl_agentic' in sys.modules else print('fresh')")  # preloaded only when forked
+    with pytest.warns(RuntimeWarning, match=r"(?s)hung 5 s in a forked child.*held_lock"):
+        done = run_python(["-c", code], env=dict(os.environ), cwd=os.getcwd(), timeout=5)
+    assert (done.returncode, done.stdout) == (0, "fresh\n")
