@@ -4,9 +4,21 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# one torch thread per test process and per process it starts: the tiny models run as fast on one core as on two
+# (tests/trainers measured the same wall time at half the CPU), so `pytest -n 2` runs two tests at once at full speed
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
 from conventions import CONVENTIONS  # noqa: E402
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups (--dist loadgroup)
+def pytest_collection_modifyitems(items):
+    """Tests that launch several processes (accelerate, gloo) run one after another on one xdist worker: each
+    already keeps both cores busy."""
+    for item in items:
+        if item.get_closest_marker("multiprocess"):
+            item.add_marker(pytest.mark.xdist_group("multiprocess"))
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import socket
 import subprocess
 import textwrap
 import threading
@@ -344,3 +346,16 @@ def assert_rounds_behind(trainer: Any, steps: int, batch: int, depth: int = 1) -
     pipeline = trainer.async_rollouts
     assert (pipeline.consumed, pipeline.discarded) == (batch * steps, batch * depth)
     assert pipeline.started == pipeline.consumed + pipeline.discarded
+
+
+def accelerate_launch() -> list[str]:
+    """``accelerate launch`` on a rendezvous port of its own (a free one the OS picked): two launches at once, or one
+    right after another whose port is still held, never meet on torchrun's default 29500. Skips without the CLI."""
+    import pytest
+
+    if shutil.which("accelerate") is None:
+        pytest.skip("accelerate CLI not on PATH")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return ["accelerate", "launch", "--main_process_port", str(port)]

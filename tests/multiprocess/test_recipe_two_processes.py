@@ -3,11 +3,11 @@
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import accelerate_launch
 
 pytestmark = pytest.mark.multiprocess
 
@@ -16,12 +16,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.mark.parametrize("launch_config", ["multi_gpu.yaml", "fsdp.yaml"])  # DDP and FSDP2, over gloo
 def test_gsm8k_recipe_two_processes(tmp_path, tiny_model_dir, launch_config):
-    if shutil.which("accelerate") is None:
-        pytest.skip("accelerate CLI not on PATH")
     out = tmp_path / "out"
     # as tests/multiprocess/test_two_ranks.py: accelerate's torchrun launcher starts two processes, which use gloo
     # on CPU because the trainer config says use_cpu; the launch config's bf16 is overridden for the CPU
-    cmd = ["accelerate", "launch", "--config_file", str(REPO / "recipes/accelerate" / launch_config),
+    cmd = [*accelerate_launch(), "--config_file", str(REPO / "recipes/accelerate" / launch_config),
            "--num_processes", "2", "--mixed_precision", "no",
            str(REPO / "recipes/gsm8k_tools.py"), "--config", str(REPO / "recipes/configs/gsm8k_tools_grpo.yaml"),
            "--model_name_or_path", tiny_model_dir,

@@ -2,23 +2,21 @@
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import accelerate_launch
 
 pytestmark = pytest.mark.multiprocess
 
 
 def _launch(tmp_path, tiny_model_dir, *extra, script="two_ranks.py"):
-    if shutil.which("accelerate") is None:
-        pytest.skip("accelerate CLI not on PATH")
     script = Path(__file__).with_name(script)
     # accelerate 1.x's `--cpu` starts ONE process unless MPI is set up; its torchrun launcher (`--multi_gpu`) starts
     # two, which use gloo on CPU because the config says use_cpu=True.
-    cmd = ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
+    cmd = [*accelerate_launch(), "--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
            "--dynamo_backend", "no", str(script), str(tmp_path), tiny_model_dir, *extra]
     repo = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")])}

@@ -10,11 +10,11 @@ slicing under test are TRL's own code.
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import accelerate_launch
 from vllm_stubs import encode
 
 pytestmark = pytest.mark.multiprocess
@@ -25,11 +25,9 @@ MODES = ("server", "colocate_tp")
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory, tiny_model_dir):
     """One two-process launch running both modes; returns (the launch's result, the output folder)."""
-    if shutil.which("accelerate") is None:
-        pytest.skip("accelerate CLI not on PATH")
     out = tmp_path_factory.mktemp("vllm-ranks")
     script = Path(__file__).with_name("vllm_ranks.py")
-    cmd = ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision",
+    cmd = [*accelerate_launch(), "--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision",
            "no", "--dynamo_backend", "no", str(script), str(out), tiny_model_dir, *MODES]
     repo = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")])}
