@@ -607,6 +607,39 @@ def vllm_generate(
     return ids, None if logprobs is None else [[lp[0] for lp in row] for row in logprobs[: len(prompts)]]
 
 
+def vllm_server_client(backend: Any) -> Any:
+    """This process's client of TRL's vLLM server (``trainer.vllm_generation`` in server mode): the main process's,
+    TRL's own (its communicator pushes the weights), or, on another process, a client of the same server for
+    requests only (TRL's ``VLLMClient`` without ``init_communicator``; TRL 1.16 builds one on the main process only)."""
+    client = getattr(backend, "vllm_client", None)
+    if client is not None:
+        return client
+    from trl.generation import vllm_generation
+
+    base_url = backend.server_base_url or f"http://{backend.server_host}:{backend.server_port}"
+    return vllm_generation.VLLMClient(base_url=base_url, group_port=backend.group_port,
+                                      connection_timeout=backend.server_timeout)
+
+
+def vllm_server_generate(backend: Any, client: Any, prompts: list[list[int]], max_tokens: int,
+                         sampling_kwargs: dict[str, Any]) -> tuple[list[list[int]], list[list[float]]]:
+    """One request of this process's ``prompts`` to vLLM's server through ``client`` (:func:`vllm_server_client`),
+    with the sampling fields TRL 1.16's ``VLLMGeneration.generate`` sends in server mode (read from ``backend``: its
+    temperature, top-p, top-k, min-p, repetition penalty, structured-outputs regex, ``generation_kwargs``), this call's
+    ``max_tokens`` and ``sampling_kwargs`` (the turn's end) in ``generation_kwargs``, and the sampled ids' log-probs
+    (``logprobs=0`` when TRL asked for none). No gather: only this process's prompts, so nothing collective runs (the
+    asynchronous rollouts' background thread). Returns the sampled ids and the log-prob of each."""
+    output = client.generate(
+        prompts=prompts, features=None, n=1, repetition_penalty=backend.repetition_penalty,
+        temperature=backend.temperature, top_p=backend.top_p, top_k=backend.top_k,
+        min_p=0.0 if backend.min_p is None else backend.min_p, max_tokens=max_tokens,
+        logprobs=0 if backend.logprobs is None else backend.logprobs,
+        structured_outputs_regex=backend.structured_outputs_regex,
+        generation_kwargs={**backend.generation_kwargs, **sampling_kwargs})
+    ids = [list(row) for row in output["completion_ids"]]
+    return ids, [[lp[0] for lp in row] for row in output["logprobs"]]
+
+
 def _padded_count(backend: Any, count: int) -> int:
     """How many prompts this process must send so that TRL's ``VLLMGeneration.generate`` hands it back its own
     completions: the largest ``count`` over the processes whose prompts TRL gathers into one request, else ``count``.

@@ -20,15 +20,16 @@ from vllm_stubs import encode
 pytestmark = pytest.mark.multiprocess
 
 MODES = ("server", "colocate_tp")
+ASYNC = "server_async"  # server mode, max_staleness=1: each process's own requests, from its background thread
 
 
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory, tiny_model_dir):
-    """One two-process launch running both modes; returns (the launch's result, the output folder)."""
+    """One two-process launch running every mode; returns (the launch's result, the output folder)."""
     out = tmp_path_factory.mktemp("vllm-ranks")
     script = Path(__file__).with_name("vllm_ranks.py")
     cmd = [*accelerate_launch(), "--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision",
-           "no", "--dynamo_backend", "no", str(script), str(out), tiny_model_dir, *MODES]
+           "no", "--dynamo_backend", "no", str(script), str(out), tiny_model_dir, *MODES, ASYNC]
     repo = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")])}
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env), out
@@ -83,3 +84,19 @@ def test_server_sees_every_process_padded_to_the_same_count(launched):
         sent = zip(ranks[0]["rounds"][r]["sent"], ranks[1]["rounds"][r]["sent"])
         assert ranks[0]["rounds"][r]["served"] == [2 * max(a, b) for a, b in sent]
         assert ranks[1]["rounds"][r]["served"] == []  # only the main process talks to the server
+
+
+def test_asynchronous_rollouts_send_each_process_own_prompts(launched):
+    """max_staleness=1 on the server: no gather and no padding (nothing collective on the background thread); each
+    process's client serves exactly its own prompts, every trajectory gets its own tokens, and both processes train
+    one round behind after the first."""
+    proc, out = launched
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    ranks = _ranks(out, ASYNC)
+    ends = [json.loads((out / f"rank{k}_{ASYNC}_end.json").read_text()) for k in range(2)]
+    for rank, end in zip(ranks, ends):
+        rounds = [r for r in rank["rounds"] if "trajectories" in r]  # a job stopped at the end records none
+        assert len(rounds) >= 2 and _mixed_up({"rounds": rounds}) == []
+        assert all(r["sent"] == [] for r in rounds)  # not TRL's gathering generate
+        assert end["served"] and max(end["served"]) <= 3  # this process's 3 trajectories at most, never padded
+        assert end["staleness"] == [0.0, 1.0]

@@ -2,7 +2,10 @@
 ``VLLMGeneration``, in server mode (``VLLMClient`` stubbed) and in colocate mode with tensor parallelism 2
 (``vllm.LLM`` stubbed), two steps each, with unequal numbers of active trajectories per turn on the two processes.
 
-Usage: ``vllm_ranks.py OUT_DIR MODEL_DIR MODE...`` (MODE: ``server`` or ``colocate_tp``). Writes
+``server_async``: server mode with asynchronous rollouts (``max_staleness=1``): each process sends its own prompts
+from its background thread through a client of its own, the main process pushes the weights between rounds.
+
+Usage: ``vllm_ranks.py OUT_DIR MODEL_DIR MODE...`` (MODE: ``server``, ``colocate_tp`` or ``server_async``). Writes
 ``OUT_DIR/rank<k>_<mode>.json`` after every round (so a run that dies later still shows what came back): per round,
 the number of prompts this process sent per generation call, the requests the stub served, and every trajectory's
 prompt, completion, turn spans and per-turn sampled ids (``tests/multiprocess/vllm_stubs.py`` ``encode``).
@@ -77,8 +80,9 @@ for mode in modes:
     record.clear()
     record.update(mode=mode, rounds=[], served=[])
     state["round"] = 0
-    install("server" if mode == "server" else "colocate", record["served"])
-    vllm = {"vllm_mode": "server"} if mode == "server" else {"vllm_mode": "colocate", "vllm_tensor_parallel_size": 2}
+    install("colocate" if mode == "colocate_tp" else "server", record["served"])
+    vllm = {"server": {"vllm_mode": "server"}, "server_async": {"vllm_mode": "server", "max_staleness": 1},
+            "colocate_tp": {"vllm_mode": "colocate", "vllm_tensor_parallel_size": 2}}[mode]
     args = agentic_args(
         type("P", (), {"__truediv__": lambda self, other, mode=mode: os.path.join(out_dir, mode, other)})(),
         per_device_train_batch_size=3, num_generations=2, max_steps=2, max_turns=4, max_completion_length=64,
@@ -86,4 +90,7 @@ for mode in modes:
     trainer = AgenticGRPOTrainer(model=model_dir, reward_funcs=reward, args=args, train_dataset=lookup_dataset(12),
                                  processing_class=build_tokenizer(), environment=environment)
     trainer.train()
+    with open(os.path.join(out_dir, f"rank{rank}_{mode}_end.json"), "w") as f:
+        json.dump({"served": record["served"], "staleness": [row.get("async/staleness")
+                                                              for row in trainer.state.log_history if "loss" in row]}, f)
 trainer.end_training()

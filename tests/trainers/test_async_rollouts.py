@@ -23,6 +23,7 @@ from trl_agentic.toy import LookupEnvironment, lookup_reward
 from trl_agentic.trainers.async_rollouts import (
     AsyncRollouts,
     BackgroundThread,
+    CopyWeights,
     GenerationStopped,
     PolicyCopy,
     StoppableGenerator,
@@ -154,8 +155,8 @@ def test_the_copy_holds_the_weights_of_the_version_it_reports(tiny_model_dir, to
     run = seam.run
 
     def recording_run(rows):  # on the background thread, when the job starts
-        sampled.append((pipeline.policy.version,
-                        {n: p.detach().clone() for n, p in pipeline.policy.model.named_parameters()}))
+        sampled.append((pipeline.weights.policy.version,
+                        {n: p.detach().clone() for n, p in pipeline.weights.policy.model.named_parameters()}))
         return run(rows)
 
     seam.run = recording_run
@@ -281,7 +282,7 @@ def test_an_interrupted_wait_stops_the_job_and_the_pipeline_starts_again(depth):
     stop = threading.Event()
     seam = _SlowSeam(StoppableGenerator(_OneToken(), stop), calls=300)
     model = torch.nn.Linear(2, 2)
-    pipeline = AsyncRollouts(seam, PolicyCopy(model), stop, depth=depth)
+    pipeline = AsyncRollouts(seam, CopyWeights(PolicyCopy(model)), stop, depth=depth)
     # Python's own Ctrl-C handler, set at the OS level too: once, in a loaded whole-suite run, this test saw no
     # KeyboardInterrupt (cause not found; signal.getsignal showed no test changing it: a C library could)
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -320,7 +321,7 @@ class _RecordingSeam:
 def _recording_pipeline(depth):
     model = torch.nn.Linear(2, 2)
     policy = PolicyCopy(model)
-    return AsyncRollouts(_RecordingSeam(policy), policy, threading.Event(), depth=depth), model
+    return AsyncRollouts(_RecordingSeam(policy), CopyWeights(policy), threading.Event(), depth=depth), model
 
 
 @pytest.mark.parametrize(("depth", "trained"), [

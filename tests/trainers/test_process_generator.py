@@ -293,7 +293,7 @@ def _train_within(trainer, seconds=120.0):
 def test_a_child_failure_is_raised_in_train_and_no_child_is_left(tiny_model_dir, tokenizer, tmp_path, action):
     trainer = _grpo(tmp_path, tiny_model_dir, tokenizer, max_steps=5)
     generator = _process_generator(trainer)
-    flag = _flagged(trainer.async_rollouts.policy.model, action)
+    flag = _flagged(trainer.async_rollouts.weights.policy.model, action)
     pids = _Pids(generator)
     trainer.add_callback(pids)
 

@@ -2,6 +2,8 @@
 
 - :class:`TRLVLLMGenerator`: TRL's vLLM backend inside a trainer (``use_vllm=True``, colocate or server mode);
   TRL syncs the weights, this class only shapes each turn's call.
+- :class:`VLLMServerGenerator`: TRL's vLLM server for asynchronous rollouts (``max_staleness=1``): each process sends
+  its own prompts, from the background thread; the trainer pushes the weights between jobs.
 - :class:`VLLMGenerator`: an offline ``vllm.LLM`` of its own, for evaluation without a trainer
   (``python -m trl_agentic.evaluate --use_vllm``).
 
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..compat import vllm_generate
+from ..compat import vllm_generate, vllm_server_generate
 from .generation import Generation
 
 
@@ -49,6 +51,30 @@ class TRLVLLMGenerator:
     ) -> list[Generation]:
         ids, logprobs = vllm_generate(self.trainer, prompts, max_new_tokens, stop_kwargs(stop_strings, eos_token_ids))
         return [Generation(ids=row, logprobs=None if logprobs is None else logprobs[i]) for i, row in enumerate(ids)]
+
+
+class VLLMServerGenerator:
+    """The generation seam over TRL's vLLM server for asynchronous rollouts: one request per call with this process's
+    own prompts (:func:`~trl_agentic.compat.vllm_server_generate`: TRL's sampling settings, the turn's end, the
+    sampled ids' log-probs, the behaviour policy's), sent from the background thread; no gather across processes, so
+    no collective call leaves the training thread. The weights reach the server from the training thread between
+    jobs (:class:`~trl_agentic.trainers.async_rollouts.ServerWeights`).
+
+    Args:
+        backend: TRL's ``VLLMGeneration`` in server mode (``trainer.vllm_generation``): its sampling settings.
+        client: This process's client of the server (:func:`~trl_agentic.compat.vllm_server_client`).
+    """
+
+    def __init__(self, backend: Any, client: Any) -> None:
+        self.backend = backend
+        self.client = client
+
+    def generate(
+        self, prompts: list[list[int]], max_new_tokens: int, stop_strings: Sequence[str], eos_token_ids: Sequence[int]
+    ) -> list[Generation]:
+        ids, logprobs = vllm_server_generate(self.backend, self.client, prompts, max_new_tokens,
+                                             stop_kwargs(stop_strings, eos_token_ids))
+        return [Generation(ids=row, logprobs=logprobs[i]) for i, row in enumerate(ids)]
 
 
 class VLLMGenerator:

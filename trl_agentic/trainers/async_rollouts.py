@@ -33,13 +33,20 @@ process (``"process"``: :class:`~trl_agentic.rollout.process_generator.ProcessGe
 share the GIL with training; the copy's weights are in shared memory, so a job's load writes what the child reads),
 which the pipeline ends whenever it stops; the rollout loop stays on the background thread either way.
 
+vLLM's server instead of a copy (``use_vllm=True, vllm_mode="server"``, :class:`ServerWeights`): the background
+thread sends this process's prompts to the server (:class:`~trl_agentic.rollout.vllm.VLLMServerGenerator`), and the
+trainer pushes the weights of version k on the training thread when it queues round k's job, after every process's
+job ahead has ended and before any starts (two barriers). The server holds one set of weights, so the depth is 1: a
+second job queued would change them under the first. An evaluation or an extra round of dynamic sampling, which
+push the weights of now, first wait for the job ahead (:meth:`AsyncRollouts.wait_idle`).
+
 Every kind of rollout runs so: our environments, TRL's ``tools=`` / ``environment_factory=`` and agents through the
 endpoint (whose generation then runs on the background thread, the caller of its round). Several processes run it
 too, each its own pipeline: the background seam is built without ``sync_any`` / ``sync_max`` (no process waits for
 another's rollouts; no dummy calls) and generates with a local copy's ``generate`` (no collective call under DDP),
 so every collective call (gather, all-reduce) stays on the training thread, in the same order on every process.
-Not here: DeepSpeed ZeRO-3 and FSDP (the unwrapped model holds a shard of the parameters), vLLM (its server has its
-own weight sync) and sync tools on the training thread (TRL's default for ``tools=`` / ``environment_factory=``,
+Not here: DeepSpeed ZeRO-3 and FSDP with the copy (the unwrapped model holds a shard of the parameters), vLLM's
+colocate mode (it shares the training device) and sync tools on the training thread (TRL's default for ``tools=`` / ``environment_factory=``,
 which needs ``concurrent_sync_tools=True`` here); the trainer refuses them with what to pass instead
 (:func:`refusal`).
 """
@@ -131,6 +138,35 @@ class PolicyCopy:
         self.version = version
 
 
+class CopyWeights:
+    """How a job's weights reach the policy's copy (:class:`PolicyCopy`): a :func:`snapshot` of the trained
+    parameters taken when the job is queued (training thread), loaded into the copy when the job starts (background
+    thread: the jobs before it have ended, so nothing generates then). Any depth."""
+
+    def __init__(self, policy: PolicyCopy) -> None:
+        self.policy = policy
+
+    def queue(self, model: torch.nn.Module, version: int) -> Callable[[], None]:
+        """On the training thread, when a job is queued: what the job runs first when it starts."""
+        weights = snapshot(model)
+        return lambda: self.policy.load(weights, version)
+
+
+class ServerWeights:
+    """How a job's weights reach vLLM's server (``vllm_mode="server"``), which holds one set: ``push(version)`` on the
+    training thread when the job is queued (the trainer's ``push_vllm_weights``: every process's job ahead ended, then
+    TRL's ``sync_weights`` between two barriers, so that no process's job generates while the weights change and none
+    starts before they are there); nothing to load when the job starts. Depth 1 only: a second job queued would
+    change the weights under the first."""
+
+    def __init__(self, push: Callable[[int], None]) -> None:
+        self.push = push
+
+    def queue(self, model: torch.nn.Module, version: int) -> Callable[[], None]:
+        self.push(version)
+        return lambda: None
+
+
 @dataclass
 class Job:
     """Rollouts of ``rows`` started on the background thread by the copy at ``version``."""
@@ -186,8 +222,9 @@ class AsyncRollouts:
     """The pipeline of the module docstring.
 
     Args:
-        seam: The rollout seam over ``policy``'s generator (wrapped in a :class:`StoppableGenerator` over ``stop``).
-        policy: The copy the seam's generator samples from.
+        seam: The rollout seam over the background generator (wrapped in a :class:`StoppableGenerator` over
+            ``stop``): the policy copy's, or vLLM's server.
+        weights: How a job's weights reach that generator: :class:`CopyWeights` or :class:`ServerWeights`.
         stop: The event the seam's generator checks before each call.
         depth: ``max_staleness``: the jobs kept ahead of training.
         cpu: The core the background thread is pinned to (``None``: not pinned).
@@ -202,10 +239,10 @@ class AsyncRollouts:
             discarded`` once nothing is ahead.
     """
 
-    def __init__(self, seam: RolloutSeam, policy: PolicyCopy, stop: threading.Event, depth: int = 1,
-                 cpu: int | None = None, generator_process: ProcessGenerator | None = None) -> None:
+    def __init__(self, seam: RolloutSeam, weights: CopyWeights | ServerWeights, stop: threading.Event,
+                 depth: int = 1, cpu: int | None = None, generator_process: ProcessGenerator | None = None) -> None:
         self.seam = seam
-        self.policy = policy
+        self.weights = weights
         self.stop_event = stop
         self.depth = depth
         self.generator_process = generator_process
@@ -254,6 +291,11 @@ class AsyncRollouts:
             self.stop()
             raise failed[0].future.exception()
 
+    def wait_idle(self) -> None:
+        """Wait until no job ahead runs or waits to run (their results are kept for their rounds): before vLLM's
+        weights change outside the pipeline (an evaluation, dynamic sampling's extra round)."""
+        concurrent.futures.wait([job.future for job in self.ahead])
+
     def close(self) -> None:
         """:meth:`stop`, and end the background thread."""
         self.stop()
@@ -290,20 +332,20 @@ class AsyncRollouts:
                 "async/samples_discarded": float(self.discarded)}
 
     def _start(self, rows: list[dict[str, Any]], model: torch.nn.Module, version: int) -> Job:
-        """Submit ``rows``' rollouts with a :func:`snapshot` of ``model``'s weights at ``version``, loaded into the
-        copy when the job starts on the background thread (jobs run one after another: the generator is idle then,
-        while jobs queued before may still run at submit)."""
+        """Submit ``rows``' rollouts with ``model``'s weights at ``version`` (:attr:`weights`: a snapshot loaded into
+        the copy when the job starts on the background thread, where jobs run one after another; or pushed to vLLM's
+        server now)."""
         if self.stop_event.is_set():  # the first job after a discard: the job told to stop ends at its next call
             self._wait_stopped()
             self.stop_event.clear()
         if self.generator_process is not None:  # ended by the last stop: this job's first call starts it again
             self.generator_process.reopen()
         rows = [dict(row) for row in rows]
-        weights = snapshot(model)
+        load = self.weights.queue(model, version)
         self.started += len(rows)
 
         def job() -> Any:
-            self.policy.load(weights, version)
+            load()
             runs, environments = self.seam.run(rows)
             with self._lock:
                 self.produced += len(runs)

@@ -39,21 +39,23 @@ from ..algorithms.importance import importance_ratio, vllm_importance_sampling_r
 from ..algorithms.kl import kl_penalty
 from ..algorithms.losses import aggregate_loss, clipped_policy_loss
 from ..algorithms.masked import masked_sum, zero_masked
-from ..compat import GRPOTrainerBoundary, TRLBatch, check_trl_version, unwrap_for_generation
+from ..compat import GRPOTrainerBoundary, TRLBatch, check_trl_version, unwrap_for_generation, vllm_server_client
 from ..environments.base import EnvironmentFactory
 from ..rewards.inputs import reward_inputs
 from ..rollout.config import RolloutConfig
 from ..rollout.generation import Generator, HFGenerator
 from ..rollout.process_generator import ProcessGenerator
 from ..rollout.seam import RolloutSeam, Runs
-from ..rollout.vllm import TRLVLLMGenerator
+from ..rollout.vllm import TRLVLLMGenerator, VLLMServerGenerator
 from ..trackers import trajectory_columns
 from ..trajectory import Trajectory, save_trajectories
 from .async_rollouts import (
     AsyncRollouts,
+    CopyWeights,
     PipelineCallback,
     PolicyCopy,
     Rollouts,
+    ServerWeights,
     StoppableGenerator,
     generator_core,
     refusal,
@@ -119,31 +121,39 @@ class AgenticTrainer(GRPOTrainerBoundary):
             self._check_clipped_loss_settings()
 
     def _async_rollouts(self, choice: RolloutChoice, settings: RolloutConfig) -> AsyncRollouts:
-        """``max_staleness >= 1``: a copy of the policy, a transformers generator over it that returns its log-probs
-        (the behaviour policy's; ``async_generator="process"``: in a child process, over the copy's weights in shared
-        memory), a rollout seam of the same kind over that generator, without the other processes' ``sync_any`` /
-        ``sync_max`` (no collective call on the background thread), and the background thread, pinned to
-        ``generator_cpu`` plus this process's index on its machine
-        (:mod:`~trl_agentic.trainers.async_rollouts`); settings it cannot run are refused before training."""
-        reason = refusal(sharding_of(self.accelerator.state), type(self.rollout_seam).__name__,
-                         self.args.concurrent_sync_tools)
+        """``max_staleness >= 1``: a background generator that returns its log-probs (the behaviour policy's), a
+        rollout seam of the same kind over it, without the other processes' ``sync_any`` / ``sync_max`` (no
+        collective call on the background thread), and the background thread, pinned to ``generator_cpu`` plus this
+        process's index on its machine (:mod:`~trl_agentic.trainers.async_rollouts`); settings it cannot run are
+        refused before training. The generator: a copy of the policy with transformers' generation
+        (``async_generator="process"``: in a child process, over the copy's weights in shared memory), or, with
+        ``use_vllm=True`` (server mode), vLLM's server, sent this process's prompts, its weights pushed between jobs
+        (:meth:`push_vllm_weights`)."""
+        reason = refusal(None if self.use_vllm else sharding_of(self.accelerator.state),
+                         type(self.rollout_seam).__name__, self.args.concurrent_sync_tools)
         if reason is not None:
             raise ValueError(reason)
-        policy = PolicyCopy(self.accelerator.unwrap_model(self.model))
         stop = threading.Event()
         cpu = generator_core(self.args.generator_cpu, self.accelerator.local_process_index,
                              set(range(os.cpu_count() or 1)))
         process = None
-        if self.args.async_generator == "process":  # its forward passes in a child process, weights shared
-            process = ProcessGenerator(policy.model, self.processing_class, self.generation_config,
-                                       return_logprobs=True, keep_cache=settings.prefix_caching, cpu=cpu,
-                                       seed=self.args.seed)
-        inner: Generator = process if process is not None else HFGenerator(
-            policy.model, self.processing_class, self.generation_config, return_logprobs=True,
-            keep_cache=settings.prefix_caching)
+        if self.use_vllm:
+            inner: Generator = VLLMServerGenerator(self.vllm_generation, vllm_server_client(self.vllm_generation))
+            weights: CopyWeights | ServerWeights = ServerWeights(self.push_vllm_weights)
+        else:
+            policy = PolicyCopy(self.accelerator.unwrap_model(self.model))
+            weights = CopyWeights(policy)
+            if self.args.async_generator == "process":  # its forward passes in a child process, weights shared
+                process = ProcessGenerator(policy.model, self.processing_class, self.generation_config,
+                                           return_logprobs=True, keep_cache=settings.prefix_caching, cpu=cpu,
+                                           seed=self.args.seed)
+            inner = process if process is not None else HFGenerator(
+                policy.model, self.processing_class, self.generation_config, return_logprobs=True,
+                keep_cache=settings.prefix_caching)
         seam = choice.seam(SeamParts(self.processing_class, settings, StoppableGenerator(inner, stop),
                                      self.eos_token_ids))
-        rollouts = AsyncRollouts(seam, policy, stop, depth=self.args.max_staleness, cpu=cpu, generator_process=process)
+        rollouts = AsyncRollouts(seam, weights, stop, depth=self.args.max_staleness, cpu=cpu,
+                                 generator_process=process)
         self.add_callback(PipelineCallback(rollouts))
         return rollouts
 
@@ -241,12 +251,27 @@ class AgenticTrainer(GRPOTrainerBoundary):
         the engine's episode, each row's columns reaching the environment's ``reset``, or an agent's run against
         the endpoint), with vLLM's weights brought up to date first. Returns the runs and TRL's
         ``trainer.environments`` of the round (:meth:`set_trl_attributes`)."""
-        if self.use_vllm and self.state.global_step != self._vllm_weights_step:
-            self.vllm_generation.sync_weights()  # the policy moved since vLLM last got its weights
-            self._vllm_weights_step = self.state.global_step
+        if self.use_vllm:
+            self.push_vllm_weights(self.state.global_step)
         runs, environments = self.rollout_seam.run(rows)
         self.set_trl_attributes(environments)
         return runs, environments
+
+    def push_vllm_weights(self, version: int) -> None:
+        """vLLM's weights brought up to the policy's (TRL's ``sync_weights``), marked as ``version`` (the global
+        step), unless vLLM holds that version already. With asynchronous rollouts (the server's one set of weights
+        shared with the background jobs) every process first waits for its jobs ahead to end and for the other
+        processes (a barrier), so that no job generates while the weights change, and waits for the push to end on
+        every process (a second barrier) before any process queues a job of the new version."""
+        if version == self._vllm_weights_step:
+            return
+        if self.async_rollouts is not None:
+            self.async_rollouts.wait_idle()
+            self.accelerator.wait_for_everyone()
+        self.vllm_generation.sync_weights()
+        self._vllm_weights_step = version
+        if self.async_rollouts is not None:
+            self.accelerator.wait_for_everyone()
 
     def rollout_ahead(self, rows: list[dict[str, Any]]) -> Rollouts:
         """1 with ``max_staleness=D >= 1``: the rollouts of the oldest job ahead (rows D rounds before; the first
@@ -330,7 +355,7 @@ class AgenticTrainer(GRPOTrainerBoundary):
         when ``beta != 0``. With ``max_staleness >= 1``: always, and the correction of ``async_correction``
         (:meth:`off_policy_correction`)."""
         args = self.args
-        correction = self.use_vllm and args.vllm_importance_sampling_correction
+        correction = self.use_vllm and args.vllm_importance_sampling_correction and self.async_rollouts is None
         moves = args.gradient_accumulation_steps % (args.steps_per_generation * self.num_iterations) != 0
         if self.async_rollouts is not None:
             batch.old_logps = self.policy_logps(self.model, batch)  # the proximal policy: the weights of now

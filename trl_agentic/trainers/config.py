@@ -77,8 +77,9 @@ class AgenticConfig(GRPOConfig, RolloutFields):
         metadata={"help": "Asynchronous rollouts (trainers/async_rollouts.py). 0 (default): each round's rollouts "
                   "are generated before it trains, as TRL. D >= 1: the next D rounds' rollouts (every turn and tool) "
                   "run on a background thread, on a copy of the policy, while this round trains; each sample is at "
-                  "most D optimizer steps stale and corrected by async_correction. Transformers generation, on every "
-                  "process (not with DeepSpeed ZeRO-3 or FSDP)."},
+                  "most D optimizer steps stale and corrected by async_correction. Transformers generation on a copy of "
+                  "the policy, on every process (not with DeepSpeed ZeRO-3 or FSDP), or vLLM's server "
+                  "(use_vllm=True, vllm_mode='server', max_staleness=1: weights pushed between rounds)."},
     )
     async_correction: str = field(
         default="decoupled",
@@ -143,8 +144,16 @@ class AgenticConfig(GRPOConfig, RolloutFields):
         if self.async_generator not in ASYNC_GENERATORS:
             raise ValueError(f"async_generator must be one of {ASYNC_GENERATORS}, got {self.async_generator!r}")
         if self.max_staleness and self.use_vllm:
-            raise ValueError("max_staleness >= 1 generates with transformers on a copy of the policy in a background "
-                             "thread; with use_vllm=True pass max_staleness=0")
+            if self.vllm_mode != "server":
+                raise ValueError("max_staleness >= 1 with use_vllm=True generates on vLLM's server while this process "
+                                 "trains (colocate mode would share the training device): pass vllm_mode='server' "
+                                 "(trl vllm-serve on devices of its own) or max_staleness=0")
+            if self.max_staleness > 1:
+                raise ValueError("max_staleness >= 2 with vLLM's server: the server holds one set of weights, which a "
+                                 "second job queued would change under the first; pass max_staleness=1")
+            if self.async_generator != "thread":
+                raise ValueError("async_generator='process' runs transformers' generation in a child process; with "
+                                 "use_vllm=True vLLM's server generates: leave async_generator='thread'")
 
     def rollout_config(self) -> RolloutConfig:
         """What the engine runs with (validated; ``max_tokens_per_turn`` clamped to ``max_completion_length``)."""
