@@ -14,11 +14,13 @@ from conventions import CONVENTIONS  # noqa: E402
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups (--dist loadgroup)
 def pytest_collection_modifyitems(items):
-    """Tests that launch several processes (accelerate, gloo) run one after another on one xdist worker: each
-    already keeps both cores busy."""
+    """Under ``pytest -n 2 --dist loadgroup`` (the README's command) each test file runs on one worker, so that a
+    module's fixtures (a trained model, the benchmarks' shared pool of commands, which starts every selected test's
+    commands) are built once, not once per worker; the tests that launch several processes (accelerate, gloo), each
+    already keeping both cores busy, run one after another on one worker."""
     for item in items:
-        if item.get_closest_marker("multiprocess"):
-            item.add_marker(pytest.mark.xdist_group("multiprocess"))
+        group = "multiprocess" if item.get_closest_marker("multiprocess") else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")

@@ -98,20 +98,23 @@ def child(request):
 
 
 selector = selectors.DefaultSelector()
-selector.register(sys.stdin, selectors.EVENT_READ)
+selector.register(0, selectors.EVENT_READ)
 running = {}
+unread = b""  # read from file 0 itself: a buffered readline would keep a second request where select cannot see it
 while True:
     for _ in selector.select(timeout=0.05):
-        line = sys.stdin.readline()
-        if not line:
+        chunk = os.read(0, 1 << 16)
+        if not chunk:
             sys.exit(0)
-        request = json.loads(line)
-        pid = os.fork()
-        if pid == 0:
-            selector.close()
-            child(request)
-        running[pid] = request["id"]
-        print(json.dumps({"id": request["id"], "pid": pid}), flush=True)
+        *lines, unread = (unread + chunk).split(b"\n")
+        for line in lines:
+            request = json.loads(line)
+            pid = os.fork()
+            if pid == 0:
+                selector.close()
+                child(request)
+            running[pid] = request["id"]
+            print(json.dumps({"id": request["id"], "pid": pid}), flush=True)
     while running:
         pid, status = os.waitpid(-1, os.WNOHANG)
         if pid == 0:

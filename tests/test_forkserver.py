@@ -67,3 +67,20 @@ def test_a_child_that_hangs_because_it_was_forked_runs_again_fresh():
     with pytest.warns(RuntimeWarning, match=r"(?s)hung 5 s in a forked child.*held_lock"):
         done = run_python(["-c", code], env=dict(os.environ), cwd=os.getcwd(), timeout=5)
     assert (done.returncode, done.stdout) == (0, "fresh\n")
+
+
+def test_requests_sent_together_are_each_served_at_once():
+    """Requests that reach the server in one read (several threads asking at once) all start: none waits in a
+    buffer for a next request that may never come (what hung the last of test_cli_help's commands)."""
+    import warnings
+    from concurrent.futures import ThreadPoolExecutor
+
+    env = dict(os.environ)
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a child rerun fresh after a timeout is a failure here
+        with ThreadPoolExecutor(8) as pool:
+            done = list(pool.map(lambda i: run_python(["-c", f"print({i})"], env=env, cwd=os.getcwd(), timeout=20),
+                                 range(32)))
+    assert [d.stdout for d in done] == [f"{i}\n" for i in range(32)]
+    assert time.perf_counter() - start < 20
