@@ -233,13 +233,15 @@ def _run(data, out, model_dir, *extra):
     assert run.main(argv) == 0
 
 
-@pytest.mark.parametrize("interface, stages", [("environment", run.STAGES), ("tools", ("sft", "trl_grpo", "grpo"))])
-def test_every_stage_runs_end_to_end_on_a_local_model(onehop, tmp_path, tool_model_dir, interface, stages, capsys):
+@pytest.mark.parametrize("interface, stages, extra", [("environment", run.STAGES, ()),
+                                                      ("tools", ("sft", "trl_grpo", "grpo"), ("--max-staleness", "1"))])
+def test_every_stage_runs_end_to_end_on_a_local_model(onehop, tmp_path, tool_model_dir, interface, stages, extra,
+                                                     capsys):
     """Every stage through ``main`` on the tiny random model (the ``tools`` interface: SFT and the two GRPO
-    trainers): reports with the evaluation's figures, RL curves logged the same way by TRL's GRPOTrainer and ours,
-    adapters saved, a table and a plot."""
+    trainers, ours with its rollouts one round ahead in a generator process): reports with the evaluation's figures,
+    RL curves logged the same way by TRL's GRPOTrainer and ours, adapters saved, a table and a plot."""
     out = tmp_path / "run"
-    _run(onehop, out, tool_model_dir, "--interface", interface, "--stages", ",".join(stages))
+    _run(onehop, out, tool_model_dir, "--interface", interface, "--stages", ",".join(stages), *extra)
     reports = {stage: json.loads((out / stage / "report.json").read_text()) for stage in stages}
     for report in reports.values():
         assert report["interface"] == interface
@@ -251,6 +253,7 @@ def test_every_stage_runs_end_to_end_on_a_local_model(onehop, tmp_path, tool_mod
         assert all(h["messages"][0]["role"] == "assistant" for h in heldout)
     assert reports["sft"]["demonstrations"] == 4 and reports["sft"]["trained_tokens"] > 0
     assert reports["trl_grpo"]["trainer"] == "GRPOTrainer" and reports["grpo"]["trainer"] == "AgenticGRPOTrainer"
+    assert reports["grpo"]["max_staleness"] == (1 if extra else 0)
     for stage in (s for s in run.RL_STAGES if s in stages):
         curves = reports[stage]["curves"]
         assert curves["step"] == [1] and len(curves["seconds"]) == 1

@@ -31,7 +31,8 @@ Stages (``--stages``, in this order; each writes ``<out>/<stage>/report.json`` a
   saved there is evaluated, not trained again).
 - from the SFT model (adapter merged), a fresh LoRA for ``--rl-steps`` steps on the training questions, all with the
   same ``GRPOConfig`` and sampled questions: ``trl_grpo``, TRL's own ``GRPOTrainer`` (its tool loop); ``grpo``,
-  ``AgenticGRPOTrainer`` (the same arguments, our engine); ``ppo``, ``AgenticPPOTrainer`` (one sample per question,
+  ``AgenticGRPOTrainer`` (the same arguments, our engine; ``--max-staleness D``: its rollouts D rounds ahead of
+  training, on a copy of the policy in a child process, ``--async-generator``, pinned to ``--generator-cpu``); ``ppo``, ``AgenticPPOTrainer`` (one sample per question,
   a shared value head, ``--critic-warmup-steps`` value-only steps first); ``rft``, rejection-sampling fine-tuning at
   GRPO's number of samples (``benchmarks/learning``'s ``rft``); ``grpo_unmasked``, ``AgenticGRPOTrainer`` with
   ``mask_observations=False``.
@@ -101,6 +102,13 @@ def make_parser() -> argparse.ArgumentParser:
                         "retry (our option; TRL ends the rollout, the default): AgenticGRPOConfig instead of TRL's")
     p.add_argument("--reuse-sft", action="store_true",
                    help="sft: evaluate <out>/sft/adapter when an earlier run saved it, instead of training it again")
+    p.add_argument("--max-staleness", type=int, default=0,
+                   help="grpo: asynchronous rollouts D rounds ahead (AgenticGRPOConfig's max_staleness; 0: synchronous)")
+    p.add_argument("--async-generator", choices=("thread", "process"), default="process",
+                   help="grpo with --max-staleness: where the policy's copy generates (process: a child process, "
+                        "off the training process's GIL)")
+    p.add_argument("--generator-cpu", type=int, default=None,
+                   help="grpo with --max-staleness: the core the background generator is pinned to (default: none)")
     return p
 
 
@@ -264,8 +272,11 @@ def run_rl(task: NativeTask, args: argparse.Namespace, name: str) -> dict[str, A
         trainer_cls, config = GRPOTrainer, GRPOConfig(**values)
     elif name == "grpo" and args.interface == "agent":  # TRL's tool-loop budgets, given explicitly
         trainer_cls, config = AgenticGRPOTrainer, AgenticGRPOConfig(**values, **chat)
-    elif name == "grpo" and args.answer_malformed_tool_calls:
-        trainer_cls, config = AgenticGRPOTrainer, AgenticGRPOConfig(**values, answer_malformed_tool_calls=True)
+    elif name == "grpo" and (args.answer_malformed_tool_calls or args.max_staleness):
+        trainer_cls, config = AgenticGRPOTrainer, AgenticGRPOConfig(
+            **values, answer_malformed_tool_calls=args.answer_malformed_tool_calls, max_staleness=args.max_staleness,
+            async_generator=args.async_generator, generator_cpu=args.generator_cpu,
+            concurrent_sync_tools=bool(args.max_staleness))  # the search tool off the training thread (thread-safe)
     elif name == "grpo":
         trainer_cls, config = AgenticGRPOTrainer, GRPOConfig(**values)  # TRL's config, as a TRL script passes it
     elif name == "grpo_unmasked":
@@ -294,6 +305,7 @@ def run_rl(task: NativeTask, args: argparse.Namespace, name: str) -> dict[str, A
     return {**metrics, "trainer": trainer_cls.__name__, "steps": args.rl_steps, "trajectories_per_step": per_step,
             "num_iterations": args.num_iterations, "samples": learning.sampled_batches(args) * per_step,
             "critic_warmup_steps": args.critic_warmup_steps, "train_reward": curves["reward"],
+            "max_staleness": args.max_staleness if name == "grpo" else 0,
             "seconds_per_step": sorted(seconds)[len(seconds) // 2] if seconds else None, "curves": curves}
 
 

@@ -46,9 +46,9 @@ too, each its own pipeline: the background seam is built without ``sync_any`` / 
 another's rollouts; no dummy calls) and generates with a local copy's ``generate`` (no collective call under DDP),
 so every collective call (gather, all-reduce) stays on the training thread, in the same order on every process.
 Not here: DeepSpeed ZeRO-3 and FSDP with the copy (the unwrapped model holds a shard of the parameters), vLLM's
-colocate mode (it shares the training device) and sync tools on the training thread (TRL's default for ``tools=`` / ``environment_factory=``,
-which needs ``concurrent_sync_tools=True`` here); the trainer refuses them with what to pass instead
-(:func:`refusal`).
+colocate mode (it shares the training device) and sync tools on the training thread (TRL's default for ``tools=`` /
+``environment_factory=``, which needs ``concurrent_sync_tools=True`` here); the trainer refuses them with what to
+pass instead (:func:`refusal`, :class:`~trl_agentic.trainers.config.AgenticConfig`).
 """
 
 from __future__ import annotations

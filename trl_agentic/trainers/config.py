@@ -76,10 +76,10 @@ class AgenticConfig(GRPOConfig, RolloutFields):
         default=0,
         metadata={"help": "Asynchronous rollouts (trainers/async_rollouts.py). 0 (default): each round's rollouts "
                   "are generated before it trains, as TRL. D >= 1: the next D rounds' rollouts (every turn and tool) "
-                  "run on a background thread, on a copy of the policy, while this round trains; each sample is at "
-                  "most D optimizer steps stale and corrected by async_correction. Transformers generation on a copy of "
-                  "the policy, on every process (not with DeepSpeed ZeRO-3 or FSDP), or vLLM's server "
-                  "(use_vllm=True, vllm_mode='server', max_staleness=1: weights pushed between rounds)."},
+                  "run on a background thread while this round trains; each sample is at most D optimizer steps "
+                  "stale and corrected by async_correction. Transformers generation on a copy of the policy, on "
+                  "every process (not with DeepSpeed ZeRO-3 or FSDP), or vLLM's server (use_vllm=True, "
+                  "vllm_mode='server', max_staleness=1: weights pushed between rounds)."},
     )
     async_correction: str = field(
         default="decoupled",
