@@ -99,6 +99,8 @@ def test_the_quick_start_names_a_short_first_test_command():
         path, _, test = node.partition("::")
         assert (ROOT / path).is_file(), node
         assert not test or f"def {test}(" in (ROOT / path).read_text(encoding="utf-8"), node
+    (whole,) = [line.split("#")[0].strip() for line in commands if "tests/" not in line]
+    assert f"\n{whole}\n" in (ROOT / ".ci" / "run").read_text(encoding="utf-8")  # CI runs the README's command
 
 
 def test_the_docs_with_python_blocks():
