@@ -275,10 +275,9 @@ class AgenticTrainer(GRPOTrainerBoundary):
 
     def rollout_ahead(self, rows: list[dict[str, Any]]) -> Rollouts:
         """1 with ``max_staleness=D >= 1``: the rollouts of the oldest job ahead (rows D rounds before; the first
-        round: its own), sampled by the policy's copy on the background thread, while ``rows``' are queued there
-        with the weights of now
-        (:class:`~trl_agentic.trainers.async_rollouts.AsyncRollouts`); their staleness and the pipeline's counts
-        logged. A failure of the background rollout is raised here, with its traceback."""
+        round: its own), sampled on the background thread (by the policy's copy, or vLLM's server), while ``rows``'
+        are queued there with the weights of now (:class:`~trl_agentic.trainers.async_rollouts.AsyncRollouts`);
+        their staleness and the pipeline's counts logged. A failure of the background rollout is raised here, with its traceback."""
         model = self.accelerator.unwrap_model(self.model)
         rollouts = self.async_rollouts.next(rows, model, self.state.global_step)
         self.set_trl_attributes(rollouts.environments)
