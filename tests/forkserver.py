@@ -7,10 +7,8 @@ environment with those modules imported, to ``fork`` a child that runs the comma
 pid, exit status and files 0/1/2; at its end non-daemon threads are joined, ``atexit`` handlers run and the files
 flushed, as at the end of ``python ...``, less the teardown of every module), but born with the modules loaded. Where forking is not possible (no ``os.fork``, or the
 server holds a thread after its imports, which a child would lose), it runs ``subprocess.run`` as before, so the
-result never depends on the server: only the time does. A forked child that outlives its timeout prints its Python
-stacks (``faulthandler``), is killed, and the command runs again with ``subprocess.run`` under a warning that
-carries those stacks: a hang that forking caused (a lock some native thread held at the fork) costs time, not a
-red run; a command that hangs anyway times out there.
+result never depends on the server: only the time does. A child that outlives its timeout prints its Python stacks
+(``faulthandler``) to the standard error that its ``TimeoutExpired`` carries, and is killed.
 
 The child starts as ``python -c CODE ...``, ``python -m MODULE ...`` or ``python SCRIPT ...`` would: ``sys.argv``,
 ``sys.path[0]`` (the script's folder, the working directory for ``-m``, ``''`` for ``-c``), ``__name__ == "__main__"``, the working directory, standard input from
@@ -33,7 +31,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import warnings
 from pathlib import Path
 
 PRELOAD = ("torch", "transformers", "trl", "peft", "datasets", "accelerate", "trl_agentic")
@@ -41,10 +38,6 @@ PRELOAD = ("torch", "transformers", "trl", "peft", "datasets", "accelerate", "tr
 VOLATILE = ("PYTEST_CURRENT_TEST",)
 """Variables that change from test to test and no import reads: one server serves every value (the child gets the
 request's)."""
-
-SERVER_ONLY = {"JE_ARROW_MALLOC_CONF": "background_thread:false"}
-"""Set in the server alone (a child's ``os.environ`` is its request's): pyarrow's jemalloc (``datasets`` imports it)
-otherwise starts a background thread, which a forked child would not have while it may hold the allocator's lock."""
 
 SERVER = r'''
 import atexit, faulthandler, importlib, json, os, runpy, selectors, sys, threading, traceback
@@ -132,7 +125,7 @@ class _Server:
         self.pids: dict[int, int] = {}
         self.done: dict[int, int] = {}
         self.changed = threading.Condition()
-        self.process = subprocess.Popen([sys.executable, "-c", SERVER, ",".join(PRELOAD)], env={**env, **SERVER_ONLY},
+        self.process = subprocess.Popen([sys.executable, "-c", SERVER, ",".join(PRELOAD)], env=env,
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                         text=True, bufsize=1)
         first = self.process.stdout.readline()
@@ -171,10 +164,7 @@ class _Server:
                         os.killpg(pid, signal.SIGKILL)
                 with self.changed:
                     self.changed.wait_for(lambda: request_id in self.done, timeout=30)
-                warnings.warn(f"forkserver: {' '.join(argv)} hung {timeout} s in a forked child, rerun in a fresh "
-                              f"interpreter; the child's stacks: {_read(err)[-3000:]}", RuntimeWarning, stacklevel=3)
-                return subprocess.run([sys.executable, *argv], env=env, cwd=cwd, capture_output=True, text=True,
-                                      timeout=timeout)
+                raise subprocess.TimeoutExpired([sys.executable, *argv], timeout, _read(out), _read(err))
             with self.changed:
                 returncode = self.done.pop(request_id)
                 self.pids.pop(request_id, None)

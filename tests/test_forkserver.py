@@ -52,35 +52,23 @@ def test_an_uncaught_exception_and_a_timeout():
     failed = run_python(["-c", "raise ValueError('boom')"], env=dict(os.environ), cwd=os.getcwd())
     assert failed.returncode == 1 and failed.stderr.rstrip().endswith("ValueError: boom")
     start = time.perf_counter()
-    with pytest.raises(subprocess.TimeoutExpired):
-        run_python(["-c", "import time; print('started', flush=True); time.sleep(60)"], env=dict(os.environ),
-                   cwd=os.getcwd(), timeout=2)
+    with pytest.raises(subprocess.TimeoutExpired) as timed_out:
+        run_python(["-c", "import time\ndef stuck():\n    time.sleep(60)\nprint('started', flush=True)\nstuck()"],
+                   env=dict(os.environ), cwd=os.getcwd(), timeout=4)
     assert time.perf_counter() - start < 30
-
-
-def test_a_child_that_hangs_because_it_was_forked_runs_again_fresh():
-    """A forked child past its timeout leaves its stacks in a warning and the command runs in a fresh interpreter
-    (a lock a native thread held at the fork hangs only the forked copy); the fresh run's result is returned."""
-    code = ("import sys, time\n"
-            "def held_lock():\n    time.sleep(60)\n"
-            "held_lock() if 'trl_agentic' in sys.modules else print('fresh')")  # preloaded only when forked
-    with pytest.warns(RuntimeWarning, match=r"(?s)hung 5 s in a forked child.*held_lock"):
-        done = run_python(["-c", code], env=dict(os.environ), cwd=os.getcwd(), timeout=5)
-    assert (done.returncode, done.stdout) == (0, "fresh\n")
+    if forkserver._server(dict(os.environ)) is not None:  # the forked child's stacks, before it was killed
+        assert "in stuck" in timed_out.value.stderr
 
 
 def test_requests_sent_together_are_each_served_at_once():
     """Requests that reach the server in one read (several threads asking at once) all start: none waits in a
     buffer for a next request that may never come (what hung the last of test_cli_help's commands)."""
-    import warnings
     from concurrent.futures import ThreadPoolExecutor
 
     env = dict(os.environ)
     start = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # a child rerun fresh after a timeout is a failure here
-        with ThreadPoolExecutor(8) as pool:
-            done = list(pool.map(lambda i: run_python(["-c", f"print({i})"], env=env, cwd=os.getcwd(), timeout=20),
-                                 range(32)))
+    with ThreadPoolExecutor(8) as pool:
+        done = list(pool.map(lambda i: run_python(["-c", f"print({i})"], env=env, cwd=os.getcwd(), timeout=20),
+                             range(32)))
     assert [d.stdout for d in done] == [f"{i}\n" for i in range(32)]
     assert time.perf_counter() - start < 20
