@@ -63,8 +63,10 @@ def test_two_processes_two_rounds_behind(tmp_path, tiny_model_dir):
     """``max_staleness=2`` on two processes whose episodes last 1 and 3 turns: each rank's background generator rolls
     out without waiting for the other's (no collective call leaves the training thread, so none interleaves with
     training's), both train at staleness 0, 1, 2, every sample started is trained or discarded, each pins its
-    generator to a core of its own, and both policies end equal (DDP averaged the gradients)."""
+    generator to a core of its own, and both policies end equal (DDP averaged the gradients). Rank 1's last job is
+    stopped while it runs, and still no gloo thread outlives ``end_training`` (checked in ``_launch``)."""
     ranks = _launch(tmp_path, tiny_model_dir, "async")
+    assert [rank["stopped_while_running"] for rank in ranks] == [0, 1]
     for rank in ranks:
         assert rank["staleness"] == [0.0, 1.0, 2.0]
         started, consumed, discarded = rank["samples"]

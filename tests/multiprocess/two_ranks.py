@@ -37,6 +37,25 @@ def recording_run(self, prompts, rows=None, **kwargs):
 
 engine_module.RolloutEngine.run = recording_run
 
+if depth:  # rank 1's job ahead waits during the last step until training ends: it is stopped while it runs (its
+    # GenerationStopped once kept the training loop's frames, and the DDP wrapper, alive: gloo's threads outlived the run)
+    from trl_agentic.trainers.async_rollouts import GenerationStopped, StoppableGenerator  # noqa: E402
+
+    record["stopped_while_running"] = 0
+    stoppable_generate = StoppableGenerator.generate
+
+    def generate_until_training_ends(self, *args, **kwargs):
+        if rank == 1 and trainer.state.global_step >= trainer.args.max_steps - 1:
+            if self.stop.wait(timeout=60):  # set when training ends
+                time.sleep(0.5)  # still running when the pipeline looks: it waits for the job to end
+        try:
+            return stoppable_generate(self, *args, **kwargs)
+        except GenerationStopped:
+            record["stopped_while_running"] += 1
+            raise
+
+    StoppableGenerator.generate = generate_until_training_ends
+
 
 def agent_tokens_reward(completions, trajectory, **kwargs):
     if dynamic:  # many groups with equal rewards
@@ -65,11 +84,9 @@ def _native_thread_names() -> list[str]:
     return names
 
 
-def _gloo_threads_left(within: float = 30.0) -> list[str]:
+def _gloo_threads_left(within: float = 10.0) -> list[str]:
     """gloo's threads still alive ``within`` seconds after the process group was destroyed (they end on their own
-    once the last object holding the group is freed; on a loaded machine, with the suite's other worker and the
-    other rank on the same two cores, that took over 10 s once): none may be left to race the interpreter's
-    shutdown."""
+    once the last object holding the group is freed): none may be left to race the interpreter's shutdown."""
     deadline = time.monotonic() + within
     while (left := sorted(name for name in _native_thread_names() if "gloo" in name)) and time.monotonic() < deadline:
         gc.collect()

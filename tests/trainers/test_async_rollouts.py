@@ -3,12 +3,14 @@ trainer bit for bit; D >= 1 trains both trainers D rounds behind the generator (
 every sample trained once or counted discarded, the copy's weights those of the version it reports, the behaviour
 log-probs in the correction, and a failure of the background thread raised in ``train()`` with its traceback."""
 
+import gc
 import math
 import os
 import signal
 import threading
 import time
 import traceback
+import weakref
 
 import pytest
 import torch
@@ -303,6 +305,33 @@ def test_an_interrupted_wait_stops_the_job_and_the_pipeline_starts_again(depth):
     assert len(rollouts.runs) == 2 and rollouts.version == 1 and not stop.is_set()
     pipeline.close()
     assert pipeline.started == pipeline.consumed + pipeline.discarded == 2 * depth + 2 * (depth + 1)
+
+
+def test_stopping_a_running_job_keeps_nothing_of_the_caller_alive():
+    """A job stopped while it runs ends in GenerationStopped, kept in its future. Raising it on the training thread
+    would link the caller's frames to its traceback, and with them their locals: at the end of training the DDP
+    wrapper, which holds the process group, kept gloo's threads alive past ``end_training`` (a CI failure of the
+    two-process test). Neither the waiting nor the background thread may keep a reference to the caller's locals."""
+    stop = threading.Event()
+    seam = _SlowSeam(StoppableGenerator(_OneToken(), stop), calls=300)
+    model = torch.nn.Linear(2, 2)
+    pipeline = AsyncRollouts(seam, CopyWeights(PolicyCopy(model)), stop, depth=1)
+
+    class Held:
+        pass
+
+    def training_loop():
+        held = Held()  # what a caller's frame holds (the training loop's wrapped model)
+        pipeline.next([{}], model, 0)  # the first round's own job, then one ahead, running
+        time.sleep(0.05)
+        pipeline.stop()  # on_train_end: the running job stops at its next generation call
+        return weakref.ref(held)
+
+    held = training_loop()
+    assert pipeline.discarded == 1 and not pipeline.ahead
+    gc.collect()
+    assert held() is None
+    pipeline.close()
 
 
 class _RecordingSeam:

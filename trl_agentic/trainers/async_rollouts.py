@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import contextlib
 import copy
 import os
 import queue
@@ -216,6 +215,7 @@ class BackgroundThread:
                 future.set_result(fn())
             except BaseException as exc:  # noqa: BLE001 - every failure goes to the trainer, which raises it
                 future.set_exception(exc)
+            del item, future, fn  # nothing of a finished job stays alive while the thread waits for the next
 
 
 class AsyncRollouts:
@@ -313,10 +313,11 @@ class AsyncRollouts:
                 self._stopping = job.future
 
     def _wait_stopped(self) -> None:
-        """Wait for the job told to stop, if any (its next generation call ends it)."""
+        """Wait for the job told to stop, if any (its next generation call ends it). Its exception is not raised
+        here: raised, it would link this thread's frames, and their locals (the training loop's model), to the
+        traceback its future keeps."""
         if self._stopping is not None:
-            with contextlib.suppress(BaseException):
-                self._stopping.result()
+            concurrent.futures.wait([self._stopping])
             self._stopping = None
 
     def _end_process(self) -> None:
