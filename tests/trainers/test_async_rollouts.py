@@ -20,6 +20,7 @@ from peft import LoraConfig
 from transformers import TrainerCallback
 
 from trl_agentic import AgenticGRPOTrainer, AgenticPPOTrainer
+from trl_agentic.compat import TRLBatch
 from trl_agentic.rollout.generation import Generation, HFGenerator
 from trl_agentic.toy import LookupEnvironment, lookup_reward
 from trl_agentic.trainers.async_rollouts import (
@@ -184,6 +185,80 @@ def test_the_correction_uses_the_behaviour_logprobs(tiny_model_dir, tokenizer, t
         assert row["async/staleness"] == 1.0
         assert row["agentic/vllm_logprob_gap"] > 1e-4
         assert row["sampling/importance_sampling_ratio/max"] - row["sampling/importance_sampling_ratio/min"] > 1e-4
+
+
+class RecomputedBeside(AgenticGRPOTrainer):
+    """Computes every micro-batch's loss both ways: with the proximal log-probs from the loss's own forward (what
+    trains) and with them recomputed by a forward pass of their own, the correction applied in the round (recorded:
+    both losses and their gradients)."""
+
+    from_loss = True
+    compared: list
+
+    @property
+    def proximal_in_loss(self):
+        return self.from_loss
+
+    def clipped_loss(self, model, batch, kl_estimator=None):
+        trained = [p for p in model.parameters() if p.requires_grad]
+        loss = super().clipped_loss(model, batch, kl_estimator)
+        recomputed = TRLBatch(dict(batch.data))
+        recomputed.old_logps = AgenticGRPOTrainer.policy_logps(self, model, recomputed)
+        self.off_policy_correction(recomputed)
+        self.from_loss = False
+        try:
+            reference = super().clipped_loss(model, recomputed, kl_estimator)
+        finally:
+            self.from_loss = True
+        grads = torch.autograd.grad(loss, trained, retain_graph=True, allow_unused=True)
+        reference_grads = torch.autograd.grad(reference, trained, allow_unused=True)
+        self.compared.append((loss.item(), reference.item(), grads, reference_grads,
+                              float(recomputed["importance_sampling_ratio"].std())))
+        return loss
+
+
+@pytest.mark.parametrize("mode", ["token_truncate", "sequence_mask"])
+def test_the_proximal_policy_from_the_loss_is_the_recomputed_one(tiny_model_dir, tokenizer, tmp_path, mode):
+    """One optimizer step per round: the loss's own log-probs (detached) are the proximal policy's, so the round's
+    forward pass that recomputes them is skipped (none runs) and every micro-batch's loss and gradient equal those
+    with them recomputed and the correction applied in the round, within float error."""
+    args = agentic_args(tmp_path, max_steps=STEPS, max_staleness=1, learning_rate=1e-2,
+                        vllm_importance_sampling_mode=mode, vllm_importance_sampling_clip_max=100.0)
+    trainer = RecomputedBeside(model=tiny_model_dir, reward_funcs=[lookup_reward, agent_tokens_reward], args=args,
+                               train_dataset=lookup_dataset(16), processing_class=tokenizer,
+                               environment=LookupEnvironment)
+    trainer.compared = []
+    in_round = []
+    trainer.policy_logps = lambda *a, **k: in_round.append(1)  # the round's forward, if any: fails the loss below
+    trainer.train()
+    assert not in_round
+    assert len(trainer.compared) == STEPS
+    assert trainer.compared[-1][4] > 1e-3  # the weights differ across tokens: stale samples were corrected
+    for loss, reference, grads, reference_grads, _ in trainer.compared:
+        assert loss == pytest.approx(reference, rel=1e-5, abs=1e-6)
+        for grad, expected in zip(grads, reference_grads, strict=True):
+            if expected is None:
+                assert grad is None
+            else:
+                torch.testing.assert_close(grad, expected, rtol=1e-4, atol=1e-6)
+    assert all("sampling/importance_sampling_ratio/mean" in row for row in _logs(trainer))
+
+
+def test_a_policy_that_moves_before_the_loss_gets_its_proximal_forward(tiny_model_dir, tokenizer, tmp_path):
+    """Two optimizer steps per round (``steps_per_generation`` twice the accumulation): the second micro-batch's
+    proximal policy is not the loss's, so the round computes it (PPO's KL reward likewise reads it in the round)."""
+    trainer = _grpo(tmp_path, tiny_model_dir, tokenizer, max_staleness=1, steps_per_generation=2,
+                    per_device_train_batch_size=2, max_steps=2)
+    assert not trainer.proximal_in_loss
+    forwards = []
+    trainer.policy_logps = lambda *a, **k: forwards.append(1) or AgenticGRPOTrainer.policy_logps(trainer, *a, **k)
+    trainer.train()
+    assert len(forwards) == 1  # one round for the two steps
+    assert "sampling/importance_sampling_ratio/mean" in _logs(trainer)[0]
+    ppo_kl = AgenticPPOTrainer(model=tiny_model_dir, reward_funcs=lookup_reward, processing_class=tokenizer,
+                               args=ppo_args(tmp_path / "ppo", max_staleness=1, num_iterations=1),
+                               train_dataset=lookup_dataset(8), environment=LookupEnvironment)
+    assert ppo_kl.beta != 0.0 and not ppo_kl.proximal_in_loss
 
 
 @pytest.mark.parametrize("correction", ["behaviour", "none"])

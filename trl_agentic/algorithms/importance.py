@@ -48,3 +48,24 @@ def vllm_importance_sampling_ratio(old_logps: torch.Tensor, sampling_logps: torc
         return ratio.masked_fill((ratio < low) | (ratio > high), 0.0)
     raise ValueError(f"vllm_importance_sampling_mode must be 'token_truncate', 'token_mask', 'sequence_truncate' or "
                      f"'sequence_mask', got {mode!r}")
+
+
+def off_policy_terms(proximal_logps: torch.Tensor, behaviour_logps: torch.Tensor, mask: torch.Tensor,
+                     correction: str, mode: str, clip_min: float | None,
+                     clip_max: float | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The correction for samples drawn by an older policy (the behaviour policy ``mu``), on trained tokens
+    (``mask``): ``(log pi_old, w)``, the log-probs the loss clips against and its per-token (or per-sequence) weight
+    (``None``: no weight). With ``pi_prox`` the policy before this round's update (``proximal_logps``):
+
+    - ``"decoupled"`` (AReaL, Fu et al. 2025): ``pi_old = pi_prox``, ``w = pi_prox / mu`` as
+      :func:`vllm_importance_sampling_ratio` computes it for ``mode`` (truncated or masked at the clip bounds);
+    - ``"behaviour"``: ``pi_old = mu`` on trained tokens, no weight (TRL's ``AsyncGRPOTrainer``);
+    - ``"none"``: ``pi_old = pi_prox``, no weight (the lag ignored, an ablation).
+
+    A token whose behaviour log-prob is unknown (not finite) counts as on-policy (``mu = pi_prox`` there)."""
+    behaviour = torch.where(torch.isfinite(behaviour_logps), behaviour_logps, proximal_logps)
+    if correction == "decoupled":
+        return proximal_logps, vllm_importance_sampling_ratio(proximal_logps, behaviour, mask, mode, clip_min, clip_max)
+    if correction == "behaviour":
+        return torch.where(mask.bool(), behaviour, proximal_logps), None
+    return proximal_logps, None

@@ -26,7 +26,9 @@ the running one is stopped at its next generation call; every sample started is 
 Off-policy correction (``async_correction``; :meth:`~trl_agentic.trainers.base.AgenticTrainer.add_logps`) uses the
 log-probs the copy's generator returned when it sampled (the behaviour policy), carried in each run's ``logprobs``
 as vLLM's are, through the same batch key (``sampling_per_token_logps``) and TRL's weight
-(:func:`~trl_agentic.algorithms.importance.vllm_importance_sampling_ratio`).
+(:func:`~trl_agentic.algorithms.importance.vllm_importance_sampling_ratio`), against the proximal policy (the
+weights of now: the loss's own log-probs when the policy does not move within a round,
+:attr:`~trl_agentic.trainers.base.AgenticTrainer.proximal_in_loss`).
 
 Where the copy generates (``async_generator``): on the background thread itself (``"thread"``), or in a child
 process (``"process"``: :class:`~trl_agentic.rollout.process_generator.ProcessGenerator`, whose forward passes do not

@@ -35,7 +35,7 @@ import torch
 from accelerate.utils import gather_object
 
 from ..algorithms.advantages import combined_rewards, nanstd
-from ..algorithms.importance import importance_ratio, vllm_importance_sampling_ratio
+from ..algorithms.importance import importance_ratio, off_policy_terms, vllm_importance_sampling_ratio
 from ..algorithms.kl import kl_penalty
 from ..algorithms.losses import aggregate_loss, clipped_policy_loss
 from ..algorithms.masked import masked_sum, zero_masked
@@ -65,7 +65,7 @@ from .checks import DegenerateStepMonitor, DegenerateTrainingError, keyword_argu
 from .config import AgenticConfig
 from .rollout_choice import RolloutChoice, SeamParts, choose_rollout
 from .round import Round, pad, row_advantages, row_count, training_rows, trl_completion_rows, values_of_rows
-from .round_metrics import RoundValues, metrics_of_round, round_values
+from .round_metrics import RoundValues, metrics_of_round, round_values, sampling_metrics, sampling_values
 
 CLIPPED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")  # the loss types of AgenticTrainer.clipped_loss
 
@@ -349,17 +349,17 @@ class AgenticTrainer(GRPOTrainerBoundary):
 
     def add_logps(self, batch: TRLBatch) -> None:
         """4. The model forwards of a round, as TRL decides them: the policy's log-probs now (``old``) when it moves
-        before the batch is trained on (``gradient_accumulation_steps`` not a multiple of ``steps_per_generation *
-        num_iterations``) or for vLLM's importance-sampling correction (then the correction too); the reference's
-        when ``beta != 0``. With ``max_staleness >= 1``: always, and the correction of ``async_correction``
-        (:meth:`off_policy_correction`)."""
+        before the batch is trained on (:meth:`policy_moves_before_loss`) or for vLLM's importance-sampling
+        correction (then the correction too); the reference's when ``beta != 0``. With ``max_staleness >= 1``: the
+        proximal policy's and the off-policy correction (:meth:`off_policy_correction`), unless the loss computes
+        them from its own forward (:attr:`proximal_in_loss`)."""
         args = self.args
         correction = self.use_vllm and args.vllm_importance_sampling_correction and self.async_rollouts is None
-        moves = args.gradient_accumulation_steps % (args.steps_per_generation * self.num_iterations) != 0
         if self.async_rollouts is not None:
-            batch.old_logps = self.policy_logps(self.model, batch)  # the proximal policy: the weights of now
-            self.off_policy_correction(batch)
-        elif moves or correction:
+            if not self.proximal_in_loss:
+                batch.old_logps = self.policy_logps(self.model, batch)  # the proximal policy: the weights of now
+                self.off_policy_correction(batch)
+        elif self.policy_moves_before_loss() or correction:
             batch.old_logps = self.policy_logps(self.model, batch)
         if correction:
             batch["importance_sampling_ratio"] = vllm_importance_sampling_ratio(
@@ -369,30 +369,55 @@ class AgenticTrainer(GRPOTrainerBoundary):
             batch["ref_per_token_logps"] = self.reference_logps(batch)
         batch.in_trl_order()
 
+    def policy_moves_before_loss(self) -> bool:
+        """TRL's test (``grpo_trainer.py``, ``_generate_and_score_completions``): an optimizer step falls between a
+        round's generation and the loss of some of its micro-batches (``gradient_accumulation_steps`` not a multiple
+        of ``steps_per_generation * num_iterations``); otherwise the policy of the loss is the policy of the round."""
+        args = self.args
+        return args.gradient_accumulation_steps % (args.steps_per_generation * self.num_iterations) != 0
+
+    def needs_old_logps_in_round(self) -> bool:
+        """Whether the round itself reads the policy's log-probs of now (PPO's KL reward does); GRPO's does not."""
+        return False
+
+    @property
+    def proximal_in_loss(self) -> bool:
+        """With ``max_staleness >= 1``: the proximal policy's log-probs are the loss's own, detached, and the
+        off-policy correction is computed in the loss (:meth:`proximal_in_micro_batch`), saving a forward pass of
+        every round. Exact when the policy does not move between a round and its loss
+        (:meth:`policy_moves_before_loss` false: one optimizer step per round, TRL's default) and the round does
+        not read them (:meth:`needs_old_logps_in_round`)."""
+        return (self.async_rollouts is not None and not self.policy_moves_before_loss()
+                and not self.needs_old_logps_in_round())
+
     def off_policy_correction(self, batch: TRLBatch) -> None:
         """``max_staleness >= 1``: the correction for samples drawn by an older policy (the behaviour policy ``mu``,
-        whose log-probs the generator returned: ``batch.sampling_logps``), on agent tokens only. With ``pi_prox`` the
-        policy before this round's update (``batch.old_logps``, recomputed) and ``rho_t = pi / pi_old``:
+        whose log-probs the generator returned: ``batch.sampling_logps``), on agent tokens only, from the proximal
+        policy's log-probs ``batch.old_logps`` (``pi_prox``, the policy before this round's update):
+        :func:`~trl_agentic.algorithms.importance.off_policy_terms` for ``async_correction``. With
+        ``rho_t = pi / pi_old`` the loss is ``L = -min(rho A, clip(rho, 1-eps_low, 1+eps_high) A) * w``.
 
-        - ``"decoupled"`` (AReaL, Fu et al. 2025): ``pi_old = pi_prox`` in the clip, and each token's loss weighted
-          by TRL's importance weight ``w = pi_prox / mu`` (``vllm_importance_sampling_mode``: per token or sequence,
-          truncated or masked at ``vllm_importance_sampling_clip_min`` / ``_max``):
-          ``L = -min(rho A, clip(rho, 1-eps_low, 1+eps_high) A) * w``;
-        - ``"behaviour"``: ``pi_old = mu`` (the clip against the generator's log-probs, TRL's ``AsyncGRPOTrainer``);
-        - ``"none"``: ``pi_old = pi_prox`` and no weight: the lag is ignored (an ablation).
-
-        The weight goes where vLLM's correction goes (``importance_sampling_ratio``), so that its metrics
-        (``sampling/importance_sampling_ratio/*``, ``agentic/vllm_logprob_gap``) are logged as for vLLM. A token
-        whose behaviour log-prob is unknown counts as on-policy."""
+        The weight ``w`` goes where vLLM's correction goes (``importance_sampling_ratio``), so that its metrics
+        (``sampling/importance_sampling_ratio/*``, ``agentic/vllm_logprob_gap``) are logged as for vLLM."""
         args = self.args
-        mask = batch.loss_mask
-        behaviour = torch.where(torch.isfinite(batch.sampling_logps), batch.sampling_logps, batch.old_logps)
-        if args.async_correction == "decoupled":
-            batch["importance_sampling_ratio"] = vllm_importance_sampling_ratio(
-                batch.old_logps, behaviour, mask, args.vllm_importance_sampling_mode,
-                args.vllm_importance_sampling_clip_min, args.vllm_importance_sampling_clip_max)
-        elif args.async_correction == "behaviour":
-            batch.old_logps = torch.where(mask.bool(), behaviour, batch.old_logps)
+        old, weight = off_policy_terms(batch.old_logps, batch.sampling_logps, batch.loss_mask, args.async_correction,
+                                       args.vllm_importance_sampling_mode, args.vllm_importance_sampling_clip_min,
+                                       args.vllm_importance_sampling_clip_max)
+        batch.old_logps = old
+        if weight is not None:
+            batch["importance_sampling_ratio"] = weight
+
+    def proximal_in_micro_batch(self, batch: TRLBatch, logps: torch.Tensor) -> TRLBatch:
+        """:attr:`proximal_in_loss`: ``batch`` (a micro-batch) with the proximal log-probs ``logps`` (the loss's
+        own, detached) and the off-policy correction from them (:meth:`off_policy_correction`); the sampling
+        metrics of the round are logged here instead, per micro-batch over every process (TRL averages a logging
+        window's values, as for its own loss metrics)."""
+        batch = TRLBatch({**batch.data, "old_per_token_logps": logps.detach()})
+        self.off_policy_correction(batch)
+        if batch.sampling_logps is not None:
+            everyone = gather_object([sampling_values(batch)])
+            self.log_metrics(sampling_metrics(everyone, self.accelerator.device))
+        return batch
 
     def record(self, round_: Round) -> None:
         """Append the round's training rows, with their run's rewards and their advantage (the batch's, one per row:
@@ -500,6 +525,8 @@ class AgenticTrainer(GRPOTrainerBoundary):
         """
         mask = batch.loss_mask.bool()
         logps, entropies = self.logps_and_entropies(model, batch)
+        if self.proximal_in_loss:
+            batch = self.proximal_in_micro_batch(batch, logps)
         ratio = importance_ratio(logps, batch.old_logps, batch.loss_mask, self.importance_sampling_level)
         advantages = batch.advantages if batch.advantages.dim() == 2 else batch.advantages.unsqueeze(1)
         if advantages.size(1) > 1:

@@ -312,6 +312,10 @@ class AgenticPPOTrainer(AgenticTrainer):
             scores = scores - self.args.truncation_penalty * unfinished.float()
         return scores
 
+    def needs_old_logps_in_round(self) -> bool:
+        """The KL reward (``beta != 0``) reads the policy's log-probs at sampling time in the round."""
+        return self.beta != 0.0
+
     def reference_kl(self, batch: TRLBatch) -> torch.Tensor | None:
         """6. ``KL_t`` of every agent token, from the log-probs at sampling time (``old``) and the reference's, with
         ``kl_estimator``; ``None`` when ``beta == 0``. The reference log-probs leave the batch: the KL is in the
