@@ -222,7 +222,7 @@ def test_the_proximal_policy_from_the_loss_is_the_recomputed_one(tiny_model_dir,
     """One optimizer step per round: the loss's own log-probs (detached) are the proximal policy's, so the round's
     forward pass that recomputes them is skipped (none runs) and every micro-batch's loss and gradient equal those
     with them recomputed and the correction applied in the round, within float error."""
-    args = agentic_args(tmp_path, max_steps=STEPS, max_staleness=1, learning_rate=1e-2,
+    args = agentic_args(tmp_path, max_steps=2, max_staleness=1, learning_rate=1e-2,
                         vllm_importance_sampling_mode=mode, vllm_importance_sampling_clip_max=100.0)
     trainer = RecomputedBeside(model=tiny_model_dir, reward_funcs=[lookup_reward, agent_tokens_reward], args=args,
                                train_dataset=lookup_dataset(16), processing_class=tokenizer,
@@ -232,7 +232,7 @@ def test_the_proximal_policy_from_the_loss_is_the_recomputed_one(tiny_model_dir,
     trainer.policy_logps = lambda *a, **k: in_round.append(1)  # the round's forward, if any: fails the loss below
     trainer.train()
     assert not in_round
-    assert len(trainer.compared) == STEPS
+    assert len(trainer.compared) == 2
     assert trainer.compared[-1][4] > 1e-3  # the weights differ across tokens: stale samples were corrected
     for loss, reference, grads, reference_grads, _ in trainer.compared:
         assert loss == pytest.approx(reference, rel=1e-5, abs=1e-6)
@@ -388,7 +388,7 @@ def test_stopping_a_running_job_keeps_nothing_of_the_caller_alive():
     wrapper, which holds the process group, kept gloo's threads alive past ``end_training`` (a CI failure of the
     two-process test). Neither the waiting nor the background thread may keep a reference to the caller's locals."""
     stop = threading.Event()
-    seam = _SlowSeam(StoppableGenerator(_OneToken(), stop), calls=300)
+    seam = _SlowSeam(StoppableGenerator(_OneToken(), stop), calls=30)  # 0.3 s a job: the next still runs at stop()
     model = torch.nn.Linear(2, 2)
     pipeline = AsyncRollouts(seam, CopyWeights(PolicyCopy(model)), stop, depth=1)
 
