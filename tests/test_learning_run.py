@@ -208,6 +208,20 @@ def test_rl_stage_runs_in_micro_batches_of_one(data, tmp_path, tiny_model_dir, s
     assert (out / stage / "adapter" / "adapter_config.json").exists()
 
 
+@pytest.mark.parametrize("correction", ["decoupled", "none"])
+def test_grpo_one_round_behind_trains_stale_samples_with_the_correction_asked(data, tmp_path, tiny_model_dir,
+                                                                              correction):
+    """``--max-staleness 1 --async-correction C``: the grpo stage's rollouts run one round ahead (staleness 0 at the
+    first step, 1 after), with the correction the report names; the synchronous default records none."""
+    run = _load("run")
+    report = _run_tiny_rl_stage(run, data, tmp_path / "run", tiny_model_dir, "grpo", "--rl-steps", "3",
+                                "--eval-every", "0", "--max-staleness", "1", "--async-correction", correction,
+                                "--async-generator", "thread")
+    assert (report["max_staleness"], report["async_correction"]) == (1, correction)
+    assert report["curves"]["staleness"] == [0.0, 1.0, 1.0]
+    assert len(report["train_reward"]) == 3
+
+
 def test_num_iterations_that_does_not_divide_the_steps_fails_before_loading_anything(data, tmp_path):
     run = _load("run")
     with pytest.raises(SystemExit, match="--num-iterations 2 must divide --rl-steps 3"):

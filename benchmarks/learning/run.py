@@ -121,6 +121,15 @@ def make_parser(description: str | None = __doc__, stages: tuple[str, ...] = STA
     p.add_argument("--eval-every", type=int, default=5, help="RL stages: held-out EM every this many steps (0: never)")
     p.add_argument("--curve-size", type=int, default=50, help="held-out questions of the EM curve")
     p.add_argument("--plot", type=Path, help="PNG of the RL curves (default: <out>/curves.png)")
+    p.add_argument("--max-staleness", type=int, default=0,
+                   help="grpo: asynchronous rollouts D rounds ahead (AgenticGRPOConfig's max_staleness; 0: synchronous)")
+    p.add_argument("--async-correction", choices=("decoupled", "behaviour", "none"), default="decoupled",
+                   help="grpo with --max-staleness: the off-policy correction (AgenticGRPOConfig's async_correction)")
+    p.add_argument("--async-generator", choices=("thread", "process"), default="process",
+                   help="grpo with --max-staleness: where the policy's copy generates (process: a child process, "
+                        "off the training process's GIL)")
+    p.add_argument("--generator-cpu", type=int, default=None,
+                   help="grpo with --max-staleness: the core the background generator is pinned to (default: none)")
     return p
 
 
@@ -339,11 +348,14 @@ def curve_callback(task: Task, args: argparse.Namespace, tokenizer: Any, curves:
 
 
 def step_curves(log_history: list[dict[str, Any]]) -> dict[str, list]:
-    """Per optimizer step: the sampled reward and the searches and turns per trajectory (the trainer's logs)."""
+    """Per optimizer step: the sampled reward, the searches and turns per trajectory and the samples' staleness
+    (optimizer steps between the weights that sampled them and those they train; 0 when synchronous), from the
+    trainer's logs."""
     rows = [log for log in log_history if "reward" in log and "step" in log]
     return {"step": [log["step"] for log in rows], "reward": [log["reward"] for log in rows],
             "searches": [log.get("agentic/tool_calls/search_per_trajectory", 0.0) for log in rows],
-            "turns": [log.get("agentic/turns_mean") for log in rows]}
+            "turns": [log.get("agentic/turns_mean") for log in rows],
+            "staleness": [log.get("async/staleness", 0.0) for log in rows]}
 
 
 def trajectories_per_step(args: argparse.Namespace) -> int:
@@ -383,9 +395,12 @@ def run_rl(task: Task, args: argparse.Namespace, name: str) -> dict[str, Any]:
                                   advantage_mode="turn" if name == "ppo_turn" else "token")
         trainer_cls = AgenticPPOTrainer
     else:
+        asynchronous = dict(max_staleness=args.max_staleness, async_correction=args.async_correction,
+                            async_generator=args.async_generator, generator_cpu=args.generator_cpu)
         config = AgenticGRPOConfig(**common, num_generations=args.num_generations,
                                    per_device_train_batch_size=per_step // args.grad_accum,
-                                   gradient_accumulation_steps=args.grad_accum)
+                                   gradient_accumulation_steps=args.grad_accum,
+                                   **(asynchronous if name == "grpo" else {}))
         trainer_cls = AgenticGRPOTrainer
     sft_adapter = args.out / "sft" / "adapter"
     curves: dict[str, list] = {"eval": []}
@@ -405,7 +420,9 @@ def run_rl(task: Task, args: argparse.Namespace, name: str) -> dict[str, Any]:
     return {**metrics, "steps": args.rl_steps, "trajectories_per_step": per_step,
             "num_iterations": args.num_iterations, "samples": sampled_batches(args) * per_step,
             "micro_batch": config.per_device_train_batch_size, **({"lam": config.lam} if name.startswith("ppo") else {}),
-            "train_reward": curves["reward"], "curves": curves}
+            "train_reward": curves["reward"], "curves": curves,
+            **({"max_staleness": config.max_staleness, "async_correction": config.async_correction}
+               if config.max_staleness else {})}
 
 
 def run_rft(task: Task, args: argparse.Namespace, reward_func: Any = None, evaluate_fn: Any = None) -> dict[str, Any]:

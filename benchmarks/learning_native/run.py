@@ -102,13 +102,6 @@ def make_parser() -> argparse.ArgumentParser:
                         "retry (our option; TRL ends the rollout, the default): AgenticGRPOConfig instead of TRL's")
     p.add_argument("--reuse-sft", action="store_true",
                    help="sft: evaluate <out>/sft/adapter when an earlier run saved it, instead of training it again")
-    p.add_argument("--max-staleness", type=int, default=0,
-                   help="grpo: asynchronous rollouts D rounds ahead (AgenticGRPOConfig's max_staleness; 0: synchronous)")
-    p.add_argument("--async-generator", choices=("thread", "process"), default="process",
-                   help="grpo with --max-staleness: where the policy's copy generates (process: a child process, "
-                        "off the training process's GIL)")
-    p.add_argument("--generator-cpu", type=int, default=None,
-                   help="grpo with --max-staleness: the core the background generator is pinned to (default: none)")
     return p
 
 
@@ -276,6 +269,7 @@ def run_rl(task: NativeTask, args: argparse.Namespace, name: str) -> dict[str, A
         trainer_cls, config = AgenticGRPOTrainer, AgenticGRPOConfig(
             **values, answer_malformed_tool_calls=args.answer_malformed_tool_calls, max_staleness=args.max_staleness,
             async_generator=args.async_generator, generator_cpu=args.generator_cpu,
+            async_correction=args.async_correction,
             concurrent_sync_tools=bool(args.max_staleness))  # the search tool off the training thread (thread-safe)
     elif name == "grpo":
         trainer_cls, config = AgenticGRPOTrainer, GRPOConfig(**values)  # TRL's config, as a TRL script passes it
