@@ -19,7 +19,9 @@ Stages (``--stages``, in this order; each writes ``<out>/<stage>/report.json`` a
   LoRA trained for ``--rl-steps`` steps on the training questions with exact-match reward: ``AgenticGRPOTrainer``
   (observations masked, then ``mask_observations=False``), ``AgenticPPOTrainer`` (one sample per question, a value
   head with its own LoRA; ``ppo_warmup``: the first ``--critic-warmup-steps`` steps train the critic alone;
-  ``ppo_turn``: the same with GAE over turns, ``advantage_mode="turn"``).
+  ``ppo_turn``: the same with GAE over turns, ``advantage_mode="turn"``). ``grpo`` with ``--max-staleness D``: its
+  rollouts D rounds ahead of training (asynchronous, on a copy of the policy: ``--async-generator``,
+  ``--generator-cpu``), corrected by ``--async-correction``; each step's staleness is in the curves.
 - ``rft``: rejection-sampling fine-tuning at GRPO's number of samples (one round of ``recipes/rft.py``'s loop):
   ``--num-generations`` samples (at ``--temperature``, as the RL rollouts) of each of ``--rl-steps /
   --num-iterations x --rl-prompts-per-step`` training questions (as many questions and samples as GRPO draws), then
