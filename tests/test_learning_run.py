@@ -220,6 +220,7 @@ def test_grpo_one_round_behind_trains_stale_samples_with_the_correction_asked(da
     assert (report["max_staleness"], report["async_correction"]) == (1, correction)
     assert report["curves"]["staleness"] == [0.0, 1.0, 1.0]
     assert len(report["train_reward"]) == 3
+    assert f"GRPO (3 steps x 4 trajectories, max_staleness 1, {correction} correction) |" in run.summary(tmp_path / "run")
 
 
 def test_num_iterations_that_does_not_divide_the_steps_fails_before_loading_anything(data, tmp_path):
