@@ -90,10 +90,11 @@ def test_curves_come_from_the_step_logs_and_are_plotted(tmp_path):
     run = _load("run")
     logs = [{"loss": 0.1, "reward": 0.25, "agentic/tool_calls/search_per_trajectory": 1.0, "agentic/turns_mean": 2.0,
              "step": 1},
-            {"loss": 0.2, "reward": 0.5, "agentic/turns_mean": 1.5, "step": 2},  # no search in this step
+            {"loss": 0.2, "reward": 0.5, "agentic/turns_mean": 1.5, "async/staleness": 1.0, "step": 2},  # no search
             {"train_runtime": 3.0, "step": 2}]
     curves = run.step_curves(logs)
-    assert curves == {"step": [1, 2], "reward": [0.25, 0.5], "searches": [1.0, 0.0], "turns": [2.0, 1.5]}
+    assert curves == {"step": [1, 2], "reward": [0.25, 0.5], "searches": [1.0, 0.0], "turns": [2.0, 1.5],
+                      "staleness": [0.0, 1.0]}
     (tmp_path / "grpo").mkdir()
     (tmp_path / "grpo" / "report.json").write_text(json.dumps({"curves": {**curves, "eval": [[0, 0.1, 1, 2]]}}))
     run.plot_curves([tmp_path], tmp_path / "plot" / "curves.png")
