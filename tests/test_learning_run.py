@@ -213,7 +213,7 @@ def test_rl_stage_runs_in_micro_batches_of_one(data, tmp_path, tiny_model_dir, s
 def test_grpo_one_round_behind_trains_stale_samples_with_the_correction_asked(data, tmp_path, tiny_model_dir,
                                                                               correction):
     """``--max-staleness 1 --async-correction C``: the grpo stage's rollouts run one round ahead (staleness 0 at the
-    first step, 1 after), with the correction the report names; the synchronous default records none."""
+    first step, 1 after), with the correction the report and its summary row name."""
     run = _load("run")
     report = _run_tiny_rl_stage(run, data, tmp_path / "run", tiny_model_dir, "grpo", "--rl-steps", "3",
                                 "--eval-every", "0", "--max-staleness", "1", "--async-correction", correction,
