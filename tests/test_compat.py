@@ -163,3 +163,23 @@ def test_trl_parse_response_contract():
         {"type": "function", "function": {"name": "add", "arguments": {"a": 1, "b": 2}}}]
     assert parse_response(tok, bad, prefix, [add]) == {"role": "assistant",
                                                         "content": '<tool_call>\n{"name": "add", </tool_call>'}
+    # a failed rollout's empty turn (transformers >= 5.24 reads [] as an empty batch and returns []): one empty
+    # assistant message, and so is a turn of the end token alone
+    assert parse_response(tok, [], prefix, [add]) == {"role": "assistant", "content": ""}
+    assert parse_response(tok, tok("<|im_end|>", add_special_tokens=False)["input_ids"], prefix, [add]) == {
+        "role": "assistant", "content": ""}
+
+
+def test_reward_completions_of_a_failed_rollout():
+    """What a reward function receives for a rollout whose environment failed before the model spoke (empty
+    completion ids), for each prompt kind: empty text, or one empty assistant message."""
+    from conventions import build_convention
+    from trl import add_response_schema
+
+    from trl_agentic.rewards.inputs import reward_completions
+    from trl_agentic.trajectory import Trajectory
+
+    tok = add_response_schema(build_convention("qwen2.5-instruct").load_tokenizer())
+    chat = Trajectory(prompt=[{"role": "user", "content": "x"}], prompt_ids=[1, 2], completion_ids=[])
+    text = Trajectory(prompt="x", prompt_ids=[1, 2], completion_ids=[])
+    assert reward_completions([chat, text], tok) == [[{"role": "assistant", "content": ""}], ""]

@@ -265,10 +265,24 @@ def parse_response(processing_class: Any, ids: Sequence[int], prefix: Sequence[i
     """TRL's ``trl.chat_template_utils.parse_response`` (TRL 1.16, ``chat_template_utils.py``), the parser its tool
     loop uses (``GRPOTrainer._generate``): the tokenizer's response template reads one assistant turn into
     ``{"role", "content", "tool_calls"?}``, arguments typed by ``tools``' schemas; a turn it cannot read comes back
-    as its decoded text. Kept in the boundary: the module is not part of TRL's top-level exports."""
+    as its decoded text. Kept in the boundary: the module is not part of TRL's top-level exports.
+
+    An empty turn (a rollout whose environment failed before the model spoke) is an empty assistant message: TRL
+    never parses one, and transformers >= 5.24 reads an empty id list as an empty *batch* and returns ``[]``, which
+    TRL's parser then fails on (``'list' object has no attribute 'get'``). Any other result that is not one message
+    falls back to the decoded text, as TRL's parser does for a turn it cannot read."""
     from trl.chat_template_utils import parse_response as trl_parse_response
 
-    return trl_parse_response(processing_class, list(ids), prefix=list(prefix), tools=list(tools) or None)
+    if not ids:
+        return {"role": "assistant", "content": ""}
+    try:
+        parsed = trl_parse_response(processing_class, list(ids), prefix=list(prefix), tools=list(tools) or None)
+    except AttributeError:  # a parser result TRL could not read (not one message)
+        parsed = None
+    if not isinstance(parsed, dict):
+        tokenizer = getattr(processing_class, "tokenizer", processing_class)
+        parsed = {"role": "assistant", "content": tokenizer.decode(list(ids), skip_special_tokens=True)}
+    return parsed
 
 
 def qwen2_5_chat_template() -> str:

@@ -170,3 +170,61 @@ def test_get_reward_that_raises_or_returns_nan_or_text_costs_its_trajectory(qwen
     assert torch.isnan(env_rewards[[0, 1, 3]]).all() and env_rewards[2].item() == 1.0
     assert round_.rewards_per_func[:, 0].tolist() == [0.25] * 4  # the other reward scored every rollout
     assert torch.isfinite(trainer.training_batch(rows).advantages).all()
+
+
+# -- through the whole training step -----------------------------------------------------------------------------
+class ReadsAMissingColumn(IncrementEnv):
+    """``reset(**kwargs)`` reads a column the dataset lacks (``**kwargs``: no signature check can see it)."""
+
+    def reset(self, **kwargs):
+        super().reset(kwargs["goal"])
+
+
+class OddRowsFail(IncrementEnv):
+    def reset(self, target, **kwargs):
+        if target % 2:
+            raise RuntimeError(f"no slot for target {target}")
+        super().reset(target)
+
+
+def _failing_reset_trainer(qwen, tmp_path, trainer_name, factory):
+    from trl import GRPOConfig
+
+    from trl_agentic import AgenticGRPOTrainer, AgenticPPOConfig, AgenticPPOTrainer
+
+    tok = qwen.load_tokenizer()
+    model = scripted(qwen.load_model(), tok, [call("increment", step=2), "Done."])
+    reward = lambda completions, **k: [1.0] * len(completions)  # noqa: E731
+    if trainer_name == "grpo":
+        return AgenticGRPOTrainer(model=model, processing_class=tok, train_dataset=increment_dataset(),
+                                  reward_funcs=reward, environment_factory=factory,
+                                  args=_config(GRPOConfig, tmp_path, max_steps=3, per_device_train_batch_size=4))
+    args = _config(AgenticPPOConfig, tmp_path, rollout_mode="chat", max_tokens_per_turn=96, max_steps=3)
+    args.num_generations = 1
+    return AgenticPPOTrainer(model=model, processing_class=tok, train_dataset=increment_dataset(),
+                             reward_funcs=reward, args=args, environment_factory=factory)
+
+
+@pytest.mark.parametrize("trainer_name", ["grpo", "ppo"])
+def test_a_reset_failing_on_some_rows_trains_to_the_end(qwen, tmp_path, trainer_name):
+    """The reset case of issue 50: a TRL-style environment whose ``reset`` raises on odd rows; the run trains to its
+    last step and the failed rows cost themselves (transformers >= 5.24 read their empty completion as an empty
+    batch in the reward inputs and killed the run)."""
+    trainer = _failing_reset_trainer(qwen, tmp_path, trainer_name, OddRowsFail)
+    trainer.train()
+    assert trainer.state.global_step == 3
+    failed = [e["agentic/env_error_per_trajectory"] for e in trainer.state.log_history
+              if "agentic/env_error_per_trajectory" in e]
+    assert len(failed) == 3 and sum(failed) / 3 == 0.5  # two questions a step, one epoch: targets 1, 3, 5 failed
+
+
+@pytest.mark.parametrize("trainer_name", ["grpo", "ppo"])
+def test_a_reset_failing_on_every_row_stops_in_one_line(qwen, tmp_path, trainer_name):
+    """``reset(**kwargs)`` reads a column the dataset lacks: no row can ever be scored, so the run stops after a few
+    rounds with one line that names the error, instead of training on nothing."""
+    from trl_agentic.trainers.checks import DegenerateTrainingError
+
+    trainer = _failing_reset_trainer(qwen, tmp_path, trainer_name, ReadsAMissingColumn)
+    with pytest.raises(DegenerateTrainingError, match=r"every trajectory ended env_error; the first error: "
+                                                      r"TRLEnvironment.reset raised KeyError: 'goal'"):
+        trainer.train()
