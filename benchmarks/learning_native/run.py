@@ -64,6 +64,7 @@ if str(ROOT) not in sys.path:  # run as a script: the repository's benchmarks an
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.learning import run as learning  # noqa: E402
+from benchmarks.learning_native import arithmetic  # noqa: E402
 from benchmarks.learning_native import model as native_model  # noqa: E402
 from benchmarks.learning_native import task as native_task  # noqa: E402
 
@@ -81,10 +82,22 @@ ROW_NAMES = {
     "rft": "after SFT + RFT ({samples} samples, {kept} kept)",
     "grpo_unmasked": "after SFT + AgenticGRPOTrainer, observations unmasked ({budget})",
 }
-COLUMNS = (("searches", "mean_searches"), ("turns", "mean_turns"), ("malformed calls", "malformed_per_trajectory"),
-           ("final-message EM", "final_em"), ("transfer EM", "transfer_em"))
-PANELS = (("reward", "sampled reward"), ("searches", "searches per trajectory"),
-          ("malformed", "malformed calls per trajectory"), ("turns", "turns per trajectory"))
+TOOL_KEYS = {"search": "searches", "arithmetic": "calculations"}
+"""Each task's tool-call metric (its reports' ``mean_<key>``, its curves' ``<key>``)."""
+
+
+def columns(task: str = "search") -> tuple[tuple[str, str], ...]:
+    """The summary table's columns after EM for ``task``."""
+    tool = TOOL_KEYS[task]
+    return ((tool, f"mean_{tool}"), ("turns", "mean_turns"), ("malformed calls", "malformed_per_trajectory"),
+            ("final-message EM", "final_em"), ("transfer EM", "transfer_em"))
+
+
+def panels(task: str = "search") -> tuple[tuple[str, str], ...]:
+    """The per-step curves plotted beside held-out EM for ``task``."""
+    tool = TOOL_KEYS[task]
+    return (("reward", "sampled reward"), (tool, f"{tool} per trajectory"),
+            ("malformed", "malformed calls per trajectory"), ("turns", "turns per trajectory"))
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -100,6 +113,11 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--answer-malformed-tool-calls", action="store_true",
                    help="grpo: answer a tool call the response template cannot read with an error and let the model "
                         "retry (our option; TRL ends the rollout, the default): AgenticGRPOConfig instead of TRL's")
+    p.add_argument("--task", choices=("search", "arithmetic"), default="search",
+                   help="search: --data's questions with a search tool; arithmetic: arithmetic.py's word problems "
+                        "with a calculator (generated from --data-seed; always also scored on the transfer generator)")
+    p.add_argument("--data-seed", type=int, default=0, help="arithmetic: the seed its question sets are drawn from")
+    p.add_argument("--train-size", type=int, default=2000, help="arithmetic: training problems")
     p.add_argument("--reuse-sft", action="store_true",
                    help="sft: evaluate <out>/sft/adapter when an earlier run saved it, instead of training it again")
     return p
@@ -108,7 +126,14 @@ def make_parser() -> argparse.ArgumentParser:
 class NativeTask(learning.Task):
     """``benchmarks/learning``'s data and search tool, given to the model through TRL's interface (``task.py``):
     chat prompts, the environment the evaluation and RFT roll out (:class:`trl_agentic.TRLEnvironments` over the
-    same factory or tools the trainers receive), and native tool-call demonstrations."""
+    same factory or tools the trainers receive), and native tool-call demonstrations.
+
+    What the stages read of a task (:class:`ArithmeticTask` has the same): ``metrics`` (the per-step metric keys,
+    the task's tool first), ``outcome_reward`` (what evaluation scores), ``final_reward`` (exact match of the
+    reply), ``train_rewards`` (the reward functions the trainers receive before the metrics; an environment's
+    ``get_reward`` comes after them)."""
+
+    metrics = native_task.METRICS
 
     def __init__(self, args: argparse.Namespace) -> None:
         from trl_agentic.environments.trl_environments import TRLEnvironments
@@ -130,6 +155,10 @@ class NativeTask(learning.Task):
         self.budgets = dict(rollout_mode="chat", max_turns=args.max_turns,
                             max_tokens_per_turn=min(args.max_tokens_per_turn, args.max_completion_length),
                             max_completion_length=args.max_completion_length)
+        self.outcome_reward = native_task.outcome_reward(self.interface)
+        self.final_reward = native_task.final_answer_em
+        self.train_rewards = {"tools": [native_task.final_answer_em],
+                              "agent": [native_task.agent_answer_em]}.get(self.interface, [])
 
     def prompt(self, row: dict[str, Any]) -> list[dict[str, str]]:  # type: ignore[override]
         return [{"role": "user", "content": f"{native_task.INSTRUCTIONS[self.interface]}\n"
@@ -159,6 +188,53 @@ class NativeTask(learning.Task):
         return demos
 
 
+class ArithmeticTask:
+    """``arithmetic.py``'s word problems with a calculator through TRL's interface (``--task arithmetic``): the
+    question sets drawn from ``--data-seed``, the environment class (or the standalone tool, or the agent), the
+    reward on the reply, and one-call demonstrations. ``transfer``: the same over the transfer generator's questions.
+    The attributes the stages read are :class:`NativeTask`'s."""
+
+    metrics = ("calculations", "malformed", "turns")
+
+    def __init__(self, args: argparse.Namespace, generator: str = "train") -> None:
+        from trl_agentic.environments.trl_environments import TRLEnvironments
+
+        sets = arithmetic.task_rows(args.train_size, args.test_size, args.data_seed)
+        self.train = self.sft_train = sets["train"]
+        self.test = sets["test"] if generator == "train" else sets["transfer"]
+        self.transfer = ArithmeticTask(args, "transfer") if generator == "train" else None
+        self.interface = args.interface
+        factory = {"environment_factory": arithmetic.CalculatorEnvironment}
+        self.agent = arithmetic.calculator_agent(args.max_turns) if self.interface == "agent" else None
+        self.trainer_kwargs: dict[str, Any] = (
+            {"tools": [arithmetic.calculate]} if self.interface == "tools"
+            else {"agent": self.agent} if self.agent else factory)
+        self.environment = TRLEnvironments(**(factory if self.agent else self.trainer_kwargs))
+        self.tools = arithmetic.tool_schemas(self.interface)
+        self.budgets = dict(rollout_mode="chat", max_turns=args.max_turns,
+                            max_tokens_per_turn=min(args.max_tokens_per_turn, args.max_completion_length),
+                            max_completion_length=args.max_completion_length)
+        self.outcome_reward = self.final_reward = arithmetic.final_number_em
+        self.train_rewards = [arithmetic.agent_number_em if self.agent else arithmetic.final_number_em]
+
+    @staticmethod
+    def prompt(row: dict[str, Any]) -> list[dict[str, str]]:
+        return [{"role": "user", "content": f"{arithmetic.INSTRUCTION}\nQuestion: {row['question']}"}]
+
+    def rows(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{"prompt": self.prompt(r), "question": r["question"], "golden_answers": r["golden_answers"]}
+                for r in rows]
+
+    def demonstrations(self, n: int) -> list[dict[str, Any]]:
+        """The first ``n`` training problems worked with one ``calculate`` call (``arithmetic.demonstration``)."""
+        return [{**self.rows([row])[0], "completion": arithmetic.demonstration(row), "tools": self.tools}
+                for row in self.sft_train[:n]]
+
+
+def make_task(args: argparse.Namespace) -> NativeTask | ArithmeticTask:
+    return ArithmeticTask(args) if args.task == "arithmetic" else NativeTask(args)
+
+
 def evaluate_stage(model: Any, tokenizer: Any, task: NativeTask, args: argparse.Namespace) -> dict[str, Any]:
     """Greedy, on the held-out questions, with :func:`trl_agentic.evaluate.evaluate` (the module docstring lists the
     figures); the same code for every stage and for the curves."""
@@ -166,7 +242,7 @@ def evaluate_stage(model: Any, tokenizer: Any, task: NativeTask, args: argparse.
 
     model.eval()
     report, trajectories = evaluate(model, tokenizer, None if task.agent else task.environment,
-                                    task.rows(task.test), native_task.outcome_reward(task.interface), greedy=True,
+                                    task.rows(task.test), task.outcome_reward, greedy=True,
                                     batch_size=args.eval_batch_size, show_progress=False, agent=task.agent,
                                     **task.budgets)
     messages = [t.messages for t in trajectories]
@@ -180,8 +256,8 @@ def evaluate_stage(model: Any, tokenizer: Any, task: NativeTask, args: argparse.
         other = evaluate_stage(model, tokenizer, task.transfer, args)
         transfer = {f"transfer_{key}": value for key, value in other.items() if key not in ("examples", "messages")}
     return {**transfer, "em": report.accuracy,
-            "final_em": sum(native_task.final_answer_em(messages, golds)) / count,
-            "mean_searches": sum(s["searches"] for s in stats) / count,
+            "final_em": sum(task.final_reward(messages, golds)) / count,
+            f"mean_{task.metrics[0]}": sum(s[task.metrics[0]] for s in stats) / count,
             "mean_answers": sum(s["answers"] for s in stats) / count,
             "mean_turns": report.mean_turns,
             "malformed_per_trajectory": malformed / count,
@@ -205,11 +281,12 @@ def run_sft(task: NativeTask, args: argparse.Namespace) -> dict[str, Any]:
             "trained_tokens": sum(sum(label != -100 for label in labels) for labels in dataset["labels"])}
 
 
-def rl_config_values(args: argparse.Namespace, name: str) -> dict[str, Any]:
+def rl_config_values(task: NativeTask | ArithmeticTask, args: argparse.Namespace, name: str) -> dict[str, Any]:
     """The ``GRPOConfig`` fields every RL stage shares (TRL's names: its tool loop's budgets, the sampling, the
-    batch), with weight 1 on the interface's outcome reward and 0 on the logged metrics."""
+    batch), with weight 1 on the task's outcome reward and 0 on the logged metrics (an environment's ``get_reward``
+    comes after these, with weight 1)."""
     per_step = learning.trajectories_per_step(args)
-    outcome = [1.0] if args.interface != "environment" else []  # get_reward comes after these, with weight 1
+    outcome = [1.0] * len(task.train_rewards)
     return dict(
         output_dir=str(args.out / name / "trainer"), max_steps=args.rl_steps, learning_rate=args.rl_lr,
         lr_scheduler_type="constant", logging_steps=1, save_strategy="no", report_to="none", seed=args.seed,
@@ -217,21 +294,21 @@ def rl_config_values(args: argparse.Namespace, name: str) -> dict[str, Any]:
         num_generations=args.num_generations, per_device_train_batch_size=per_step // args.grad_accum,
         gradient_accumulation_steps=args.grad_accum, max_completion_length=args.max_completion_length,
         max_tool_calling_iterations=args.max_turns - 1, num_iterations=args.num_iterations,
-        gradient_checkpointing=args.gradient_checkpointing, reward_weights=[*outcome, *[0.0] * len(native_task.METRICS)],
+        gradient_checkpointing=args.gradient_checkpointing, reward_weights=[*outcome, *[0.0] * len(task.metrics)],
     )
 
 
-def reward_funcs(args: argparse.Namespace) -> list[Any]:
-    outcome = {"tools": [native_task.final_answer_em], "agent": [native_task.agent_answer_em]}.get(args.interface, [])
-    return [*outcome, *native_task.metric_functions()]
+def reward_funcs(task: NativeTask | ArithmeticTask) -> list[Any]:
+    return [*task.train_rewards, *native_task.metric_functions(task.metrics)]
 
 
-def step_curves(log_history: list[dict[str, Any]], seconds: list[float]) -> dict[str, list]:
-    """Per optimizer step: the sampled reward, the searches, malformed calls and turns per trajectory (the metric
-    reward functions' means) and the step's wall-clock seconds."""
+def step_curves(log_history: list[dict[str, Any]], seconds: list[float],
+                metrics: tuple[str, ...] = native_task.METRICS) -> dict[str, list]:
+    """Per optimizer step: the sampled reward, the ``metrics`` per trajectory (the task's tool calls, malformed
+    calls, turns: the metric reward functions' means) and the step's wall-clock seconds."""
     rows = [log for log in log_history if "reward" in log and "step" in log]
     curves = {"step": [log["step"] for log in rows], "reward": [log["reward"] for log in rows]}
-    for key in native_task.METRICS:
+    for key in metrics:
         curves[key] = [log.get(f"rewards/{key}/mean") for log in rows]
     curves["seconds"] = seconds
     return curves
@@ -259,7 +336,7 @@ def run_rl(task: NativeTask, args: argparse.Namespace, name: str) -> dict[str, A
     from trl_agentic import AgenticGRPOConfig, AgenticGRPOTrainer, AgenticPPOConfig, AgenticPPOTrainer
 
     tokenizer, _ = learning.load_base(args.model, args.device)
-    values = rl_config_values(args, name)
+    values = rl_config_values(task, args, name)
     chat = dict(rollout_mode="chat", max_turns=args.max_turns, max_tokens_per_turn=args.max_completion_length)
     if name == "trl_grpo":
         trainer_cls, config = GRPOTrainer, GRPOConfig(**values)
@@ -283,16 +360,16 @@ def run_rl(task: NativeTask, args: argparse.Namespace, name: str) -> dict[str, A
     sft_adapter = args.out / "sft" / "adapter"
     curves: dict[str, list] = {"eval": []}
     seconds: list[float] = []
-    trainer = trainer_cls(model=learning.with_adapters(args, sft_adapter), reward_funcs=reward_funcs(args),
+    trainer = trainer_cls(model=learning.with_adapters(args, sft_adapter), reward_funcs=reward_funcs(task),
                           args=config, train_dataset=Dataset.from_list(learning.rl_rows(task, args)),
                           processing_class=tokenizer, peft_config=learning.lora_config(args), **task.trainer_kwargs)
     trainer.add_callback(step_timer(seconds))
     if args.eval_every > 0:
-        keys = ("em", "mean_searches", "mean_turns", "malformed_per_trajectory")
+        keys = ("em", f"mean_{task.metrics[0]}", "mean_turns", "malformed_per_trajectory")
         trainer.add_callback(learning.curve_callback(task, args, tokenizer, curves, evaluate_stage, keys))
     trainer.train()
     trainer.model.save_pretrained(str(args.out / name / "adapter"))
-    curves.update(step_curves(trainer.state.log_history, seconds))
+    curves.update(step_curves(trainer.state.log_history, seconds, task.metrics))
     metrics = evaluate_stage(learning.with_adapters(args, sft_adapter, args.out / name / "adapter"), tokenizer, task,
                              args)
     per_step = learning.trajectories_per_step(args)
@@ -310,14 +387,14 @@ def run_stage(stage: str, task: NativeTask, args: argparse.Namespace) -> dict[st
     if stage == "sft":
         return run_sft(task, args)
     if stage == "rft":
-        return learning.run_rft(task, args, native_task.outcome_reward(args.interface), evaluate_stage)
+        return learning.run_rft(task, args, task.outcome_reward, evaluate_stage)
     return run_rl(task, args, stage)
 
 
-def summary(outs: list[Path]) -> str:
+def summary(outs: list[Path], task: str = "search") -> str:
     if len(outs) > 1:
-        return learning.seed_summary(outs, STAGES, ROW_NAMES, COLUMNS)
-    return learning.summary(outs[0], STAGES, ROW_NAMES, COLUMNS)
+        return learning.seed_summary(outs, STAGES, ROW_NAMES, columns(task))
+    return learning.summary(outs[0], STAGES, ROW_NAMES, columns(task))
 
 
 def provenance(argv: list[str] | None) -> dict[str, Any]:
@@ -347,9 +424,9 @@ def main(argv: list[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
     if args.summary is not None:
         outs = args.summary or [args.out]
-        print(summary(outs))
+        print(summary(outs, args.task))
         if args.plot:
-            learning.plot_curves(outs, args.plot, RL_STAGES, PANELS)
+            learning.plot_curves(outs, args.plot, RL_STAGES, panels(args.task))
         return 0
     stages = learning.checked_stages(args, STAGES)
     if args.interface == "agent" and set(stages) - set(AGENT_STAGES):
@@ -361,7 +438,10 @@ def main(argv: list[str] | None = None) -> int:
         native_model.prepare(Path(MODEL))  # once: SmolLM2 from its GGUF file, with the tool templates
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     learning.set_determinism(args.seed, args.threads, args.device)
-    task = NativeTask(args)
+    task = make_task(args)
+    if args.task == "arithmetic" and args.transfer is not None:
+        raise SystemExit("--transfer is the search task's second question set; --task arithmetic is always also scored "
+                         "on its own transfer generator")
     for stage in stages:
         start = time.perf_counter()
         learning.set_determinism(args.seed, args.threads, args.device)
@@ -373,12 +453,13 @@ def main(argv: list[str] | None = None) -> int:
             "".join(json.dumps({"question": row["question"], "golden_answers": row["golden_answers"], "messages": m},
                                default=str) + "\n" for row, m in zip(task.test, heldout)))
         (args.out / stage / "report.json").write_text(json.dumps(report, indent=1, default=str))
-        print(f"== {stage}: EM {report['em']:.3f}  searches {report['mean_searches']:.2f}  turns "
+        tool = task.metrics[0]
+        print(f"== {stage}: EM {report['em']:.3f}  {tool} {report[f'mean_{tool}']:.2f}  turns "
               f"{report['mean_turns']:.2f}  malformed {report['malformed_per_trajectory']:.2f}  "
               f"({report['seconds'] / 60:.1f} min)", flush=True)
         if "curves" in report:
-            learning.plot_curves([args.out], args.plot or args.out / "curves.png", RL_STAGES, PANELS)
-    print(summary([args.out]))
+            learning.plot_curves([args.out], args.plot or args.out / "curves.png", RL_STAGES, panels(args.task))
+    print(summary([args.out], args.task))
     return 0
 
 

@@ -156,11 +156,11 @@ def eval_child(args: argparse.Namespace) -> dict[str, Any]:
     else:
         generator = counts = counted_generator(model, tokenizer, args.variant == "cached")
     setup_s = time.perf_counter() - setup
-    task = native.NativeTask(args)
+    task = native.make_task(args)
     rows = task.rows(task.test[: args.questions])
     start, cpu = time.perf_counter(), time.process_time()
     report, trajectories = evaluate(model, tokenizer, task.environment, rows,
-                                    native_task.outcome_reward(task.interface), greedy=True,
+                                    task.outcome_reward, greedy=True,
                                     batch_size=args.batch, show_progress=False, generator=generator,
                                     **task.budgets)
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
@@ -238,13 +238,13 @@ def step_trainer(args: argparse.Namespace, variant: str) -> tuple[Any, Any]:
     from trl_agentic import AgenticGRPOConfig, AgenticGRPOTrainer
 
     tokenizer, _ = learning.load_base(args.model, args.device)
-    task = native.NativeTask(args)
+    task = native.make_task(args)
     args.rl_steps, args.num_generations = 1, min(args.num_generations, args.samples)
     args.rl_prompts_per_step = args.samples // args.num_generations
-    values = {**native.rl_config_values(args, "grpo"), "output_dir": str(args.out / "speed_step")}
+    values = {**native.rl_config_values(task, args, "grpo"), "output_dir": str(args.out / "speed_step")}
     config = AgenticGRPOConfig(**values, prefix_caching=variant != "reprefill", group_by_length=variant == "grouped")
     trainer = AgenticGRPOTrainer(model=learning.with_adapters(args, args.out / "sft" / "adapter"),
-                                 reward_funcs=native.reward_funcs(args), args=config,
+                                 reward_funcs=native.reward_funcs(task), args=config,
                                  train_dataset=Dataset.from_list(learning.rl_rows(task, args)),
                                  processing_class=tokenizer, peft_config=learning.lora_config(args),
                                  **task.trainer_kwargs)

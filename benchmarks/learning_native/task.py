@@ -200,11 +200,13 @@ def final_message(messages: Sequence[dict[str, Any]]) -> str | None:
 
 
 def conversation_stats(messages: Sequence[dict[str, Any]]) -> dict[str, int]:
-    """Per rollout: ``calls`` (parsed tool calls, whatever their name), ``searches`` and ``answers`` among them,
-    ``malformed`` (``<tool_call>`` blocks left unparsed in the assistant text), ``turns`` (assistant messages)."""
+    """Per rollout: ``calls`` (parsed tool calls, whatever their name), ``searches``, ``answers`` and
+    ``calculations`` (the arithmetic task's ``calculate``) among them, ``malformed`` (``<tool_call>`` blocks left
+    unparsed in the assistant text), ``turns`` (assistant messages)."""
     assistant = [m for m in messages if m.get("role") == "assistant"]
     names = [name for m in assistant for name, _ in _calls(m)]
     return {"calls": len(names), "searches": names.count("search"), "answers": names.count("answer"),
+            "calculations": names.count("calculate"),
             "malformed": sum(_text(m.get("content")).count("<tool_call>") for m in assistant),
             "turns": len(assistant)}
 
@@ -257,8 +259,10 @@ def _metric(key: str) -> Callable[..., list[float]]:
 
 
 METRICS = ("searches", "malformed", "turns")
+"""The search task's logged metrics (the arithmetic task logs ``calculations`` in place of ``searches``)."""
 
 
-def metric_functions() -> list[Callable[..., list[float]]]:
-    """Reward functions of weight 0 whose per-step means the trainers log: searches, malformed calls, turns."""
-    return [_metric(key) for key in METRICS]
+def metric_functions(keys: Sequence[str] = METRICS) -> list[Callable[..., list[float]]]:
+    """Reward functions of weight 0 whose per-step means the trainers log: by default searches, malformed calls,
+    turns."""
+    return [_metric(key) for key in keys]
