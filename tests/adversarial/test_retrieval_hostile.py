@@ -399,3 +399,32 @@ def test_past_max_connections_requests_get_503_not_silence(bm25):
         # 503 is retried: once the held connections are gone the request goes through
         retrying = RetrievalClient(server.url, timeout=5, retries=10, backoff=0.05, max_backoff=0.2)
         assert retrying.search(["fifth planet"], 1)[0][0]["document"]["id"] == "3"
+
+
+class SlowRetriever:
+    """A retriever that takes 10 ms a query and counts the queries it searched."""
+
+    def __init__(self) -> None:
+        self.searched = 0
+
+    def search(self, queries, topk):
+        time.sleep(0.01 * len(queries))
+        self.searched += len(queries)
+        return [[{"document": FIRST, "score": 1.0}] for _ in queries]
+
+
+def test_a_search_whose_client_gave_up_is_abandoned():
+    """Issue 50: the server kept running the searches of a client that had given up (a 3 MB request), and the next
+    one-word query waited behind them. The abandoned request now stops at its next chunk of queries."""
+    retriever = SlowRetriever()
+    body = json.dumps({"queries": ["q"] * 2000}).encode()  # 20 s of searching
+    with RetrievalServer(retriever, port=0) as server:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+            sock.sendall(_post(body))
+            time.sleep(0.5)
+        time.sleep(2.0)  # the disconnect is seen at the next chunk (64 queries: 0.64 s)
+        stopped_at = retriever.searched
+        answer = RetrievalClient(server.url, timeout=10).search(["capital of France"], 1)
+        time.sleep(1.0)
+    assert answer[0][0]["document"]["id"] == "0"
+    assert stopped_at < 500 and retriever.searched == stopped_at + 1, (stopped_at, retriever.searched)

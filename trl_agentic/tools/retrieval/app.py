@@ -3,7 +3,8 @@
 Three pieces, each with one job:
 
 - :func:`build_app`: the FastAPI app. ``POST /retrieve`` (Search-R1's API), ``GET /health``, the OpenAPI page at
-  ``/docs``. Every error is a one-line ``{"error": ...}`` with a 4xx/5xx status.
+  ``/docs``. Every error is a one-line ``{"error": ...}`` with a 4xx/5xx status. A request's queries are searched
+  :data:`CHUNK_QUERIES` at a time; one whose client disconnects stops at the next chunk.
 - :class:`BodyGuard`: ASGI middleware that reads each request body before the app sees it, within a size limit
   (413 past it, after reading and discarding up to ``drain_bytes`` more so that the client gets the answer
   instead of a reset while it is still sending) and an idle timeout (408 when the body stalls).
@@ -33,6 +34,9 @@ __all__ = ["build_app", "BodyGuard", "IdleTimeoutH11Protocol", "MAX_QUERIES", "M
 MAX_QUERIES = 4096
 MAX_TOPK = 1000
 DRAIN_BYTES = 64 << 20
+CHUNK_QUERIES = 64
+"""Queries searched per worker call: between chunks the lock is free for other requests, and a request whose client
+has disconnected is abandoned."""
 
 
 class _Owner(Protocol):
@@ -116,10 +120,15 @@ def build_app(owner: _Owner, path: str = "/retrieve") -> FastAPI:
         except ValidationError as exc:
             return _json(400, {"error": f"bad request: {_one_line(exc)}"})
         topk = min(query.topk or owner.default_topk, MAX_TOPK)
-        try:
-            result = await run_in_threadpool(owner.retrieve, query.queries, topk, query.return_scores)
-        except Exception as exc:  # noqa: BLE001 - report, keep serving
-            return _json(500, {"error": f"retrieval failed: {type(exc).__name__}: {exc}"})
+        result: list[list[Any]] = []
+        for start in range(0, len(query.queries), CHUNK_QUERIES):
+            if await request.is_disconnected():  # the client gave up: the rest would never be read
+                return _json(499, {"error": "the client closed the connection"})
+            try:
+                result += await run_in_threadpool(owner.retrieve, query.queries[start: start + CHUNK_QUERIES], topk,
+                                                  query.return_scores)
+            except Exception as exc:  # noqa: BLE001 - report, keep serving
+                return _json(500, {"error": f"retrieval failed: {type(exc).__name__}: {exc}"})
         return _json(200, {"result": result})
 
     def health() -> dict[str, Any]:
