@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import logging
 import time
 import warnings
 from typing import Any, Callable, Iterator, Sequence
@@ -247,6 +248,12 @@ def by_completion_length(data: dict[str, Any]) -> dict[str, Any]:
 
 
 
+def _no_reward_kwargs_dump(record: logging.LogRecord) -> bool:
+    """A logging filter that drops TRL 1.16's "All reward functions returned None for the following kwargs" warning
+    (``GRPOTrainer._calculate_rewards``), which prints a whole row of keyword arguments."""
+    return "All reward functions returned None for the following kwargs" not in str(record.msg)
+
+
 TESTED_TRL = (Version("1.15.0"), Version("1.17.0"))  # [min, max)
 
 # Private methods of GRPOTrainer this module overrides or calls, with the parameters it relies on.
@@ -394,8 +401,17 @@ class GRPOTrainerBoundary(GRPOTrainer):
         """TRL's reward functions on one round (``GRPOTrainer._calculate_rewards``, l. 1579), with TRL's keyword
         arguments: every column of ``rows`` but ``prompt`` (our ``trajectory`` included), ``prompts``,
         ``completions``, ``completion_ids``, ``trainer_state``, ``log_extra``, ``log_metric``. Returns the
-        (B_global, num_reward_funcs) rewards of every process, NaN where a function returned ``None``."""
-        return self._calculate_rewards(rows, prompts, completions, completion_ids)
+        (B_global, num_reward_funcs) rewards of every process, NaN where a function returned ``None``.
+
+        TRL's warning for a completion that no function scored prints all its keyword arguments (our
+        ``Trajectory`` objects with their token ids: kilobytes a row); it is left out here, and the trainer names
+        such completions in one line instead."""
+        trl_logger = logging.getLogger("trl.trainer.grpo_trainer")
+        trl_logger.addFilter(_no_reward_kwargs_dump)
+        try:
+            return self._calculate_rewards(rows, prompts, completions, completion_ids)
+        finally:
+            trl_logger.removeFilter(_no_reward_kwargs_dump)
 
     def trl_loss(self, model: Any, batch: TRLBatch) -> torch.Tensor:
         """TRL's loss (``GRPOTrainer._compute_loss``), its k3 KL term included when ``beta != 0``.

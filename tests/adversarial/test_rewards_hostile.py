@@ -127,3 +127,47 @@ def test_evaluation_cleans_rewards_as_training_does(tokenizer):
     assert len(trajectories) == 4
     assert report.rewards == [1.0, None, None, None]
     assert report.successes == [1, 0, 0, 0] and report.mean_reward == 1.0
+
+
+def test_reward_messages_name_the_type_the_function_and_one_example(caplog):
+    """Issue 50: a reward of strings said "not finite numbers" without saying they were strings."""
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="trl_agentic.rewards.guard"):
+        GuardedReward(lambda completions, **k: ["1.0"] * len(completions))(completions=["a", "b", "c"])
+        GuardedReward(lambda completions, **k: [float("nan"), None, {"r": 1}])(completions=["a", "b", "c"])
+    first, second = (r.getMessage() for r in caplog.records)
+    assert first == ("reward function '<lambda>' returned 3 of 3 values that are not finite numbers (str; e.g. "
+                     "'1.0'): each counts as unscorable (None); return a float per completion (None skips one)")
+    assert second.startswith("reward function '<lambda>' returned 2 of 3 values that are not finite numbers (nan x1, "
+                             "dict x1; e.g. nan)")
+
+
+def test_a_composite_component_that_returns_text_is_named(caplog):
+    import logging
+
+    reward = CompositeReward([Component("em", lambda completions, **k: ["0.5"] * len(completions), 1.0, outcome=True),
+                              Component("fmt", lambda completions, **k: [0.1] * len(completions), 0.5)])
+    with caplog.at_level(logging.WARNING, logger="trl_agentic.rewards.composite"):
+        assert reward(prompts=["p"] * 2, completions=["a", "b"]) == pytest.approx([0.05, 0.05])
+    assert [r.getMessage() for r in caplog.records] == [
+        "composite component 'em' returned 2 of 2 values that are not finite numbers (str; e.g. '0.5'): each counts "
+        "as unscorable (None); return a float per completion (None skips one)"]
+
+
+@pytest.mark.parametrize("reward_name", ["qa", "math", "search_r1", "format"])
+def test_library_rewards_score_non_text_completions_zero_in_one_line(caplog, reward_name):
+    """Issue 50: the math and QA rewards raised bare TypeError/AttributeError on a list, a dict or None."""
+    import logging
+
+    from trl_agentic.rewards import FormatReward, MathAnswerReward, QAReward, SearchR1Reward
+
+    reward = {"qa": QAReward, "math": MathAnswerReward, "search_r1": SearchR1Reward, "format": FormatReward}[reward_name]()
+    completions = ["<answer>4</answer>", [12, 13], {"content": "4"}, None, [{"role": "assistant", "content": "4"}]]
+    with caplog.at_level(logging.WARNING, logger="trl_agentic.rewards.base"):
+        out = reward(prompts=["p"] * 5, completions=completions, golden_answers=[["4"]] * 5, answer=["4"] * 5,
+                     solution=["4"] * 5)
+    assert out[1:4] == [0.0, 0.0, 0.0]
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line == (f"{reward.__name__} scored 3 of 5 completions 0.0: they are not text or a list of messages "
+                    "(NoneType, dict, list; e.g. [12, 13])")

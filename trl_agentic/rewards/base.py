@@ -11,6 +11,7 @@ completion and scores each.
 from __future__ import annotations
 
 import itertools
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,6 +22,8 @@ from .text import strip_blocks
 
 if TYPE_CHECKING:
     from ..trajectory import Trajectory
+
+logger = logging.getLogger(__name__)
 
 RewardFunc = Callable[..., list[float | None]]
 """A TRL reward function: ``func(prompts, completions, **kwargs) -> list[float | None]``."""
@@ -43,6 +46,13 @@ def _message_text(message: Mapping[str, Any]) -> str:
         return content
     # Multimodal content blocks: keep the text parts.
     return "".join(part.get("text", "") for part in content if isinstance(part, Mapping))
+
+
+def is_text_completion(completion: Any) -> bool:
+    """Whether ``completion`` is what TRL gives reward functions: text, or a list of messages (mappings)."""
+    if isinstance(completion, str):
+        return True
+    return isinstance(completion, Sequence) and all(isinstance(m, Mapping) for m in completion)
 
 
 def completion_text(completion: str | Sequence[Mapping[str, Any]]) -> str:
@@ -151,7 +161,18 @@ class RewardFunction(ABC):
         self.__name__ = name
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
-        return [self.score(sample) for sample in make_samples(prompts, completions, kwargs)]
+        """One reward per completion (:meth:`score`); a completion that is neither text nor a list of messages (a
+        list of ids, a dict, ``None``) scores 0.0, named in one warning per call."""
+        samples = make_samples(prompts, completions, kwargs)
+        rewards = [self.score(s) if is_text_completion(s.completion) else 0.0 for s in samples]
+        odd = [s.completion for s in samples if not is_text_completion(s.completion)]
+        if odd:
+            example = repr(odd[0])
+            example = example if len(example) <= 60 else example[:57] + "..."
+            kinds = ", ".join(sorted({type(c).__name__ for c in odd}))
+            logger.warning("%s scored %d of %d completions 0.0: they are not text or a list of messages (%s; e.g. "
+                           "%s)", self.__name__, len(odd), len(samples), kinds, example)
+        return rewards
 
     @abstractmethod
     def score(self, sample: Sample) -> float | None:

@@ -13,15 +13,18 @@ once per batch, so each completion is scored once by each component.
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .base import RewardFunc
-from .guard import as_reward
+from .guard import as_reward, invalid_values
 from .schedules import ConstantSchedule, LinearSchedule, Schedule, as_schedule, training_progress
 from .turns import Aggregation, TurnReward
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,9 @@ class CompositeReward:
                 raise ValueError(f"component {component.name!r} returned {len(raw)} rewards for {n} completions")
             clean = [as_reward(v) for v in raw]
             invalid = sum(1 for v, c in zip(raw, clean) if c is None and v is not None)
+            message = invalid_values(f"composite component {component.name!r}", raw, clean)
+            if message is not None:
+                logger.warning("%s", message)
             values = [None if v is None else component.capped(v) for v in clean]
             weight = weights[component.name]
             for i, value in enumerate(values):

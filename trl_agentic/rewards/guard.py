@@ -15,6 +15,7 @@ import inspect
 import logging
 import math
 import numbers
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Callable
 
@@ -35,6 +36,28 @@ def as_reward(value: Any) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def invalid_values(what: str, raw: Sequence[Any], clean: Sequence[float | None]) -> str | None:
+    """One line naming the values of ``raw`` that :func:`as_reward` refused (``clean`` is ``None`` where the raw
+    value is not): how many of how many, their types and one example, and what to return instead; ``None`` when
+    every value was a finite number or ``None``. ``what`` names the function, e.g. ``"reward function 'em'"``."""
+    bad = [v for v, c in zip(raw, clean) if c is None and v is not None]
+    if not bad:
+        return None
+    kinds = Counter(_kind(v) for v in bad)
+    example = repr(bad[0])
+    example = example if len(example) <= 60 else example[:57] + "..."
+    types = ", ".join(f"{kind} x{n}" if len(kinds) > 1 else kind for kind, n in kinds.items())
+    return (f"{what} returned {len(bad)} of {len(raw)} values that are not finite numbers ({types}; e.g. {example}): "
+            "each counts as unscorable (None); return a float per completion (None skips one)")
+
+
+def _kind(value: Any) -> str:
+    """The type of a refused reward value, as a user would name it (``nan``/``inf`` for non-finite floats)."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return "nan" if math.isnan(float(value)) else "inf" if math.isinf(float(value)) else type(value).__name__
+    return type(value).__name__
+
+
 def _row(kwargs: dict[str, Any], i: int, n: int) -> dict[str, Any]:
     return {k: ([v[i]] if isinstance(v, Sequence) and not isinstance(v, str) and len(v) == n else v)
             for k, v in kwargs.items()}
@@ -51,17 +74,19 @@ class _Guard:
                              "return a list with one number (or None) per completion")
         rewards = [as_reward(v) for v in values]
         bad = sum(1 for v, r in zip(values, rewards) if r is None and v is not None)
-        if bad:
-            logger.warning("reward function %r returned %d value(s) that are not finite numbers; they count as "
-                           "unscorable (None)", self.__name__, bad)
+        message = invalid_values(f"reward function {self.__name__!r}", values, rewards)
+        if message is not None:
+            logger.warning("%s", message)
         log_metric = kwargs.get("log_metric")
         if log_metric is not None:
             log_metric(f"agentic/reward_invalid/{self.__name__}", bad / max(n, 1))
         return rewards
 
     def _warn_retry(self, exc: Exception) -> None:
+        text = " ".join(str(exc).split())
+        text = text if len(text) <= 200 else text[:197] + "..."
         logger.warning("reward function %r raised %s: %s; scoring one completion at a time",
-                       self.__name__, type(exc).__name__, exc)
+                       self.__name__, type(exc).__name__, text)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.func!r})"
