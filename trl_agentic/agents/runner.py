@@ -242,7 +242,7 @@ class AgentRollout:
         except asyncio.CancelledError:
             session.close(("env_timeout", "the agent was cancelled"))
         except Exception as exc:  # noqa: BLE001 - the agent's failure costs its trajectory alone
-            logger.warning("agent raised %s: %s", type(exc).__name__, exc)
+            logger.debug("agent raised %s: %s", type(exc).__name__, exc)  # named once per round by the trainer
             session.close(("env_error", f"agent raised {type(exc).__name__}: {exc}"))
         finally:
             self.bridge.finished(session.key)

@@ -190,16 +190,25 @@ class TRLEnvironment(ToolCallEnvironment):
 
 
 def _get_reward_function(cls: type) -> Callable[..., list[float | None]]:
-    """TRL's ``get_reward`` column: the reward of each rollout whose environment is exactly ``cls``."""
+    """TRL's ``get_reward`` column: the reward of each rollout whose environment is exactly ``cls``; ``None`` (not
+    called) for a rollout whose environment failed (its ``trajectory`` says so), which trains nothing anyway and
+    whose instance may be half set up."""
+
+    def scored(environments: list[Any], trajectory: list[Any] | None) -> list[bool]:
+        failed = [getattr(t, "env_failed", False) for t in trajectory or [None] * len(environments)]
+        return [type(e) is cls and not f for e, f in zip(environments, failed)]
+
     if inspect.iscoroutinefunction(cls.get_reward):
 
-        async def get_reward(environments: list[Any], **kwargs: Any) -> list[float | None]:
-            return [await e.get_reward() if type(e) is cls else None for e in environments]
+        async def get_reward(environments: list[Any], trajectory: list[Any] | None = None,
+                             **kwargs: Any) -> list[float | None]:
+            return [await e.get_reward() if ok else None for e, ok in zip(environments, scored(environments, trajectory))]
 
     else:
 
-        def get_reward(environments: list[Any], **kwargs: Any) -> list[float | None]:
-            return [e.get_reward() if type(e) is cls else None for e in environments]
+        def get_reward(environments: list[Any], trajectory: list[Any] | None = None,
+                       **kwargs: Any) -> list[float | None]:
+            return [e.get_reward() if ok else None for e, ok in zip(environments, scored(environments, trajectory))]
 
     get_reward.__name__ = cls.__name__
     return get_reward

@@ -295,7 +295,7 @@ class RolloutEngine:
             return self.environment()
         except Exception as exc:  # a factory that raises costs its trajectory
             name = getattr(self.environment, "__name__", type(self.environment).__name__)
-            logger.warning("environment factory %s raised %s: %s", name, type(exc).__name__, exc)
+            logger.debug("environment factory %s raised %s: %s", name, type(exc).__name__, exc)  # named per round
             return EnvFailure("env_error", f"environment factory {name} raised {type(exc).__name__}: {exc}")
 
     def _close(self, envs: list[Any], trajectories: list[Trajectory]) -> None:

@@ -116,7 +116,7 @@ async def call_one(env: Any, method: Method, arg: Any, timeout: float) -> Any:
         return EnvFailure("env_error", f"{name} raised CancelledError")
     except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt, ... raised by the environment
         exc = exc.exc if isinstance(exc, _Raised) else exc
-        logger.warning("%s raised %s: %s", name, type(exc).__name__, exc)
+        logger.debug("%s raised %s: %s", name, type(exc).__name__, exc)  # named once per round by the trainer
         return EnvFailure("env_error", f"{name} raised {type(exc).__name__}: {exc}")
 
 

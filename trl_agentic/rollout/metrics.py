@@ -17,12 +17,15 @@ def rollout_sums(trajectories: Iterable[Trajectory]) -> Counter:
     """Sums over this process's trajectories; ``count`` is the number of trajectories.
 
     Keys: ``turns``, ``truncated``, ``agent_tokens``, ``observation_tokens``, the info flags (``invalid``,
-    ``tool_error``, ``tool_timeout``, ``unknown_tool``), ``tool_calls/<tool>``, and the engine's events
-    (``env_error``, ``env_timeout``, ``observation_truncated``). Dividing by ``count`` gives per-trajectory means.
+    ``tool_error``, ``tool_timeout``, ``unknown_tool``), ``tool_calls/<tool>``, ``tool_turns`` (turns of an
+    environment that offers tools: its step info has a ``tool`` list), ``stop/<reason>`` (trajectories per stop
+    reason), and the engine's events (``env_error``, ``env_timeout``, ``observation_truncated``). Dividing by
+    ``count`` gives per-trajectory means.
     """
     sums: Counter = Counter()
     for t in trajectories:
         sums["count"] += 1
+        sums[f"stop/{t.stop_reason}"] += 1
         sums["turns"] += t.num_turns
         sums["truncated"] += int(t.truncated)
         sums["agent_tokens"] += t.num_agent_tokens
@@ -31,6 +34,7 @@ def rollout_sums(trajectories: Iterable[Trajectory]) -> Counter:
             for flag in INFO_FLAGS:  # a bool, or a count (several native tool calls in one turn)
                 sums[flag] += int(info.get(flag) or 0)
             sums["native_tool_calls"] += int(info.get("tool_calls") or 0)
+            sums["tool_turns"] += int("tool" in info)
             for tool in info.get("tool") or []:
                 sums[f"tool_calls/{tool}"] += 1
         for event in EVENT_KEYS:

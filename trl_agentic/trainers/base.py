@@ -27,6 +27,7 @@ weights vLLM holds, and the monitor's count of unscorable rounds in a row.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from typing import Any
@@ -65,7 +66,10 @@ from .checks import DegenerateStepMonitor, DegenerateTrainingError, keyword_argu
 from .config import AgenticConfig
 from .rollout_choice import RolloutChoice, SeamParts, choose_rollout
 from .round import Round, pad, row_advantages, row_count, training_rows, trl_completion_rows, values_of_rows
-from .round_metrics import RoundValues, metrics_of_round, round_values, sampling_metrics, sampling_values
+from .round_metrics import RoundValues, metrics_of_round, round_values, sampling_metrics, sampling_values, total_sums
+from .run_health import RunHealth, failure_line
+
+logger = logging.getLogger(__name__)
 
 CLIPPED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")  # the loss types of AgenticTrainer.clipped_loss
 
@@ -110,6 +114,9 @@ class AgenticTrainer(GRPOTrainerBoundary):
             self._check_agentic_args()
             self.degenerate_monitor = DegenerateStepMonitor(self.args.max_degenerate_steps, self.args.trajectory_dir)
             settings = choice.trainer_config(self.args.rollout_config(), self.processing_class)
+            self.health = RunHealth(self.args.health_warning_rounds,
+                                    f"max_completion_length={settings.max_completion_length}, max_tokens_per_turn="
+                                    f"{settings.max_tokens_per_turn}, max_turns={settings.max_turns}")
             self.generator = self._generator(settings)
             self.rollout_seam = choice.seam(SeamParts(self.processing_class, settings, self.generator,
                                                       self.eos_token_ids, self._sync_any, self._sync_max,
@@ -296,8 +303,13 @@ class AgenticTrainer(GRPOTrainerBoundary):
         reward_rows = [{**row, **extra} for row, extra in zip(rows, extras)]
         completion_ids = [list(t.completion_ids) for t in runs]
         rewards = self.trl_rewards(reward_rows, prompts, completions, completion_ids)
-        failed = torch.tensor([t.env_failed for t in runs], device=rewards.device)
-        return prompts, completions, rewards.masked_fill(self.accelerator.gather(failed).unsqueeze(1), torch.nan)
+        failed = self.accelerator.gather(torch.tensor([t.env_failed for t in runs], device=rewards.device))
+        unscored = torch.isnan(rewards).all(dim=1) & ~failed
+        if unscored.any() and self.model.training and self.accelerator.is_main_process:
+            logger.warning("step %d: no reward function (%s) scored %d of %d completions: each returned None for "
+                           "them, or a value it is warned of above; they train nothing", self.state.global_step + 1,
+                           ", ".join(self.reward_func_names), int(unscored.sum()), len(unscored))
+        return prompts, completions, rewards.masked_fill(failed.unsqueeze(1), torch.nan)
 
     def build_round(self, rows: list[dict[str, Any]], runs: list[Trajectory], run_rewards: torch.Tensor,
                     prompts: list[Any], completions: list[Any]) -> Round:
@@ -444,9 +456,25 @@ class AgenticTrainer(GRPOTrainerBoundary):
         vLLM's sampling gaps), from this process's values (:func:`~trl_agentic.trainers.round_metrics.round_values`)
         gathered once (:meth:`gather_round_values`); the round's tokens are added to TRL's ``num_tokens``."""
         local = round_values(round_, self.rollout_seam, self.args.mask_observations)
-        metrics, tokens = metrics_of_round(self.gather_round_values(local), self.rollout_seam, self.accelerator.device)
+        everyone = self.gather_round_values(local)
+        metrics, tokens = metrics_of_round(everyone, self.rollout_seam, self.accelerator.device)
         self.count_tokens(tokens)
+        round_.sums = total_sums(everyone)
+        if self.model.training:
+            line = failure_line(self.state.global_step + 1, round_.sums["count"], [v.failures for v in everyone])
+            if line is not None and self.accelerator.is_main_process:
+                logger.warning(line)
         return metrics
+
+    def log_round_metrics(self, round_: Round, metrics: dict[str, float]) -> None:
+        """Log a round's metrics (:meth:`log_metrics`) and, in training, give them with the round's rollout counts
+        to the run's health (:class:`~trl_agentic.trainers.run_health.RunHealth`), whose warnings the main process
+        prints."""
+        self.log_metrics(metrics)
+        if self.model.training:
+            for warning in self.health.observe(round_.sums, metrics):
+                if self.accelerator.is_main_process:
+                    logger.warning(warning)
 
     def gather_round_values(self, local: RoundValues) -> list[RoundValues]:
         """The one collective call of a round's metrics: every process's values, in rank order. Every rank calls it

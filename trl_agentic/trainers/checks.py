@@ -128,6 +128,43 @@ def check_response_parser(environment: Any, processing_class: Any) -> None:
         ensure_response_parser(processing_class)
 
 
+def check_budget_holds_a_call(tools: Sequence[Any], processing_class: Any, max_tokens_per_turn: int,
+                              chat_template_kwargs: dict[str, Any] | None = None) -> None:
+    """A turn of at most ``max_tokens_per_turn`` sampled tokens (already clamped to ``max_completion_length``) must
+    hold the shortest tool call the chat template renders (any tool, no arguments, through the end-of-turn token):
+    otherwise every call is cut before it closes and the run trains on truncated turns alone. Templates whose
+    rendering cannot be measured (not prefix-preserving, or rendering fails) are not checked."""
+    if not tools or processing_class is None:
+        return
+    tokenizer = getattr(processing_class, "tokenizer", processing_class)
+    kwargs = {"tools": list(tools), "tokenize": True, "return_dict": False, **(chat_template_kwargs or {})}
+    prompt = [{"role": "user", "content": "x"}]
+    eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    lengths = {}
+    for tool in tools:
+        name = getattr(tool, "__name__", None)
+        if not isinstance(name, str):
+            return
+        call = {"role": "assistant", "content": "",
+                "tool_calls": [{"type": "function", "function": {"name": name, "arguments": {}}}]}
+        try:
+            before = list(tokenizer.apply_chat_template(prompt, add_generation_prompt=True, **kwargs))
+            after = list(tokenizer.apply_chat_template([*prompt, call], **kwargs))
+        except Exception:  # noqa: BLE001 - a template that cannot render this: not checked here
+            return
+        if after[: len(before)] != before:
+            return
+        turn = after[len(before):]
+        end = next((i + 1 for i, token in enumerate(turn) if token in eos), len(turn))
+        lengths[name] = end
+    if lengths and max_tokens_per_turn < min(lengths.values()):
+        name = min(lengths, key=lengths.get)
+        raise ValueError(f"a turn may sample at most {max_tokens_per_turn} tokens, but the shortest tool call this "
+                         f"chat template renders ({name}() without arguments) takes {lengths[name]}: every call would "
+                         f"be cut before it closes. Raise max_completion_length (and max_tokens_per_turn) to at least "
+                         f"{lengths[name]}, plus room for the arguments")
+
+
 def check_reward_signatures(reward_funcs: Any, dataset: Any, extra_fields: Iterable[str] = ()) -> None:
     """Each reward function is called as ``f(prompts=..., completions=..., completion_ids=..., trainer_state=...,
     log_extra=..., log_metric=..., <every dataset column but prompt>=..., <extra_fields>=...)``; one that cannot

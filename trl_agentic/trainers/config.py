@@ -54,6 +54,12 @@ class AgenticConfig(GRPOConfig, RolloutFields):
                   "scored (every trajectory ended env_error/env_timeout, or every reward was None): such a round "
                   "trains nothing. The error quotes the first failure and where the trajectories are. 0: never stop."},
     )
+    health_warning_rounds: int = field(
+        default=3,
+        metadata={"help": "Warn once, in one line that names the likely cause and the fix, when this many generation "
+                  "rounds in a row had every group's rewards equal (nothing to learn from), no tool call although "
+                  "tools were offered, or every trajectory cut by a budget. 0: never warn."},
+    )
     concurrent_sync_tools: bool = field(
         default=False,
         metadata={"help": "TRL's tools=/environment_factory=: run sync tools concurrently on worker threads. Default "
@@ -120,6 +126,10 @@ class AgenticConfig(GRPOConfig, RolloutFields):
                 or self.max_degenerate_steps < 0:
             raise ValueError(f"max_degenerate_steps must be an integer >= 0 (0: never stop), got "
                              f"{self.max_degenerate_steps!r}")
+        if isinstance(self.health_warning_rounds, bool) or not isinstance(self.health_warning_rounds, int) \
+                or self.health_warning_rounds < 0:
+            raise ValueError(f"health_warning_rounds must be an integer >= 0 (0: never warn), got "
+                             f"{self.health_warning_rounds!r}")
         self._check_async_fields()
         if self.use_vllm and self.vllm_enable_sleep_mode and self.max_turns > 1:
             warnings.warn(

@@ -137,7 +137,7 @@ class AgenticGRPOTrainer(AgenticTrainer):
         else:
             batch = round_.batch
             self.record(round_)
-        self.log_metrics(metrics)
+        self.log_round_metrics(round_, metrics)
         return batch
 
     def advantages(self, round_: Round) -> tuple[torch.Tensor, dict[str, float]]:
@@ -178,7 +178,7 @@ class AgenticGRPOTrainer(AgenticTrainer):
                 break
             round_ = self.generation_round(self._sample_more_rows(len(rows), extra), ahead=False)
             _, metrics = self.advantages(round_)
-            self.log_metrics(metrics)
+            self.log_round_metrics(round_, metrics)
             self.record(round_)
             rounds.append(round_.batch)
             keeps.append(~self.groups_without_spread(round_))

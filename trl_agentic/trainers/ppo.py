@@ -292,7 +292,7 @@ class AgenticPPOTrainer(AgenticTrainer):
         # TRL's completions table (advantage column: each row's mean over its trained tokens)
         self.log_round_table(round_.prompts, round_.completions, round_.rewards_per_func,
                              self.accelerator.gather(row_advantages(batch)))
-        self.log_metrics(metrics)
+        self.log_round_metrics(round_, metrics)
         self.record(round_)
         return batch
 

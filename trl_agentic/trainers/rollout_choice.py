@@ -31,7 +31,13 @@ from ..rollout.engine import RolloutEngine
 from ..rollout.engine_seams import EngineSeam, TRLToolsSeam
 from ..rollout.generation import Generator
 from ..rollout.seam import RolloutSeam
-from .checks import check_agent_arguments, check_environment_arguments, check_response_parser, uses_native_tool_calls
+from .checks import (
+    check_agent_arguments,
+    check_budget_holds_a_call,
+    check_environment_arguments,
+    check_response_parser,
+    uses_native_tool_calls,
+)
 
 
 @dataclass(frozen=True)
@@ -174,6 +180,8 @@ class TRLToolsChoice:
         template = trl_tool_chat_template(processing_class)
         if template is not None:
             config.chat_template_kwargs["chat_template"] = template
+        check_budget_holds_a_call(self.source.all_tools(), processing_class, config.max_tokens_per_turn,
+                                  config.chat_template_kwargs)
         return config
 
     def seam(self, parts: SeamParts) -> RolloutSeam:

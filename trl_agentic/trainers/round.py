@@ -11,6 +11,7 @@ its history).
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +44,8 @@ class Round:
             run's; a padding row's: empty).
         completions: This process's completions per training row, as the reward functions received them (a
             segment's: its own messages).
+        sums: The rollout's counts summed over every process (set with the round's metrics:
+            :meth:`~trl_agentic.trainers.base.AgenticTrainer.round_metrics`), or ``None`` before.
     """
 
     rows: list[dict[str, Any]]
@@ -54,6 +57,7 @@ class Round:
     batch: Any
     prompts: list[Any]
     completions: list[Any]
+    sums: Counter | None = None
 
 
 def values_of_rows(per_run: torch.Tensor, owners: Sequence[int], fill: float = 0.0) -> torch.Tensor:

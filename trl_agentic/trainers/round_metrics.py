@@ -20,6 +20,7 @@ from ..rollout.audit import unsampled_trained
 from ..rollout.metrics import logprob_gap
 from ..rollout.seam import RolloutSeam
 from .round import Round
+from .run_health import RoundFailures
 
 
 @dataclass
@@ -47,6 +48,7 @@ class RoundValues:
         clipped: Per training row, whether its trajectory did not end on its own (TRL's clipped completions).
         unsampled_trained: Trained positions the model did not sample (the mask audit).
         sampling: With vLLM's sampling log-probs, its gaps; else ``None``.
+        failures: The runs whose environment or agent failed (:class:`~trl_agentic.trainers.run_health.RoundFailures`).
     """
 
     sums: Counter
@@ -55,6 +57,7 @@ class RoundValues:
     clipped: torch.Tensor
     unsampled_trained: int
     sampling: SamplingValues | None
+    failures: RoundFailures
 
 
 def round_values(round_: Round, seam: RolloutSeam, mask_observations: bool) -> RoundValues:
@@ -77,6 +80,7 @@ def round_values(round_: Round, seam: RolloutSeam, mask_observations: bool) -> R
         clipped=torch.tensor([t.truncated for t in round_.trajectories]),
         unsampled_trained=bad,
         sampling=sampling,
+        failures=RoundFailures.of(round_.runs),
     )
 
 
@@ -116,10 +120,7 @@ def metrics_of_round(everyone: Sequence[RoundValues], seam: RolloutSeam,
       ``sampling/sampling_logp_difference/{mean,max}`` (mean over processes of each process's mean, as TRL) and,
       with the correction, ``sampling/importance_sampling_ratio/{min,mean,max}``.
     """
-    total: Counter = Counter()
-    for values in everyone:
-        total.update(values.sums)
-    metrics = seam.metrics(total)
+    metrics = seam.metrics(total_sums(everyone))
     lengths = torch.cat([v.lengths for v in everyone]).to(device).float()
     prompt_tokens = torch.cat([v.prompt_tokens for v in everyone]).to(device)
     tokens = int((prompt_tokens.sum() + lengths.sum()).item())
@@ -139,6 +140,14 @@ def metrics_of_round(everyone: Sequence[RoundValues], seam: RolloutSeam,
     if sampling:
         metrics.update(sampling_metrics(sampling, device))
     return metrics, tokens
+
+
+def total_sums(everyone: Sequence[RoundValues]) -> Counter:
+    """The rollout seam's counts summed over every process."""
+    total: Counter = Counter()
+    for values in everyone:
+        total.update(values.sums)
+    return total
 
 
 def sampling_metrics(everyone: Sequence[SamplingValues], device: torch.device) -> dict[str, float]:
