@@ -105,10 +105,10 @@ class CalculatorEnvironment:
 
     def calculate(self, expression: str) -> str:
         """
-        Evaluate an arithmetic expression, such as 12 * 345 + 6.
+        Evaluate an arithmetic expression.
 
         Args:
-            expression: The expression, with the numbers and the operators + - * / and parentheses.
+            expression: The expression: numbers, the operators + - * / and parentheses.
 
         Returns:
             The value of the expression.
@@ -121,10 +121,10 @@ class CalculatorEnvironment:
 
 def calculate(expression: str) -> str:
     """
-    Evaluate an arithmetic expression, such as 12 * 345 + 6.
+    Evaluate an arithmetic expression.
 
     Args:
-        expression: The expression, with the numbers and the operators + - * / and parentheses.
+        expression: The expression: numbers, the operators + - * / and parentheses.
 
     Returns:
         The value of the expression.
