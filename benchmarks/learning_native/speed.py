@@ -66,7 +66,6 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.learning import run as learning  # noqa: E402
 from benchmarks.learning_native import run as native  # noqa: E402
-from benchmarks.learning_native import task as native_task  # noqa: E402
 from benchmarks.rollout_speed import ideal_seconds  # noqa: E402
 
 EVAL_VARIANTS = ("cached", "reprefill", "vllm")
