@@ -24,6 +24,7 @@ timeout): the tools package imports it on its own.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import queue
 import signal
@@ -85,6 +86,34 @@ class _DaemonWorkers:
 
 
 _workers = _DaemonWorkers()
+
+
+class DaemonExecutor(concurrent.futures.ThreadPoolExecutor):
+    """The default executor of the library's event loops (``loop.set_default_executor``): every job on a daemon
+    worker (:class:`_DaemonWorkers`: a fresh thread when none is idle). asyncio's own default pool has a few threads
+    (``min(32, cores + 4)``), shared by ``asyncio.to_thread`` and ``loop.getaddrinfo``: a few agents whose
+    ``to_thread`` call never returns would fill it, and every other agent's HTTP connection would wait for a thread
+    to resolve ``127.0.0.1``. Here a job that never returns holds only its own thread."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=1)  # no thread is ever started by the pool itself
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+
+        def job() -> None:
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                future.set_result(fn(*args, **kwargs))
+            except BaseException as exc:  # noqa: BLE001 - the caller's exception, delivered to the caller
+                future.set_exception(exc)
+
+        _workers.run(job)
+        return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Nothing to shut down: the workers are daemon threads shared by the process."""
 
 
 _slots: dict[int, asyncio.Semaphore] = {}

@@ -16,6 +16,7 @@ import threading
 from typing import Any, Callable, Coroutine
 
 from ..loop_watch import Block, LoopWatchdog
+from ..workers import DaemonExecutor
 
 _POLL_S = 0.1
 
@@ -36,6 +37,7 @@ class AgentLoop:
 
     def _start(self) -> None:
         self.loop = asyncio.new_event_loop()
+        self.loop.set_default_executor(DaemonExecutor())  # a hung to_thread job holds its own thread only
         thread = threading.Thread(target=self.loop.run_forever, name="trl-agentic-agents", daemon=True)
         thread.start()
         self.watchdog = LoopWatchdog(self.loop, thread, self.block_after, self.stuck_after, self._stuck)

@@ -4,17 +4,22 @@ TRL turns a reward of ``None`` into NaN: the completion is *unscorable* for that
 every function leaves unscorable gets advantage 0 and stays out of its group's baseline. :func:`as_reward` maps
 every other bad value to ``None`` too: a NaN or infinite number, a string, a tensor of more than one element, an
 object. :class:`GuardedReward` wraps a reward function with it (our trainers wrap every callable reward function),
-and when the function raises on a batch, calls it again one completion at a time, so that only the completions it
-still raises on are unscorable. Each bad value is counted in ``agentic/reward_invalid/<name>`` (the share of the
-batch).
+and when the function raises on a batch, or does not return within ``timeout`` seconds, calls it again one
+completion at a time (each within ``timeout``), so that only the completions it still raises or hangs on are
+unscorable. Each bad value is counted in ``agentic/reward_invalid/<name>`` (the share of the batch).
+
+With a ``timeout``, a synchronous function runs on a daemon thread of its own (a call that never returns is
+abandoned there); without one it runs on the caller's thread, as in TRL.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import math
 import numbers
+import threading
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Callable
@@ -64,8 +69,9 @@ def _row(kwargs: dict[str, Any], i: int, n: int) -> dict[str, Any]:
 
 
 class _Guard:
-    def __init__(self, func: Callable[..., Any]) -> None:
+    def __init__(self, func: Callable[..., Any], timeout: float | None = None) -> None:
         self.func = func
+        self.timeout = timeout
         self.__name__ = getattr(func, "__name__", type(func).__name__)
 
     def _clean(self, values: Any, n: int, kwargs: dict[str, Any]) -> list[float | None]:
@@ -83,6 +89,9 @@ class _Guard:
         return rewards
 
     def _warn_retry(self, exc: Exception) -> None:
+        if isinstance(exc, RewardTimeout):
+            logger.warning("reward function %r %s on a batch; scoring one completion at a time", self.__name__, exc)
+            return
         text = " ".join(str(exc).split())
         text = text if len(text) <= 200 else text[:197] + "..."
         logger.warning("reward function %r raised %s: %s; scoring one completion at a time",
@@ -111,6 +120,33 @@ def _single(one: Any) -> Any:
     return one[0] if isinstance(one, Sequence) and not isinstance(one, str) and len(one) == 1 else None
 
 
+class RewardTimeout(Exception):
+    """A reward call did not return within the guard's ``timeout``."""
+
+
+def _within(timeout: float | None, call: Any) -> Any:
+    """``call()``, on a daemon thread when ``timeout`` is set; :class:`RewardTimeout` when it has not returned by
+    then (the thread is abandoned)."""
+    if timeout is None:
+        return call()
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True, name="reward-function")
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise RewardTimeout(f"did not return within reward_timeout={timeout:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
 class GuardedReward(_Guard):
     """A synchronous TRL reward function whose bad values become ``None`` (see the module docstring)."""
 
@@ -118,13 +154,13 @@ class GuardedReward(_Guard):
         kwargs = _keywords(args, kwargs)
         n = _batch_size(kwargs)
         try:
-            values = self.func(**kwargs)
-        except Exception as exc:  # retry one completion at a time: only the ones it still raises on are lost
+            values = _within(self.timeout, lambda: self.func(**kwargs))
+        except Exception as exc:  # retry one completion at a time: only the ones it still fails on are lost
             self._warn_retry(exc)
             values = []
             for i in range(n):
                 try:
-                    values.append(_single(self.func(**_row(kwargs, i, n))))
+                    values.append(_single(_within(self.timeout, lambda i=i: self.func(**_row(kwargs, i, n)))))
                 except Exception:  # noqa: BLE001 - this completion stays unscorable
                     values.append(None)
         return self._clean(values, n, kwargs)
@@ -137,25 +173,34 @@ class AsyncGuardedReward(_Guard):
         kwargs = _keywords(args, kwargs)
         n = _batch_size(kwargs)
         try:
-            values = await self.func(**kwargs)
+            values = await self._within(self.func(**kwargs))
         except Exception as exc:
             self._warn_retry(exc)
             values = []
             for i in range(n):
                 try:
-                    values.append(_single(await self.func(**_row(kwargs, i, n))))
+                    values.append(_single(await self._within(self.func(**_row(kwargs, i, n)))))
                 except Exception:  # noqa: BLE001
                     values.append(None)
         return self._clean(values, n, kwargs)
 
+    async def _within(self, call: Any) -> Any:
+        if self.timeout is None:
+            return await call
+        try:
+            return await asyncio.wait_for(call, self.timeout)
+        except asyncio.TimeoutError:
+            raise RewardTimeout(f"did not return within reward_timeout={self.timeout:g} s") from None
 
-def guard_reward(func: Any) -> Any:
-    """Wrap a reward function (sync or async) in its guard; reward models (``nn.Module``), model ids (``str``) and
-    functions already guarded are returned unchanged."""
+
+def guard_reward(func: Any, timeout: float | None = None) -> Any:
+    """Wrap a reward function (sync or async) in its guard, each call bounded by ``timeout`` seconds (``None``: no
+    bound, on the caller's thread); reward models (``nn.Module``), model ids (``str``) and functions already
+    guarded are returned unchanged."""
     if isinstance(func, _Guard) or is_reward_model(func) or not callable(func):
         return func
     is_async = inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None))
-    return AsyncGuardedReward(func) if is_async else GuardedReward(func)
+    return AsyncGuardedReward(func, timeout) if is_async else GuardedReward(func, timeout)
 
 
 def is_reward_model(func: Any) -> bool:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Coroutine
 
 from ..loop_watch import BLOCK_AFTER_S, LoopWatchdog
-from ..workers import serve_caller_jobs, wake_caller
+from ..workers import DaemonExecutor, serve_caller_jobs, wake_caller
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +38,7 @@ class LoopTimeout(TimeoutError):
 class _Loop:
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
+        self.loop.set_default_executor(DaemonExecutor())  # a hung to_thread job holds its own thread only
         self.thread = threading.Thread(target=self.loop.run_forever, name="trl-agentic-env-loop", daemon=True)
         self.thread.start()
         self.watchdog = LoopWatchdog(self.loop, self.thread)

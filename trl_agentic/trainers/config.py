@@ -54,6 +54,13 @@ class AgenticConfig(GRPOConfig, RolloutFields):
                   "scored (every trajectory ended env_error/env_timeout, or every reward was None): such a round "
                   "trains nothing. The error quotes the first failure and where the trajectories are. 0: never stop."},
     )
+    reward_timeout: float | None = field(
+        default=600.0,
+        metadata={"help": "Seconds a reward function's call may take; past it the call is abandoned and the batch is "
+                  "scored one completion at a time, each within the same bound, so that only the completions it "
+                  "hangs on are unscorable. The function then runs on a thread of its own. None: no bound, on the "
+                  "training thread (TRL's behaviour)."},
+    )
     health_warning_rounds: int = field(
         default=3,
         metadata={"help": "Warn once, in one line that names the likely cause and the fix, when this many generation "
@@ -126,6 +133,9 @@ class AgenticConfig(GRPOConfig, RolloutFields):
                 or self.max_degenerate_steps < 0:
             raise ValueError(f"max_degenerate_steps must be an integer >= 0 (0: never stop), got "
                              f"{self.max_degenerate_steps!r}")
+        if self.reward_timeout is not None and (isinstance(self.reward_timeout, bool) or not isinstance(
+                self.reward_timeout, (int, float)) or not self.reward_timeout > 0):
+            raise ValueError(f"reward_timeout must be a positive number of seconds or None, got {self.reward_timeout!r}")
         if isinstance(self.health_warning_rounds, bool) or not isinstance(self.health_warning_rounds, int) \
                 or self.health_warning_rounds < 0:
             raise ValueError(f"health_warning_rounds must be an integer >= 0 (0: never warn), got "

@@ -111,10 +111,12 @@ def choose_rollout(environment: Any, agent: Any, kwargs: dict[str, Any]) -> Roll
 
 
 def guarded_rewards(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``kwargs`` with its reward functions guarded: a raising or non-finite reward is unscorable, as in evaluation
-    (:mod:`~trl_agentic.rewards.guard`)."""
+    """``kwargs`` with its reward functions guarded: a raising, hanging (past ``args.reward_timeout``) or
+    non-finite reward is unscorable, as in evaluation (:mod:`~trl_agentic.rewards.guard`)."""
     funcs = kwargs.get("reward_funcs")
-    guarded = [guard_reward(f) for f in funcs] if isinstance(funcs, (list, tuple)) else guard_reward(funcs)
+    timeout = getattr(kwargs.get("args"), "reward_timeout", None)
+    guarded = ([guard_reward(f, timeout) for f in funcs] if isinstance(funcs, (list, tuple))
+               else guard_reward(funcs, timeout))
     return {**kwargs, "reward_funcs": guarded}
 
 
