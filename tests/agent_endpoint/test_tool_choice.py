@@ -23,8 +23,8 @@ def continuing_script(tok):
     """A model that answers in text unless its turn was opened with a call, which it then completes."""
     def script(ids):
         text = tok.decode(ids)
-        if text.endswith('"arguments": '):
-            return '{"a": 2, "b": 3}}\n</tool_call><|im_end|>'
+        if text.endswith('"arguments":'):
+            return ' {"a": 2, "b": 3}}\n</tool_call><|im_end|>'
         if text.endswith('{"name": "'):
             return 'add", "arguments": {"a": 2, "b": 3}}\n</tool_call><|im_end|>'
         return "No tool needed.<|im_end|>"
@@ -47,7 +47,7 @@ def test_required_and_named_choices_open_the_turn_with_a_call(qwen):
     gen = ScriptedGenerator(tok, continuing_script(tok))
     auto, required, named = ro.run([{"choice": c} for c in ("auto", "required", NAMED)], gen)
     assert auto.agent_output[:2] == ("stop", [])
-    openings = ['<tool_call>\n{"name": "', '<tool_call>\n{"name": "add", "arguments": ']
+    openings = ['<tool_call>\n{"name": "', '<tool_call>\n{"name": "add", "arguments":']
     for t, opening in zip((required, named), openings):
         assert t.agent_output[:2] == ("tool_calls", [("add", {"a": 2, "b": 3})]), t.agent_output
         forced = len(tok(opening, add_special_tokens=False)["input_ids"])
@@ -76,14 +76,18 @@ def test_unforced_when_asked(qwen):
     ("llama-3.2-instruct", '{"name": "', '{"name": "add", "parameters": '),
     ("gemma-3", None, None)])  # its template writes no call: served unforced
 def test_call_openings_are_read_from_the_chat_template(family, required, named):
+    """The opening's text, then its ids: the text up to the last token boundary inside it (the trailing space is
+    the first character of the model's own ``' {"'``)."""
     from conventions import build_convention
 
-    from trl_agentic.agents.forcing import call_opening
+    from trl_agentic.agents.forcing import opening_ids, opening_text
     from trl_agentic.rollout.observations import ObservationEncoder
 
     tok = build_convention(family).load_tokenizer()
     encoder = ObservationEncoder(tok, "chat", "user" if family == "gemma-3" else "tool", None, [tok.eos_token_id])
-    assert (call_opening(encoder, TOOLS, ""), call_opening(encoder, TOOLS, "add")) == (required, named)
+    assert (opening_text(encoder, TOOLS, ""), opening_text(encoder, TOOLS, "add")) == (required, named)
+    ids = [opening_ids(encoder, TOOLS, name) for name in ("", "add")]
+    assert [tok.decode(i) if i else None for i in ids] == [required, named and named.rstrip(" ")]
 
 
 @pytest.mark.parametrize("choice, message", [
@@ -149,4 +153,87 @@ def test_the_trained_log_probs_are_those_that_sampled_the_forced_turn(qwen):
         trained = [p for p, m in enumerate(t.env_mask) if m]
         recomputed = [float(logp[n + p - 1, t.completion_ids[p]]) for p in trained]
         assert recomputed == pytest.approx([t.logprobs[p] for p in trained], abs=1e-4)
+    ro.close()
+
+
+def tokenizers_with_calls():
+    """Every tokenizer the tests build whose chat template writes tool calls: each convention of
+    ``tests/conventions.py`` but Gemma 3's, and the toy model's (``trl_agentic.toy``)."""
+    from conventions import CONVENTIONS
+
+    return [c for c in CONVENTIONS if c != "gemma-3"] + ["toy"]
+
+
+def load(name):
+    """The tokenizer ``name`` names and the ids that end its model's turns."""
+    if name == "toy":
+        from trl_agentic.toy import build_tokenizer
+
+        tok = build_tokenizer(tool_calling=True)
+        return tok, [tok.convert_tokens_to_ids("<|im_end|>")]
+    from conventions import build_convention
+
+    convention = build_convention(name)
+    return convention.load_tokenizer(), list(convention.eos_token_ids)
+
+
+def own_call(tok, name="add", arguments=None):
+    """The prompt ids of a request asking 2+3? with :data:`TOOLS`, and the ids of the chat template's own assistant
+    turn calling ``name`` after them (the whole conversation tokenized at once, as the model saw its calls)."""
+    messages = [{"role": "user", "content": "2+3?"}]
+    call = {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {
+        "name": name, "arguments": arguments or {"a": 2, "b": 3}}}]}
+    prompt = tok.apply_chat_template(messages, tools=TOOLS, add_generation_prompt=True, tokenize=False)
+    whole = tok.apply_chat_template(messages + [call], tools=TOOLS, tokenize=False)
+    assert whole.startswith(prompt)
+    prompt_ids = tok(prompt, add_special_tokens=False)["input_ids"]
+    whole_ids = tok(whole, add_special_tokens=False)["input_ids"]
+    assert whole_ids[:len(prompt_ids)] == prompt_ids
+    return prompt_ids, whole_ids[len(prompt_ids):]
+
+
+class OwnCallModel:
+    """A model that continues whatever it was given with the chat template's own call to ``add``, token for token:
+    it fails (the round fails) when the ids it is asked to continue are not a prefix of that call."""
+
+    def __init__(self, tok, end_ids):
+        self.prompt_ids, self.turn = own_call(tok)
+        self.end_ids = end_ids
+
+    def generate(self, prompts, max_new_tokens, stop_strings, eos_token_ids):
+        out = []
+        for prompt in prompts:
+            assert prompt[:len(self.prompt_ids)] == self.prompt_ids
+            opened = prompt[len(self.prompt_ids):]
+            assert self.turn[:len(opened)] == opened, "the forced opening is not a prefix of the template's own call"
+            rest = self.turn[len(opened):]
+            end = next(i for i, t in enumerate(rest) if t in eos_token_ids)
+            out.append(Generation(rest[:end + 1], [-0.5] * (end + 1)))
+        return out
+
+
+@pytest.mark.parametrize("name", tokenizers_with_calls())
+def test_forced_openings_end_on_a_token_boundary_of_the_templates_own_call(name):
+    """On every convention, the forced ids of ``"required"`` and of a named function are the first ids of the
+    template's own call, token for token, and the model's own continuation of them is a call that parses."""
+    from trl_agentic.agents import AgentRollout
+    from trl_agentic.rollout.config import RolloutConfig
+
+    tok, end_ids = load(name)
+
+    async def agent(client, choice, **row):
+        return await ask(client, choice)
+
+    ro = AgentRollout(agent, tok, RolloutConfig(max_turns=2, max_tokens_per_turn=64, max_completion_length=128),
+                      end_ids)
+    runs = ro.run([{"choice": "required"}, {"choice": NAMED}], OwnCallModel(tok, end_ids))
+    _, turn = own_call(tok)
+    for t in runs:
+        assert t.stop_reason == "terminated", t.error
+        finish, calls, _ = t.agent_output
+        assert (finish, calls) == ("tool_calls", [("add", {"a": 2, "b": 3})]), (name, t.agent_output)
+        forced = t.env_mask.index(1)
+        assert 0 < forced and t.completion_ids[:forced] == turn[:forced], tok.convert_ids_to_tokens(
+            t.completion_ids[:forced])
+        assert t.events["forced_call"] == 1 and not t.events.get("malformed_tool_call")
     ro.close()

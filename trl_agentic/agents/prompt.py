@@ -28,7 +28,7 @@ def encode_conversation(encoder: ObservationEncoder, messages: list[dict[str, An
     docstring."""
     control = encoder.control_tokens
     if not control:
-        return _tokenize(encoder, encoder.render_text(messages, add_generation_prompt=True, tools=tools))
+        return tokenize_template(encoder, encoder.render_text(messages, add_generation_prompt=True, tools=tools))
     pattern = re.compile("|".join(map(re.escape, control)))
     nonce = secrets.token_hex(6)
     found: list[str] = []
@@ -48,17 +48,17 @@ def encode_conversation(encoder: ObservationEncoder, messages: list[dict[str, An
 
     text = encoder.render_text(clean(messages), add_generation_prompt=True, tools=clean(list(tools)))
     if not found:
-        return _tokenize(encoder, text)
+        return tokenize_template(encoder, text)
     ids: list[int] = []
     pieces = re.split(f"TRLAGENTIC{nonce}P(\\d+)X", text)
     for i, piece in enumerate(pieces):
         if i % 2:
             ids += encoder.tokenize_untrusted(found[int(piece)])
         elif piece:
-            ids += _tokenize(encoder, piece)
+            ids += tokenize_template(encoder, piece)
     return ids
 
 
-def _tokenize(encoder: ObservationEncoder, template_text: str) -> list[int]:
+def tokenize_template(encoder: ObservationEncoder, template_text: str) -> list[int]:
     """The template's own text, its control tokens parsed, no BOS added (the template writes it)."""
     return list(encoder.tokenizer(template_text, add_special_tokens=False)["input_ids"])

@@ -44,6 +44,7 @@ from ..rollout.observations import ObservationEncoder
 from ..workers import run_in_thread
 from .agent_loop import AgentLoop
 from .bridge import GenerationBridge
+from .forcing import CallOpenings
 from .ownership import in_context, judge_round, request_hooks, running_as
 from .protocol import Limits
 from .server import AgentServer, Registry, new_key
@@ -152,6 +153,7 @@ class AgentRollout:
         self.encoder = ObservationEncoder(processing_class, "chat", config.observation_role,
                                           config.chat_template_kwargs, eos_token_ids)
         self.eos_token_ids = self.encoder.turn_end_ids(eos_token_ids)
+        self.openings = CallOpenings(self.encoder) if self.agent.force_tool_choice else None
         self.registry = Registry()
         self.bridge = GenerationBridge(None, self.eos_token_ids, self.agent.batch_window)
         self._server: AgentServer | None = None
@@ -187,7 +189,7 @@ class AgentRollout:
         ``sync_any`` / ``multi_process``: see :class:`~trl_agentic.agents.bridge.GenerationBridge`."""
         self.start()
         sessions = [Session(new_key(), self.encoder, self.config, self.eos_token_ids, self.agent.max_prompt_tokens,
-                            self.agent.force_tool_choice) for _ in rows]
+                            self.openings) for _ in rows]
         self.bridge.generator = generator
         self.bridge.sync_any = sync_any or (lambda local: local)
         self.bridge.multi_process = multi_process

@@ -37,7 +37,7 @@ from ..rollout.config import RolloutConfig
 from ..rollout.generation import Generation, cut_at_stop
 from ..rollout.observations import EncodedObservation, ObservationEncoder
 from ..trajectory import Trajectory
-from .forcing import call_opening
+from .forcing import CallOpenings
 from .ownership import new_caller_id
 from .prompt import encode_conversation
 from .protocol import NAME, ChatRequest, Reply, RequestError, same_message
@@ -107,19 +107,19 @@ class Session:
             ``stop_strings``).
         eos_token_ids: Every id that ends a turn.
         max_prompt_tokens: Longest prompt of a new segment (a longer one answers 400 ``context_length_exceeded``).
-        force_tool_choice: Open the turn with a call under ``tool_choice="required"`` or a named function
-            (:mod:`~trl_agentic.agents.forcing`); ``False``: serve them unforced.
+        openings: The openings of calls under ``tool_choice="required"`` or a named function
+            (:mod:`~trl_agentic.agents.forcing`); ``None``: serve those choices unforced.
     """
 
     def __init__(self, key: str, encoder: ObservationEncoder, config: RolloutConfig, eos_token_ids: list[int],
-                 max_prompt_tokens: int, force_tool_choice: bool = True) -> None:
+                 max_prompt_tokens: int, openings: CallOpenings | None = None) -> None:
         self.key, self.encoder, self.config = key, encoder, config
         self.caller_id = new_caller_id()
         self.tokenizer = encoder.tokenizer
         self.eos_token_ids = eos_token_ids
         self.max_prompt_tokens = max_prompt_tokens
         self._bos = list(self.tokenizer("", add_special_tokens=True)["input_ids"])  # a legacy prompt's start
-        self.force_tool_choice = force_tool_choice
+        self.openings = openings
         self.segments: list[Segment] = []
         self.turns = self.requests = self.in_flight = self.unproven_requests = 0
         self.closed = False
@@ -285,14 +285,14 @@ class Session:
     # -- helpers ---------------------------------------------------------------------------------------------
     def _opening(self, request: ChatRequest) -> list[int]:
         """The ids that open the turn with a call (:mod:`~trl_agentic.agents.forcing`), or none."""
-        if request.forced_call is None or not self.force_tool_choice:
+        if request.forced_call is None or self.openings is None:
             return []
-        opening = call_opening(self.encoder, request.tools, request.forced_call)
+        opening = self.openings.ids(request.tools, request.forced_call)
         if opening is None:
             self.events["tool_choice_unforced"] += 1
             return []
         self.events["forced_call"] += 1
-        return list(self.tokenizer(opening, add_special_tokens=False)["input_ids"])
+        return opening
 
     def _check_open(self) -> None:
         if self.closed:
