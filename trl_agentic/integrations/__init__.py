@@ -1,0 +1,11 @@
+"""The environments users already have, trained unchanged (``docs/environments.md``). One module per ecosystem, each
+importing its package only when used, so that ``import trl_agentic`` never needs them:
+
+- :mod:`~trl_agentic.integrations.verifiers`: a verifiers v1 ``Env`` (the Environments Hub's library) as a dataset,
+  an agent run against the OpenAI-compatible endpoint and a reward function (``pip install 'trl-agentic[verifiers]'``);
+- :mod:`~trl_agentic.integrations.openenv`: OpenEnv environment servers on 127.0.0.1, started, health-checked,
+  restarted and stopped by the run, for TRL's ``environment_factory`` classes around their clients
+  (``pip install 'trl-agentic[openenv]'``);
+- :mod:`~trl_agentic.integrations.textarena`: a TextArena game as an :class:`~trl_agentic.Environment`, its own
+  reward as the turn reward (``pip install 'trl-agentic[textarena]'``).
+"""

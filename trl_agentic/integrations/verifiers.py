@@ -1,0 +1,293 @@
+"""A verifiers v1 environment (``import verifiers.v1 as vf``; the library of Prime Intellect's Environments Hub),
+trained and evaluated unchanged.
+
+    env = VerifiersEnvironment.load("my-env", config={"agent": {"runtime": {"type": "subprocess"}}})
+    trainer = AgenticGRPOTrainer(model=..., args=..., train_dataset=env.dataset(), agent=env.agent,
+                                 reward_funcs=env.reward)
+
+What carries over, and how:
+
+- **Tasks -> rows.** :meth:`VerifiersEnvironment.dataset` iterates the taskset (``iter(env.taskset)``: each task's
+  ``idx`` set, the config's system prompt applied) into rows: ``prompt`` (the task's system and user prompt, as chat
+  messages: what TRL logs) and ``verifiers_task`` (the task's data as JSON). The agent rebuilds the task from that
+  JSON as verifiers' own env server does (the taskset's ``TaskData`` type validated, wrapped in its ``Task`` type
+  with the config's task settings), so the rows survive TRL's sampler, shuffling and ``num_generations`` copies.
+- **Model calls -> the policy.** :meth:`VerifiersEnvironment.agent` runs one episode per row with
+  ``Env.run_episode(task, ModelContext(...))``. The context's client is an ``EvalClientConfig`` whose ``base_url`` is
+  the trajectory's own base URL on the OpenAI-compatible endpoint (``/t/<key>/v1``, :mod:`trl_agentic.agents`):
+  whatever dialect the harness speaks (chat completions, Responses, Anthropic Messages) and however verifiers'
+  interception server relays it, every call of one rollout lands in that rollout's trajectory, token-exact, and no
+  other (a per-rollout client; verifiers' ``X-Session-ID`` header is sent too, and not needed).
+- **Serving.** ``Env.serving()`` (the interception server, the taskset's shared tool servers, ``Env.start`` /
+  ``stop``) is held while any episode of a round runs and released when the last one ends, so the per-rollout
+  clients verifiers caches per endpoint are closed every round (:class:`_Serving`).
+- **Reward.** :class:`VerifiersReward` returns each episode's ``Trace.reward`` (verifiers' weighted sum of its
+  ``@vf.reward`` functions) and logs each component's score as ``verifiers/<name>`` and each ``@vf.metric`` as
+  ``verifiers/metric/<name>`` (also columns of TRL's completions table).
+- **Failures cost their trajectory.** An episode whose harness, task hook or scoring failed (``Episode.errors``,
+  ``Trace.errors``) makes the agent raise :class:`VerifiersEpisodeError` with verifiers' own message: the trajectory
+  ends with ``env_error`` (unscorable, no gradient), the other rollouts of the round go on.
+
+What does not carry over is listed in ``docs/trl-differences.md`` (verifiers' sampling settings, its retries, its
+multi-agent envs); ``docs/environments.md`` shows a whole run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import itertools
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+logger = logging.getLogger(__name__)
+
+TASK_COLUMN = "verifiers_task"
+"""The dataset column that holds each row's task data, as JSON."""
+KEY_VARIABLE = "TRL_AGENTIC_VERIFIERS_KEY"
+"""The environment variable verifiers reads the endpoint's API key from. It is normally unset (verifiers then sends
+``EMPTY``): the trajectory's key is in its base URL, which wins over the header."""
+METRIC_PREFIX = "verifiers"
+
+
+def _vf() -> Any:
+    """``verifiers.v1``, or one line saying how to install it."""
+    try:
+        import verifiers.v1 as vf
+    except ImportError:
+        raise ImportError("verifiers environments need the verifiers package: pip install 'trl-agentic[verifiers]' "
+                          "(in a virtual environment of its own: verifiers pins openai<3)") from None
+    return vf
+
+
+class VerifiersEpisodeError(RuntimeError):
+    """A verifiers episode failed (its harness, a task hook, scoring, the interception): its trajectory ends with
+    ``env_error`` and this message."""
+
+
+@dataclass(frozen=True)
+class EpisodeResult:
+    """What :meth:`VerifiersEnvironment.agent` returns for one episode: reward functions receive it as
+    ``agent_output``. Plain values (it is written with the trajectory, as JSON).
+
+    Attributes:
+        reward: ``Trace.reward``: the sum of each ``@vf.reward``'s score times its weight.
+        rewards: Each reward component's ``score`` and ``weight``.
+        metrics: Each ``@vf.metric``'s value.
+        stop_condition: What stopped the trace (``None``: the harness returned).
+        reply: The trace's last reply.
+        trace_id: The trace's id (verifiers' ``X-Session-ID``).
+        turns: Model turns verifiers recorded.
+    """
+
+    reward: float
+    rewards: dict[str, dict[str, float]] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    stop_condition: str | None = None
+    reply: str = ""
+    trace_id: str = ""
+    turns: int = 0
+
+    @classmethod
+    def of(cls, trace: Any) -> "EpisodeResult":
+        rewards = {name: {"score": float(r.score), "weight": float(r.weight)}
+                   for name, r in trace.rewards.items() if r is not None}
+        metrics = {name: float(value) for name, value in trace.metrics.items() if value is not None}
+        return cls(reward=float(trace.reward), rewards=rewards, metrics=metrics, stop_condition=trace.stop_condition,
+                   reply=trace.last_reply, trace_id=str(trace.id), turns=int(trace.num_turns))
+
+
+class VerifiersReward:
+    """A TRL reward function: each episode's verifiers reward (``agent_output.reward``, :class:`EpisodeResult`).
+
+    Logged, when TRL passes ``log_metric`` / ``log_extra``: each reward component's mean score as
+    ``verifiers/<name>`` (before its weight) and each metric's mean as ``verifiers/metric/<name>``, over the episodes
+    that have it; each component's scores as a column of the completions table.
+    """
+
+    __name__ = "verifiers_reward"
+
+    def __call__(self, completions: Sequence[Any], agent_output: Sequence[Any] | None = None,
+                 **kwargs: Any) -> list[float | None]:
+        if agent_output is None:
+            raise ValueError("verifiers_reward reads agent_output: train with agent=VerifiersEnvironment(...).agent")
+        results = [out if isinstance(out, EpisodeResult) else None for out in agent_output]
+        log_metric: Callable[[str, float], None] | None = kwargs.get("log_metric")
+        log_extra: Callable[[str, list], None] | None = kwargs.get("log_extra")
+        for kind, prefix in (("rewards", METRIC_PREFIX), ("metrics", f"{METRIC_PREFIX}/metric")):
+            names = sorted({name for r in results if r is not None for name in getattr(r, kind)})
+            for name in names:
+                values = [_value(getattr(r, kind).get(name)) if r is not None else None for r in results]
+                present = [v for v in values if v is not None]
+                if log_metric is not None and present:
+                    log_metric(f"{prefix}/{name}", sum(present) / len(present))
+                if log_extra is not None and kind == "rewards":
+                    log_extra(f"{prefix}/{name}", values)
+        return [None if r is None else r.reward for r in results]
+
+
+def _value(entry: Any) -> float | None:
+    if entry is None:
+        return None
+    return float(entry["score"]) if isinstance(entry, dict) else float(entry)
+
+
+class _Serving:
+    """``Env.serving()`` held by one task of the agents' event loop while any episode uses it: the first episode of
+    a round starts the holder, the last one to finish releases it (the clients verifiers cached for the round's
+    per-rollout endpoints are closed then). The holder runs in an empty context, so that a block of the loop inside
+    verifiers' servers is not blamed on the agent that happened to start it."""
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+        self.users = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ready: asyncio.Future | None = None
+        self._release: asyncio.Event | None = None
+
+    async def __aenter__(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self.users == 0 or loop is not self._loop:  # a new round, or a fresh agents' loop
+            self._loop, self.users = loop, 0
+            self._ready, self._release = loop.create_future(), asyncio.Event()
+            loop.create_task(self._hold(self._ready, self._release), context=contextvars.Context())
+        self.users += 1
+        try:
+            await asyncio.shield(self._ready)
+        except BaseException:
+            await self.__aexit__()
+            raise
+
+    async def __aexit__(self, *exc: Any) -> None:
+        self.users -= 1
+        if self.users == 0 and self._release is not None:
+            self._release.set()
+
+    async def _hold(self, ready: asyncio.Future, release: asyncio.Event) -> None:
+        try:
+            async with self.env.serving():
+                ready.set_result(None)
+                await release.wait()
+        except BaseException as exc:  # noqa: BLE001 - told to every episode waiting; the next round tries again
+            if not ready.done():
+                ready.set_exception(VerifiersEpisodeError(f"verifiers' Env.serving() failed: {type(exc).__name__}: "
+                                                          f"{exc}"))
+            else:
+                logger.warning("verifiers' Env.serving() failed on exit: %s: %s", type(exc).__name__, exc)
+
+
+class VerifiersEnvironment:
+    """A verifiers v1 ``Env`` as a dataset, an agent and a reward function (module docstring).
+
+    Args:
+        env: The environment, as verifiers builds it (``vf.load_environment(vf.resolve_env_config(...))``, or
+            :meth:`load` with its id).
+        model: The model name verifiers sends (the endpoint serves any name).
+        request_timeout: HTTP read timeout of verifiers' client to the endpoint, in seconds (a model call waits for
+            its batch; training's ``env_timeout`` bounds an episode that stops calling the model).
+
+    Raises:
+        ValueError: ``env`` is not a verifiers ``Env``, or it plays several agents (multi-agent envs are not
+            supported: each trajectory would hold several agents' calls under one reward).
+    """
+
+    def __init__(self, env: Any, model: str = "policy", request_timeout: float | None = None) -> None:
+        vf = _vf()
+        if not isinstance(env, vf.Env):
+            raise ValueError(f"VerifiersEnvironment takes a verifiers.v1 Env, got {type(env).__name__}; load one with "
+                             "VerifiersEnvironment.load('<environment id>')")
+        seats = [name for name, value in env.config if isinstance(value, vf.AgentConfig)]
+        if len(seats) != 1:
+            raise ValueError(f"{type(env).__name__} plays {len(seats)} agents ({', '.join(seats)}); only single-agent "
+                             "verifiers environments train here: each trajectory holds one agent's calls under its "
+                             "reward")
+        self.env = env
+        self.model = model
+        self.request_timeout = request_timeout
+        self._task_type = type(env.taskset).task_type()
+        self._data_type = self._task_type.data_type()
+        self._serving = _Serving(env)
+        self.reward = VerifiersReward()
+
+    @classmethod
+    def load(cls, env_id: str, config: dict[str, Any] | None = None, **kwargs: Any) -> "VerifiersEnvironment":
+        """The environment ``env_id`` (an installed environment package's id, as ``vf-eval`` / ``prime env install``
+        name it: ``"my-env"`` or ``"owner/my-env"``) with ``config``: the ``[env]`` settings of a verifiers run
+        (``{"agent": {"runtime": {"type": "subprocess"}}, "taskset": {"num_tasks": 100}}``), loaded by verifiers'
+        own ``resolve_env_config`` and ``load_environment``. ``kwargs`` go to the constructor."""
+        vf = _vf()
+        config = dict(config or {})
+        taskset = dict(config.pop("taskset", None) or {})
+        env_config = vf.resolve_env_config({**config, "taskset": {**taskset, "id": env_id}})
+        return cls(vf.load_environment(env_config), **kwargs)
+
+    # -- the dataset -----------------------------------------------------------------------------------------
+    def dataset(self, num_tasks: int | None = None) -> Any:
+        """One row per task of the taskset (the first ``num_tasks``; required for an infinite taskset):
+        ``prompt`` (chat messages) and ``verifiers_task`` (the task's data as JSON); a ``datasets.Dataset``."""
+        from datasets import Dataset
+
+        return Dataset.from_list(self.rows(num_tasks))
+
+    def rows(self, num_tasks: int | None = None) -> list[dict[str, Any]]:
+        """:meth:`dataset`'s rows, as a list of dicts."""
+        taskset = self.env.taskset
+        if num_tasks is not None:
+            taskset = taskset.take(num_tasks)
+        elif not taskset.bounded:
+            raise ValueError(f"{type(self.env.taskset).__name__} yields tasks forever; pass num_tasks=N")
+        return [{"prompt": _prompt_messages(task.data), TASK_COLUMN: task.data.model_dump_json()}
+                for task in itertools.islice(taskset, num_tasks)]
+
+    def task(self, data: str | dict[str, Any]) -> Any:
+        """The task of a row (:data:`TASK_COLUMN`), rebuilt as verifiers' env server rebuilds a dispatched one."""
+        data = self._data_type.model_validate_json(data) if isinstance(data, str) else \
+            self._data_type.model_validate(data)
+        return self._task_type(data, self.env.config.taskset.task)
+
+    # -- the agent -------------------------------------------------------------------------------------------
+    async def agent(self, endpoint: Any, verifiers_task: str, **row: Any) -> EpisodeResult:
+        """One verifiers episode of the row's task, its model calls sent to ``endpoint`` (the trajectory's own base
+        URL); returns its :class:`EpisodeResult`, or raises :class:`VerifiersEpisodeError`."""
+        vf = _vf()
+        task = self.task(verifiers_task)
+        client = vf.EvalClientConfig(base_url=endpoint.base_url, api_key_var=KEY_VARIABLE,
+                                     timeout={"connect": 30.0, "read": self.request_timeout})
+        context = vf.ModelContext(model=self.model, client=client, sampling=vf.SamplingConfig())
+        async with self._serving:
+            episode = await self.env.run_episode(task, context)
+        return self.result(episode)
+
+    @staticmethod
+    def result(episode: Any) -> EpisodeResult:
+        """The :class:`EpisodeResult` of a finished episode; raises :class:`VerifiersEpisodeError` with verifiers'
+        first error when the episode or its trace failed."""
+        errors = list(episode.errors) + [e for trace in episode.traces for e in trace.errors]
+        if errors or not episode.ok:
+            first = errors[0] if errors else None
+            detail = f"{first.type}: {first.message}" if first is not None else "the episode did not conclude"
+            raise VerifiersEpisodeError(f"verifiers episode failed: {detail}"[:2000])
+        if len(episode.traces) != 1:
+            raise VerifiersEpisodeError(f"the verifiers episode ran {len(episode.traces)} agents; one is trained")
+        return EpisodeResult.of(episode.traces[0])
+
+
+def _prompt_messages(data: Any) -> list[dict[str, str]]:
+    """A task's prompt as chat messages: its system prompt, then its user prompt (a conversation's text)."""
+    messages = [{"role": "system", "content": data.system_prompt}] if data.system_prompt else []
+    if isinstance(data.prompt, str) or data.prompt is None:
+        return messages + [{"role": "user", "content": data.prompt or ""}]
+    return messages + [{"role": str(m.role), "content": _text(m.content)} for m in data.prompt]
+
+
+def _text(content: Any) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, Iterable):
+        return "".join(getattr(part, "text", "") or "" for part in content)
+    return str(content)
+
+
+__all__ = ["EpisodeResult", "TASK_COLUMN", "VerifiersEnvironment", "VerifiersEpisodeError", "VerifiersReward"]
