@@ -240,9 +240,9 @@ def check_trainable(training_args: Any, num_prompts: int, max_train_samples: int
 def check_before_loading(task: Any, training_args: Any, processing_class: Any, num_prompts: int,
                          max_train_samples: int | None = None) -> None:
     """What can be known before the model is loaded, as one-line :class:`TaskConfigError` s: the rollout mode and
-    the response template of native tool calls (:mod:`trl_agentic.trainers.checks`), and enough prompts for a
+    the response template of native tool calls (:mod:`trl_agentic.kinds.checks`), and enough prompts for a
     step (:func:`check_trainable`)."""
-    from .trainers.checks import check_response_parser, check_rollout_mode
+    from .kinds.checks import check_response_parser, check_rollout_mode
 
     try:
         check_rollout_mode(task.environment, training_args.rollout_mode)

@@ -59,7 +59,7 @@ class Trajectory:
             ``tool_calls``) followed by the ``tool`` messages appended after it; what TRL reward functions receive
             as ``completions``.
         policy_version: The optimizer step whose weights sampled the run when a copy of the policy rolled it out
-            (asynchronous rollouts, ``max_staleness >= 1``: :mod:`~trl_agentic.trainers.async_rollouts`); ``None``
+            (asynchronous rollouts, ``max_staleness >= 1``: :mod:`~trl_agentic.rollout.pipeline`); ``None``
             when the training model did.
         generated_ids: The ids the generator returned for each turn, before the engine's cut (at the first end id,
             stop string or budget); the reference of the mask audit (:mod:`trl_agentic.rollout.audit`). Not

@@ -39,7 +39,7 @@ engine_module.RolloutEngine.run = recording_run
 
 if depth:  # rank 1's job ahead waits during the last step until training ends: it is stopped while it runs (its
     # GenerationStopped once kept the training loop's frames, and the DDP wrapper, alive: gloo's threads outlived the run)
-    from trl_agentic.trainers.async_rollouts import GenerationStopped, StoppableGenerator  # noqa: E402
+    from trl_agentic.rollout.pipeline import GenerationStopped, StoppableGenerator  # noqa: E402
 
     record["stopped_while_running"] = 0
     stoppable_generate = StoppableGenerator.generate

@@ -22,8 +22,7 @@ from transformers import TrainerCallback
 from trl_agentic import AgenticGRPOTrainer, AgenticPPOTrainer
 from trl_agentic.compat import TRLBatch
 from trl_agentic.rollout.generation import Generation, HFGenerator
-from trl_agentic.toy import LookupEnvironment, lookup_reward
-from trl_agentic.trainers.async_rollouts import (
+from trl_agentic.rollout.pipeline import (
     AsyncRollouts,
     BackgroundThread,
     CopyWeights,
@@ -35,6 +34,7 @@ from trl_agentic.trainers.async_rollouts import (
     sharding_of,
     snapshot,
 )
+from trl_agentic.toy import LookupEnvironment, lookup_reward
 from trl_agentic.trajectory import Trajectory, load_trajectories
 
 STEPS = 3

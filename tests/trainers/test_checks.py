@@ -1,5 +1,5 @@
 """A run that can only train on nothing fails at construction, or stops after ``max_degenerate_steps`` rounds, with
-one line that names the fix (trl_agentic/trainers/checks.py). Each case here let ``train()`` run to the end at loss 0
+one line that names the fix (trl_agentic/kinds/checks.py, trl_agentic/trainers/checks.py). Each case here let ``train()`` run to the end at loss 0
 (or fail deep inside TRL) before the checks existed."""
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def test_valid_setups_pass_the_checks(tiny_model_dir, tokenizer, tmp_path):
 def test_trl_passes_the_keywords_the_check_expects(tiny_model_dir, tokenizer, tmp_path):
     """Contract: the keyword arguments TRL gives a reward function are TRL_REWARD_KWARGS, the columns but prompt,
     and our trajectory."""
-    from trl_agentic.trainers.checks import TRL_REWARD_KWARGS
+    from trl_agentic.kinds.checks import TRL_REWARD_KWARGS
 
     received: list[set] = []
 

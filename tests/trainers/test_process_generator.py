@@ -17,6 +17,7 @@ from transformers import TrainerCallback
 
 from trl_agentic import AgenticGRPOTrainer, AgenticPPOTrainer
 from trl_agentic.rollout.generation import HFGenerator
+from trl_agentic.rollout.pipeline import PolicyCopy
 from trl_agentic.rollout.process_generator import (
     GeneratorClosed,
     GeneratorProcessDied,
@@ -24,7 +25,6 @@ from trl_agentic.rollout.process_generator import (
     ProcessGenerator,
 )
 from trl_agentic.toy import LookupEnvironment, build_tiny_model, lookup_reward
-from trl_agentic.trainers.async_rollouts import PolicyCopy
 
 STEPS = 3
 BATCH = 4  # agentic_args' per_device_train_batch_size

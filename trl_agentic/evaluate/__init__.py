@@ -20,13 +20,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
 from ..environments.base import EnvironmentFactory
+from ..kinds.checks import check_response_parser
+from ..kinds.choice import EnvironmentChoice, SeamParts, choose_rollout
 from ..rewards.guard import guard_reward
 from ..rewards.inputs import reward_inputs
 from ..rollout.config import RolloutConfig
 from ..rollout.generation import Generator, HFGenerator, get_eos_token_ids
 from ..rollout.seam import RolloutSeam, Runs
-from ..trainers.checks import check_response_parser
-from ..trainers.rollout_choice import EnvironmentChoice, SeamParts, choose_rollout
 from ..trajectory import Trajectory
 
 

@@ -158,8 +158,8 @@ def run_evaluation(args: EvaluateArguments, rollout: RolloutFields, task_args: A
 
     import torch
 
+    from ..kinds.checks import check_response_parser, check_rollout_mode, uses_native_tool_calls
     from ..render import render_html
-    from ..trainers.checks import check_response_parser, check_rollout_mode, uses_native_tool_calls
     from ..trajectory import save_trajectories
     from . import evaluate
 

@@ -1,6 +1,6 @@
 """The rollout seam: dataset rows in; the runs, the rows the loss trains on and what the reward functions receive
 out. Every kind of rollout the library runs is one implementation, chosen once (at a trainer's construction, or by
-``evaluate``: :func:`~trl_agentic.trainers.rollout_choice.choose_rollout`):
+``evaluate``: :func:`~trl_agentic.kinds.choice.choose_rollout`):
 
 - :class:`~trl_agentic.rollout.engine_seams.EngineSeam`: our :class:`~trl_agentic.Environment` through the
   engine (:class:`~trl_agentic.rollout.engine.RolloutEngine`);

@@ -58,7 +58,7 @@ class VLLMServerGenerator:
     own prompts (:func:`~trl_agentic.compat.vllm_server_generate`: TRL's sampling settings, the turn's end, the
     sampled ids' log-probs, the behaviour policy's), sent from the background thread; no gather across processes, so
     no collective call leaves the training thread. The weights reach the server from the training thread between
-    jobs (:class:`~trl_agentic.trainers.async_rollouts.ServerWeights`).
+    jobs (:class:`~trl_agentic.rollout.pipeline.ServerWeights`).
 
     Args:
         backend: TRL's ``VLLMGeneration`` in server mode (``trainer.vllm_generation``): its sampling settings.

@@ -17,7 +17,7 @@ bottom in one file each:
    then :meth:`~AgenticTrainer.record`.
 
 State: built once per run (in ``__init__``, the kind of rollout chosen once by
-:func:`~trl_agentic.trainers.rollout_choice.choose_rollout`): the rollout settings
+:func:`~trl_agentic.kinds.choice.choose_rollout`): the rollout settings
 (:class:`~trl_agentic.rollout.config.RolloutConfig`), the generator (transformers' ``generate`` with its stop-criteria
 cache, or TRL's vLLM backend), the rollout seam (the engine, :class:`~trl_agentic.rollout.engine.RolloutEngine`, with
 its observation encoder's template probes, or the agents' endpoint), the degenerate-run monitor.
@@ -42,15 +42,11 @@ from ..algorithms.losses import aggregate_loss, clipped_policy_loss
 from ..algorithms.masked import masked_sum, zero_masked
 from ..compat import GRPOTrainerBoundary, TRLBatch, check_trl_version, unwrap_for_generation, vllm_server_client
 from ..environments.base import EnvironmentFactory
+from ..kinds.choice import RolloutChoice, SeamParts, choose_rollout
 from ..rewards.inputs import reward_inputs
 from ..rollout.config import RolloutConfig
 from ..rollout.generation import Generator, HFGenerator
-from ..rollout.process_generator import ProcessGenerator
-from ..rollout.seam import RolloutSeam, Runs
-from ..rollout.vllm import TRLVLLMGenerator, VLLMServerGenerator
-from ..trackers import trajectory_columns
-from ..trajectory import Trajectory, save_trajectories
-from .async_rollouts import (
+from ..rollout.pipeline import (
     AsyncRollouts,
     CopyWeights,
     PipelineCallback,
@@ -62,9 +58,13 @@ from .async_rollouts import (
     refusal,
     sharding_of,
 )
+from ..rollout.process_generator import ProcessGenerator
+from ..rollout.seam import RolloutSeam, Runs
+from ..rollout.vllm import TRLVLLMGenerator, VLLMServerGenerator
+from ..trackers import trajectory_columns
+from ..trajectory import Trajectory, save_trajectories
 from .checks import DegenerateStepMonitor, DegenerateTrainingError, keyword_arguments
 from .config import AgenticConfig
-from .rollout_choice import RolloutChoice, SeamParts, choose_rollout
 from .round import Round, pad, row_advantages, row_count, training_rows, trl_completion_rows, values_of_rows
 from .round_metrics import RoundValues, metrics_of_round, round_values, sampling_metrics, sampling_values, total_sums
 from .run_health import RunHealth, failure_line
@@ -131,7 +131,7 @@ class AgenticTrainer(GRPOTrainerBoundary):
         """``max_staleness >= 1``: a background generator that returns its log-probs (the behaviour policy's), a
         rollout seam of the same kind over it, without the other processes' ``sync_any`` / ``sync_max`` (no
         collective call on the background thread), and the background thread, pinned to ``generator_cpu`` plus this
-        process's index on its machine (:mod:`~trl_agentic.trainers.async_rollouts`); settings it cannot run are
+        process's index on its machine (:mod:`~trl_agentic.rollout.pipeline`); settings it cannot run are
         refused before training. The generator: a copy of the policy with transformers' generation
         (``async_generator="process"``: in a child process, over the copy's weights in shared memory), or, with
         ``use_vllm=True`` (server mode), vLLM's server, sent this process's prompts, its weights pushed between jobs
@@ -283,7 +283,7 @@ class AgenticTrainer(GRPOTrainerBoundary):
     def rollout_ahead(self, rows: list[dict[str, Any]]) -> Rollouts:
         """1 with ``max_staleness=D >= 1``: the rollouts of the oldest job ahead (rows D rounds before; the first
         round: its own), sampled on the background thread (by the policy's copy, or vLLM's server), while ``rows``'
-        are queued there with the weights of now (:class:`~trl_agentic.trainers.async_rollouts.AsyncRollouts`);
+        are queued there with the weights of now (:class:`~trl_agentic.rollout.pipeline.AsyncRollouts`);
         their staleness and the pipeline's counts logged. A failure of the background rollout is raised here, with its traceback."""
         model = self.accelerator.unwrap_model(self.model)
         rollouts = self.async_rollouts.next(rows, model, self.state.global_step)

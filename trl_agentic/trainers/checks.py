@@ -1,197 +1,21 @@
-"""Refuse, before training, a run that could only train on nothing, and stop one that turns out to.
-
-Each mistake below lets TRL's ``train()`` run to the end at loss 0 and grad norm 0 (every trajectory ends
-``env_error``, every reward is ``None``, so every advantage is 0), or fails deep inside TRL. The construction checks
-are pure functions of what the trainer is given; each raises one line that names the fix:
-
-- :func:`~trl_agentic.environments.base.check_environment_factory`: ``environment=`` is a class or a zero-argument
-  factory, not an instance, and its declared ``stop_strings`` are a list (a string would stop at each of its
-  characters);
-- :func:`check_prompt_column`: the dataset has the ``prompt`` column TRL's sampler reads;
-- :func:`check_rollout_mode`: native tool calls run in ``rollout_mode='chat'``;
-- :func:`check_response_parser`: native tool calls have a response template to parse them with;
-- :func:`check_reset_parameters`: every required parameter of ``reset()`` is a dataset column (and a dict
-  ``environment_factory`` has the ``environment`` column);
-- :meth:`~trl_agentic.agents.runner.Agent.check_columns`: every required parameter of an agent is a dataset column;
-- :func:`check_reward_signatures`: each reward function can bind the keyword arguments TRL passes it.
-
-:func:`check_environment_arguments` (our environments and TRL's) and :func:`check_agent_arguments` run them on a
-trainer's arguments, each dataset and the reward functions through :func:`check_datasets_and_rewards`; the kind of
-rollout (:mod:`~trl_agentic.trainers.rollout_choice`) picks which.
+"""Stop a run that turns out to train on nothing, and read a trainer's arguments as TRL binds them.
 
 What only training can show (the environment fails on every row, a reward returns ``None`` for everything) is
 watched by :class:`DegenerateStepMonitor`: ``max_degenerate_steps`` generation rounds in a row in which no
 completion can be scored stop the run with :class:`DegenerateTrainingError`; so does, at once, a round of agents
-whose every request the endpoint refused (:meth:`DegenerateStepMonitor.observe_refusals`).
+whose every request the endpoint refused (:meth:`DegenerateStepMonitor.observe_refusals`). What can be refused
+before training is in :mod:`trl_agentic.kinds.checks`.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
-
-from ..environments.base import check_environment_factory, environment_class
-from ..rewards.guard import is_reward_model
-
-# What TRL 1.16's GRPOTrainer passes every reward function, besides the dataset's columns (but "prompt") and our
-# "trajectory" (compat.GRPOTrainerBoundary.trl_rewards); tests/trainers/test_checks.py checks it against a real step.
-TRL_REWARD_KWARGS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric")
 
 
 class DegenerateTrainingError(RuntimeError):
     """Training stopped: no completion could be scored for ``max_degenerate_steps`` rounds in a row."""
-
-
-def dataset_columns(dataset: Any) -> list[str] | None:
-    """A dataset's columns (``None``: not known, or a ``DatasetDict``, of which TRL wants one split)."""
-    columns = getattr(dataset, "column_names", None)
-    if isinstance(columns, dict):  # a DatasetDict: TRL wants one split
-        return None
-    return list(columns) if columns is not None else None
-
-
-def check_prompt_column(dataset: Any, name: str = "train_dataset") -> None:
-    """TRL's sampler reads each row's ``prompt``; a dataset without it fails inside TRL with ``KeyError``."""
-    columns = dataset_columns(dataset)
-    if columns is not None and "prompt" not in columns:
-        hint = next((c for c in ("question", "query", "problem", "input", "text", "instruction") if c in columns), None)
-        fix = f"dataset.rename_column({hint!r}, 'prompt')" if hint else "dataset.map(lambda row: {'prompt': ...})"
-        raise ValueError(f"{name} has no 'prompt' column (it has {', '.join(columns) or 'none'}); add one, e.g. {fix}")
-
-
-def _required_keywords(func: Any) -> tuple[list[str], bool]:
-    """The parameters of ``func`` that have no default, and whether it takes ``**kwargs``."""
-    try:
-        params = inspect.signature(func).parameters.values()
-    except (TypeError, ValueError):  # a builtin without a signature: nothing to check
-        return [], True
-    required = [p.name for p in params
-                if p.default is inspect.Parameter.empty
-                and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
-    return required, any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
-
-
-def check_reset_parameters(environment: Any, dataset: Any, name: str = "train_dataset") -> None:
-    """``reset(**row)`` is called with the row's columns: a required parameter no column fills (a typo in a column
-    name) would end every trajectory with ``env_error``. For TRL's ``environment_factory``, every environment class
-    is checked, and a dict of factories needs the ``environment`` column that picks each row's."""
-    from ..environments.trl_environments import TRLEnvironments
-
-    columns = dataset_columns(dataset)
-    if columns is None:
-        return
-    if isinstance(environment, TRLEnvironments):
-        if environment.multi and "environment" not in columns:
-            raise ValueError(f"a dict environment_factory picks each row's environment by its 'environment' column, "
-                             f"which {name} lacks (columns: {', '.join(columns)}); add it, e.g. "
-                             f"dataset.add_column('environment', [...]) with names from {list(environment.factories)}")
-        classes = list(environment.classes().values())
-    else:
-        classes = [environment_class(environment)]
-    for cls in classes:
-        if cls is None or not callable(getattr(cls, "reset", None)):
-            continue
-        required, _ = _required_keywords(cls.reset)
-        missing = [p for p in required[1:] if p not in columns]  # [0] is self
-        if missing:
-            raise ValueError(f"{cls.__name__}.reset() needs {', '.join(missing)}, which no dataset column provides "
-                             f"(columns: {', '.join(columns)}); rename the column or give the parameter a default")
-
-
-def uses_native_tool_calls(environment: Any) -> bool:
-    """Whether the environment's actions are native tool calls: TRL's ``tools=`` / ``environment_factory=``, or a
-    class (or ``functools.partial`` of one) whose ``action_format`` is ``"message"``
-    (:class:`~trl_agentic.environments.native_tools.ToolCallEnvironment`)."""
-    from ..environments.trl_environments import TRLEnvironments
-
-    cls = environment_class(environment)
-    return isinstance(environment, TRLEnvironments) or getattr(cls, "action_format", "text") == "message"
-
-
-def check_rollout_mode(environment: Any, rollout_mode: str | None) -> None:
-    """Native tool calls (:func:`uses_native_tool_calls`) are chat messages rendered by the chat template: in
-    ``rollout_mode='text'`` no call would ever be parsed, and every trajectory would end after its first turn.
-    ``None``: not known yet."""
-    if uses_native_tool_calls(environment) and rollout_mode not in (None, "chat"):
-        raise ValueError(f"native tool calls need rollout_mode='chat' (the chat template renders the tools and their "
-                         f"results), got {rollout_mode!r}: pass rollout_mode='chat' (--rollout_mode chat)")
-
-
-def check_response_parser(environment: Any, processing_class: Any) -> None:
-    """Native tool calls are parsed by the chat template's response template
-    (:func:`~trl_agentic.environments.native_tools.ensure_response_parser`, which sets TRL's when the family is known): a
-    template TRL knows none for would fail at the first rollout. Raises its one-line ``ValueError``."""
-    if processing_class is not None and uses_native_tool_calls(environment):
-        from ..environments.native_tools import ensure_response_parser
-
-        ensure_response_parser(processing_class)
-
-
-def check_budget_holds_a_call(tools: Sequence[Any], processing_class: Any, max_tokens_per_turn: int,
-                              chat_template_kwargs: dict[str, Any] | None = None) -> None:
-    """A turn of at most ``max_tokens_per_turn`` sampled tokens (already clamped to ``max_completion_length``) must
-    hold the shortest tool call the chat template renders (any tool, no arguments, through the end-of-turn token):
-    otherwise every call is cut before it closes and the run trains on truncated turns alone. Templates whose
-    rendering cannot be measured (not prefix-preserving, or rendering fails) are not checked."""
-    if not tools or processing_class is None:
-        return
-    tokenizer = getattr(processing_class, "tokenizer", processing_class)
-    kwargs = {"tools": list(tools), "tokenize": True, "return_dict": False, **(chat_template_kwargs or {})}
-    prompt = [{"role": "user", "content": "x"}]
-    eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
-    lengths = {}
-    for tool in tools:
-        name = getattr(tool, "__name__", None)
-        if not isinstance(name, str):
-            return
-        call = {"role": "assistant", "content": "",
-                "tool_calls": [{"type": "function", "function": {"name": name, "arguments": {}}}]}
-        try:
-            before = list(tokenizer.apply_chat_template(prompt, add_generation_prompt=True, **kwargs))
-            after = list(tokenizer.apply_chat_template([*prompt, call], **kwargs))
-        except Exception:  # noqa: BLE001 - a template that cannot render this: not checked here
-            return
-        if after[: len(before)] != before:
-            return
-        turn = after[len(before):]
-        end = next((i + 1 for i, token in enumerate(turn) if token in eos), len(turn))
-        lengths[name] = end
-    if lengths and max_tokens_per_turn < min(lengths.values()):
-        name = min(lengths, key=lengths.get)
-        raise ValueError(f"a turn may sample at most {max_tokens_per_turn} tokens, but the shortest tool call this "
-                         f"chat template renders ({name}() without arguments) takes {lengths[name]}: every call would "
-                         f"be cut before it closes. Raise max_completion_length (and max_tokens_per_turn) to at least "
-                         f"{lengths[name]}, plus room for the arguments")
-
-
-def check_reward_signatures(reward_funcs: Any, dataset: Any, extra_fields: Iterable[str] = ()) -> None:
-    """Each reward function is called as ``f(prompts=..., completions=..., completion_ids=..., trainer_state=...,
-    log_extra=..., log_metric=..., <every dataset column but prompt>=..., <extra_fields>=...)``; one that cannot
-    take these would fail on every call, leaving every reward ``None``."""
-    funcs = reward_funcs if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
-    columns = dataset_columns(dataset)
-    passed = [*TRL_REWARD_KWARGS, *extra_fields, *[c for c in columns or () if c not in ("prompt", "completion")]]
-    for func in funcs:
-        if is_reward_model(func) or not callable(func):
-            continue
-        name = getattr(func, "__name__", type(func).__name__)
-        try:
-            params = inspect.signature(func).parameters
-        except (TypeError, ValueError):
-            continue
-        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-            missing = []
-        else:
-            missing = [k for k in passed if k not in params] if columns is not None else []
-        required, _ = _required_keywords(func)
-        unfilled = [k for k in required if k not in passed] if columns is not None else []
-        if missing or unfilled:
-            what = (f"does not accept {', '.join(missing)}" if missing
-                    else f"needs {', '.join(unfilled)}, which TRL does not pass (no such dataset column)")
-            raise TypeError(f"reward function {name!r} {what}; TRL calls it with keyword arguments "
-                            f"({', '.join(passed)}): add **kwargs to its signature")
-
 
 class DegenerateStepMonitor:
     """Counts generation rounds in a row in which no completion of the (global) batch could be scored: every
@@ -245,7 +69,6 @@ class DegenerateStepMonitor:
                 f" answered 400, none reached the model), e.g. {first_refusal or '(on another process)'}; fix that and "
                 "run again (max_degenerate_steps=0 turns this check off)")
 
-
 def keyword_arguments(args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     """The arguments of ``GRPOTrainer(*args, **kwargs)``, all by name (``model``, ``reward_funcs``, ``args``, ...).
 
@@ -257,53 +80,3 @@ def keyword_arguments(args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, 
     (trl_trainer,) = GRPOTrainerBoundary.__bases__
     bound = inspect.signature(trl_trainer.__init__).bind_partial(None, *args, **kwargs).arguments
     return {name: value for name, value in bound.items() if name != "self"}
-
-
-def datasets_of(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The datasets among ``GRPOTrainer``'s keyword arguments, by name: ``train_dataset``, ``eval_dataset`` (each
-    ``eval_dataset[<key>]`` of a dict); those not given are left out."""
-    given = {"train_dataset": kwargs.get("train_dataset")}
-    evals = kwargs.get("eval_dataset")
-    given.update({f"eval_dataset[{k!r}]": v for k, v in evals.items()} if isinstance(evals, dict)
-                 else {"eval_dataset": evals})
-    return {name: dataset for name, dataset in given.items() if dataset is not None}
-
-
-def check_datasets_and_rewards(kwargs: dict[str, Any], reward_fields: Sequence[str],
-                               check_dataset: Callable[[Any, str], None]) -> None:
-    """``check_dataset(dataset, name)`` on every dataset of ``GRPOTrainer``'s keyword arguments ``kwargs``, then
-    the reward functions' signatures against the training columns and ``reward_fields`` (the keyword arguments the
-    rollout adds)."""
-    for name, dataset in datasets_of(kwargs).items():
-        check_dataset(dataset, name)
-    check_reward_signatures(kwargs.get("reward_funcs"), kwargs.get("train_dataset"), extra_fields=reward_fields)
-
-
-def check_environment_arguments(environment: Any, kwargs: dict[str, Any], reward_fields: Sequence[str]) -> None:
-    """Every construction check of a run with an environment (ours or TRL's), on ``GRPOTrainer``'s keyword
-    arguments ``kwargs``; ``reward_fields``: the keyword arguments the rollout adds for the reward functions."""
-    from ..environments.trl_environments import TRLEnvironments
-
-    check_environment_factory(environment)
-    check_rollout_mode(environment, getattr(kwargs.get("args"), "rollout_mode", None))
-
-    def check_dataset(dataset: Any, name: str) -> None:
-        if not isinstance(environment, TRLEnvironments):  # TRL's environments may write the prompt in reset()
-            check_prompt_column(dataset, name)
-        check_reset_parameters(environment, dataset, name)
-
-    check_datasets_and_rewards(kwargs, reward_fields, check_dataset)
-
-
-def check_agent_arguments(agent: Any, kwargs: dict[str, Any], reward_fields: Sequence[str]) -> None:
-    """Every construction check of a run with ``agent=`` (an :class:`~trl_agentic.agents.runner.Agent`), on
-    ``GRPOTrainer``'s keyword arguments ``kwargs``; ``reward_fields``: the keyword arguments the rollout adds."""
-    if getattr(kwargs.get("args"), "zero_variance_groups", "keep") == "dynamic_sampling":
-        raise ValueError("zero_variance_groups='dynamic_sampling' is not supported with agent=; use 'keep' or "
-                         "'std_floor'")
-
-    def check_dataset(dataset: Any, name: str) -> None:
-        check_prompt_column(dataset, name)
-        agent.check_columns(dataset_columns(dataset), name)
-
-    check_datasets_and_rewards(kwargs, reward_fields, check_dataset)

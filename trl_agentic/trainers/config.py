@@ -87,7 +87,7 @@ class AgenticConfig(GRPOConfig, RolloutFields):
 
     max_staleness: int = field(
         default=0,
-        metadata={"help": "Asynchronous rollouts (trainers/async_rollouts.py). 0 (default): each round's rollouts "
+        metadata={"help": "Asynchronous rollouts (rollout/pipeline.py). 0 (default): each round's rollouts "
                   "are generated before it trains, as TRL. D >= 1: the next D rounds' rollouts (every turn and tool) "
                   "run on a background thread while this round trains; each sample is at most D optimizer steps "
                   "stale and corrected by async_correction. Transformers generation on a copy of the policy, on "

@@ -133,12 +133,10 @@ class EnvironmentChoice:
         self.environment = environment
 
     def trainer_kwargs(self, kwargs: dict[str, Any], config_class: type) -> dict[str, Any]:
-        """As given; an :class:`~trl_agentic.trainers.config.AgenticConfig` is copied with chat rollouts for native
-        tool calls (a :class:`~trl_agentic.environments.native_tools.ToolCallEnvironment`)."""
-        from .config import AgenticConfig  # here: evaluate imports this module, and it never imports TRL
-
+        """As given; an :class:`~trl_agentic.trainers.config.AgenticConfig` (it has ``use_tool_loop_defaults``) is
+        copied with chat rollouts for native tool calls (a :class:`~trl_agentic.environments.native_tools.ToolCallEnvironment`)."""
         args = kwargs.get("args")
-        if uses_native_tool_calls(self.environment) and isinstance(args, AgenticConfig):
+        if uses_native_tool_calls(self.environment) and hasattr(args, "use_tool_loop_defaults"):
             args = copy.copy(args)
             args.use_tool_loop_defaults(trl_tools=False)
             kwargs = {**kwargs, "args": args}
@@ -199,7 +197,7 @@ class AgentChoice:
         self.agent = agent
 
     def trainer_kwargs(self, kwargs: dict[str, Any], config_class: type) -> dict[str, Any]:
-        """As given, checked (:func:`~trl_agentic.trainers.checks.check_agent_arguments`)."""
+        """As given, checked (:func:`~trl_agentic.kinds.checks.check_agent_arguments`)."""
         check_agent_arguments(self.agent, kwargs, AgentSeam.reward_fields)
         return guarded_rewards(kwargs)
 
