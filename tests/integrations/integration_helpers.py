@@ -41,7 +41,9 @@ class Recording:
 
 def record(trainer: Any) -> tuple[Recording, list]:
     """Wrap the trainer's generator (every generated output kept) and its rounds (every round's runs kept)."""
-    recording = trainer.rollout_seam.generator = Recording(trainer.rollout_seam.generator)
+    seam = trainer.rollout_seam
+    holder = seam.engine if hasattr(seam, "engine") else seam  # the engine's seams, or the agents'
+    recording = holder.generator = Recording(holder.generator)
     rounds, original = [], type(trainer).generation_round
 
     def keep(self, rows):

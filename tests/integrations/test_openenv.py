@@ -1,0 +1,156 @@
+"""An OpenEnv environment trains as TRL's OpenEnv docs drive it (trl_agentic.integrations.openenv), through the real
+package: tests/integrations/envs/guess_env is laid out as `openenv init` scaffolds an environment (typed models,
+the Environment, its app from openenv's create_app, an EnvClient subclass), served by uvicorn on 127.0.0.1 in
+processes the run starts and stops (OpenEnvServers), and driven through its own client inside TRL's
+environment_factory class. A server that dies or hangs costs the trajectories on it; the pool restarts it.
+
+openenv 0.10 pins mcp<2 and the frameworks extra's packages need mcp>=2: these tests run in .venv-openenv (.ci/run)
+and are skipped elsewhere."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("openenv.core.env_server", reason="openenv runs in its own venv (.venv-openenv, .ci/run)")
+
+from helpers import native_call as call  # noqa: E402
+from helpers import scripted  # noqa: E402
+from integration_helpers import assert_token_exact, logged, record, trainer_of  # noqa: E402
+
+ENV_DIR = Path(__file__).resolve().parent / "envs" / "guess_env"
+APP = "guess_env.server.app:app"
+TURNS = [call("guess", number=4), "I am done."]  # right when the seed draws 4 (seeds 3, 4, 8)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def guess_env_installed():
+    """The environment package importable, as `pip install -e tests/integrations/envs/guess_env` makes it."""
+    sys.path.insert(0, str(ENV_DIR))
+    yield
+    sys.path.remove(str(ENV_DIR))
+
+
+def guess_game(servers):
+    """TRL's environment_factory class around the environment's own client, as TRL's OpenEnv docs write it."""
+    from guess_env import GuessAction, GuessEnv
+
+    class GuessGame:
+        def __init__(self):
+            self.client = GuessEnv(base_url=servers.url()).sync()
+            self.reward = 0.0
+
+        def reset(self, seed, **kwargs) -> str:
+            self.reward = 0.0
+            return self.client.reset(seed=seed).observation.message
+
+        def guess(self, number: int) -> str:
+            """Guess the number.
+
+            Args:
+                number: The number guessed, from 1 to 8.
+
+            Returns:
+                Whether the number is right, higher or lower.
+            """
+            result = self.client.step(GuessAction(number=number))
+            self.reward = float(result.reward or 0.0)
+            return result.observation.message
+
+    return GuessGame
+
+
+def reward_func(environments, **kwargs):
+    return [environment.reward for environment in environments]
+
+
+def dataset(seeds):
+    from datasets import Dataset
+
+    return Dataset.from_dict({"prompt": [[{"role": "user", "content": "Guess my number from 1 to 8."}]] * len(seeds),
+                              "seed": list(seeds)})
+
+
+def trainer(kind, qwen, tmp_path, servers, seeds, **config):
+    tok = qwen.load_tokenizer()
+    return trainer_of(kind, tmp_path, model=scripted(qwen.load_model(), tok, TURNS), processing_class=tok,
+                      train_dataset=dataset(seeds), reward_funcs=reward_func,
+                      environment_factory=guess_game(servers),
+                      config={"rollout_mode": "chat", "max_tokens_per_turn": 64, **config})
+
+
+@pytest.mark.parametrize("kind", ["grpo", "ppo"])
+def test_an_openenv_environment_trains_two_steps(qwen, tmp_path, kind):
+    from trl_agentic.integrations.openenv import OpenEnvServers
+
+    with OpenEnvServers(APP, num_servers=2) as servers:
+        run = trainer(kind, qwen, tmp_path, servers, seeds=range(8))
+        recording, rounds = record(run)
+        run.train()
+        processes = [server.process for server in servers.servers]
+    assert run.state.global_step == 2
+    assert all(p.poll() is not None for p in processes)  # the servers' processes ended with the block
+    runs = [r for round_ in rounds for r in round_.runs]
+    rows = [row for round_ in rounds for row in round_.rows]
+    assert len(runs) == 4
+    for r, row in zip(runs, rows):
+        # one guess, answered by the server through the client, then the answer; the environment's reward
+        right = random.Random(row["seed"]).randint(1, 8) == 4
+        assert r.stop_reason in ("terminated", "eos") and not r.error, r.error
+        assert r.turn_infos[0]["tool"] == ["guess"]
+        assert ("Right!" if right else "No, ") in str(r.observations[0])
+    trained = [float(x) for round_ in rounds for x in round_.run_rewards[:, 0]]
+    assert trained == [float(random.Random(row["seed"]).randint(1, 8) == 4) for row in rows]
+    assert_token_exact(runs, recording)
+    assert {"rewards/reward_func/mean", "agentic/mask_audit", "agentic/tool_calls/guess_per_trajectory"} <= logged(run)
+    assert servers.restarts == 0
+
+
+@pytest.mark.parametrize("failure", ["dies", "hangs"])
+def test_a_server_that_dies_or_hangs_costs_its_trajectories(qwen, tmp_path, failure):
+    """Two servers; after the first step one of them is killed (SIGKILL, as the OOM killer would) or stopped
+    (SIGSTOP: alive, answering nothing). In the second round the environment on it fails its reset (env_error when
+    the connection is gone, env_timeout when it hangs) and the one on the other server plays on; the third round's
+    new environment finds the server broken and gets it restarted."""
+    from transformers import TrainerCallback
+
+    from trl_agentic.integrations.openenv import OpenEnvServers
+
+    class Break(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == 1:
+                os.killpg(servers.servers[0].process.pid, signal.SIGKILL if failure == "dies" else signal.SIGSTOP)
+
+    with OpenEnvServers(APP, num_servers=2, health_timeout=1.0) as servers:
+        run = trainer("grpo", qwen, tmp_path, servers, seeds=range(8), max_steps=3, env_timeout=6.0)
+        run.add_callback(Break())
+        _, rounds = record(run)
+        run.train()
+        restarts = servers.restarts
+    assert run.state.global_step == 3 and len(rounds) == 3
+    reasons = [[r.stop_reason for r in round_.runs] for round_ in rounds]
+    assert all(reason in ("terminated", "eos") for reason in reasons[0] + reasons[2]), reasons
+    expected = "env_error" if failure == "dies" else "env_timeout"
+    assert sorted(reasons[1]) in (sorted([expected, "terminated"]), sorted([expected, "eos"])), reasons
+    assert restarts == 1
+
+
+def test_a_server_that_cannot_start_says_why(tmp_path):
+    from trl_agentic.integrations.openenv import OpenEnvServerError, OpenEnvServers
+
+    broken = tmp_path / "broken_env.py"
+    broken.write_text("raise RuntimeError('no such game')\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        with pytest.raises(OpenEnvServerError,
+                           match=r"broken_env:app exited with code 1 before it answered: RuntimeError: no such game$"):
+            OpenEnvServers("broken_env:app").url()
+    finally:
+        sys.path.remove(str(tmp_path))
+    with pytest.raises(ValueError, match="app must be uvicorn's 'package.module:attribute'"):
+        OpenEnvServers("guess_env.server.app")
