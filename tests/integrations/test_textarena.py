@@ -1,0 +1,101 @@
+"""A TextArena game trains through our environment interface with its own reward, in one line
+(trl_agentic.integrations.textarena), through the real package: GuessTheNumber-v0 with its own wrappers, offline.
+
+textarena shares .venv-verifiers (.ci/run); these tests are skipped where it is not installed."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+ta = pytest.importorskip("textarena", reason="textarena runs in .venv-verifiers (.ci/run)")
+
+from helpers import scripted  # noqa: E402
+from integration_helpers import assert_token_exact, logged, record, trainer_of  # noqa: E402
+
+GUESSES = ["I guess [10].", "[5]", "[15]", "[8]"]
+
+
+def replay(seed: int, guesses=GUESSES) -> tuple[float, int]:
+    """The game's own reward and turns when these guesses are played in it directly (textarena alone)."""
+    game = ta.make("GuessTheNumber-v0")
+    game.reset(num_players=1, seed=seed)
+    for turn, guess in enumerate(guesses, 1):
+        done, _ = game.step(guess)
+        if done:
+            rewards, _ = game.close()
+            return float(rewards[0]), turn
+    return 0.0, len(guesses)
+
+
+@pytest.mark.parametrize("kind", ["grpo", "ppo"])
+def test_a_textarena_game_trains_two_steps(qwen, tmp_path, kind):
+    from trl_agentic.integrations.textarena import game_reward, textarena_dataset, textarena_environment
+
+    tok = qwen.load_tokenizer()
+    trainer = trainer_of(kind, tmp_path, model=scripted(qwen.load_model(), tok, GUESSES), processing_class=tok,
+                         train_dataset=textarena_dataset(8), reward_funcs=game_reward(),
+                         environment=textarena_environment("GuessTheNumber-v0"),  # the one line
+                         config={"rollout_mode": "chat", "max_tokens_per_turn": 16, "max_completion_length": 256})
+    recording, rounds = record(trainer)
+    trainer.train()
+    assert trainer.state.global_step == 2
+    runs = [r for round_ in rounds for r in round_.runs]
+    rows = [row for round_ in rounds for row in round_.rows]
+    assert len(runs) == 4
+    for run, row in zip(runs, rows):
+        reward, turns = replay(row["seed"])
+        assert run.num_turns == turns and sum(run.turn_rewards) == reward, (row, run.turn_rewards)
+        assert run.stop_reason == ("terminated" if reward else "max_turns"), run.stop_reason
+        assert "You are Player 0. You are playing Guess The Number." in tok.decode(run.prompt_ids)
+        assert "[GAME] The target number is" in run.observations[0] and "You are Player 0" not in run.observations[0]
+    trained = [float(x) for round_ in rounds for x in round_.run_rewards[:, 0]]
+    assert trained == [replay(row["seed"])[0] for row in rows]
+    assert_token_exact(runs, recording)
+    assert {"rewards/textarena_reward/mean", "agentic/mask_audit"} <= logged(trainer)
+
+
+def test_a_game_that_raises_costs_its_own_trajectories(qwen, tmp_path):
+    from textarena.envs.GuessTheNumber.env import GuessTheNumberEnv
+
+    from trl_agentic.integrations.textarena import TextArenaEnvironment, game_reward, textarena_dataset
+
+    class Broken(GuessTheNumberEnv):
+        def step(self, action):
+            if self.game_number % 2:
+                raise RuntimeError("the game fell over")
+            return super().step(action)
+
+    tok = qwen.load_tokenizer()
+    trainer = trainer_of("grpo", tmp_path, model=scripted(qwen.load_model(), tok, GUESSES), processing_class=tok,
+                         train_dataset=textarena_dataset(8), reward_funcs=game_reward(),
+                         environment=functools.partial(TextArenaEnvironment, make=Broken),
+                         config={"rollout_mode": "chat", "max_tokens_per_turn": 16, "max_steps": 3,
+                                 "max_completion_length": 256})
+    _, rounds = record(trainer)
+    trainer.train()
+    assert trainer.state.global_step == 3
+    kinds = set()
+    for round_ in rounds:
+        for run, row in zip(round_.runs, round_.rows):
+            game = Broken()
+            game.reset(num_players=1, seed=row["seed"])
+            kinds.add(game.game_number % 2)
+            if game.game_number % 2:
+                assert run.stop_reason == "env_error" and "the game fell over" in run.error
+            else:
+                assert run.stop_reason in ("terminated", "max_turns") and not run.error
+    assert kinds == {0, 1}  # both kinds of games were drawn
+
+
+def test_what_cannot_train_is_refused_in_one_line():
+    from trl_agentic.integrations.textarena import TextArenaEnvironment, textarena_environment
+
+    with pytest.raises(ValueError, match=r"^Environment Nope-v0 not found in registry. Pass a registered game id"):
+        textarena_environment("Nope-v0")
+    with pytest.raises(ValueError, match=r"^TicTacToe-v0 is not a single-player game \(The number of players has to "
+                                         r"be 2, received 1\); only single-player games train here$"):
+        textarena_environment("TicTacToe-v0")
+    with pytest.raises(ValueError, match="a game id .* or make=, one of them"):
+        TextArenaEnvironment()

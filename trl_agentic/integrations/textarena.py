@@ -1,0 +1,144 @@
+"""A single-player TextArena game (``textarena``, the games behind TRL's OpenEnv Wordle example) as an
+:class:`~trl_agentic.Environment`, in one line:
+
+    trainer = AgenticGRPOTrainer(..., environment=textarena_environment("GuessTheNumber-v0"),
+                                 train_dataset=textarena_dataset(64), reward_funcs=game_reward())
+
+- **One game per trajectory.** ``reset(seed=...)`` makes the game (``textarena.make(game_id)``, with the wrappers its
+  id names) and resets it for one player with the row's ``seed``, so that the ``num_generations`` rollouts of a row
+  play the same game; the game's first observation is appended to the row's prompt.
+- **Each turn** the model's text is the game's action (``env.step(action)``; the game's own wrappers format it), and
+  what the game says next is the observation: the new part of its observation (a wrapped game's observation is
+  its whole history, so the part already shown is not repeated; a raw game's messages are written ``[GAME] ...``,
+  the player's own action left out).
+- **The game's own reward.** When the game is done, ``env.close()`` gives its rewards; the player's is the turn's
+  reward (``StepResult.reward``) and the episode is ``terminated``; :func:`game_reward` (a
+  :class:`~trl_agentic.rewards.TurnReward`) reads it. A game cut by the training's budgets gets no reward (0).
+- **A game that raises** (in ``make``, ``reset`` or ``step``) ends its own trajectory with ``env_error``.
+
+TextArena's single-player states seed Python's global ``random`` at each reset (``random.seed(seed)``); resets are
+therefore made one at a time (a lock), so that a row's games are the same whichever thread resets them.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any, Callable
+
+from ..environments.base import Environment, StepResult
+
+_RESET_LOCK = threading.Lock()
+"""Held while a game is made and reset: TextArena seeds Python's global ``random`` there."""
+_RESET_LOCK_TIMEOUT_S = 30.0
+
+
+def _ta() -> Any:
+    """``textarena``, or one line saying how to install it."""
+    try:
+        import textarena
+    except ImportError:
+        raise ImportError("TextArena games need the textarena package: pip install 'trl-agentic[textarena]'") from None
+    return textarena
+
+
+class TextArenaEnvironment(Environment):
+    """One single-player TextArena game per trajectory (module docstring).
+
+    Args:
+        game_id: A registered game id (``"GuessTheNumber-v0"``; ``"-raw"`` ids are the game without its wrappers).
+        make: Instead of ``textarena.make(game_id)``, a zero-argument function that returns the game (a game class
+            of your own, or a wrapped one).
+        game_kwargs: Keyword arguments of ``textarena.make``.
+    """
+
+    def __init__(self, game_id: str | None = None, make: Callable[[], Any] | None = None, **game_kwargs: Any) -> None:
+        if (game_id is None) == (make is None):
+            raise ValueError("TextArenaEnvironment takes a game id (e.g. 'GuessTheNumber-v0') or make=, one of them")
+        self.game_id, self.make, self.game_kwargs = game_id, make, game_kwargs
+        self.game: Any = None
+        self._shown = ""
+
+    def _make(self) -> Any:
+        return self.make() if self.make is not None else _ta().make(self.game_id, **self.game_kwargs)
+
+    def reset(self, seed: int | None = None, **row: Any) -> str:
+        """Make and reset the game for one player with the row's ``seed``; its first observation."""
+        if not _RESET_LOCK.acquire(timeout=_RESET_LOCK_TIMEOUT_S):
+            raise TimeoutError(f"another game's reset held TextArena's seeding lock for {_RESET_LOCK_TIMEOUT_S:g} s")
+        try:
+            self.game = self._make()
+            self.game.reset(num_players=1, seed=seed)
+        finally:
+            _RESET_LOCK.release()
+        self._shown = ""
+        return self._observe()
+
+    def step(self, action: str) -> StepResult:
+        """The game's step on the turn's text; the game's next message, or its reward when it is done."""
+        done, info = self.game.step(action)
+        observation = self._observe()
+        if not done:
+            return StepResult(observation or None, info={"textarena": dict(info or {})})
+        rewards, game_info = self.game.close()
+        self.game = None
+        player = (game_info or {}).get(0, {})
+        reward = float((rewards or {}).get(0, 0.0))
+        return StepResult(observation or None, reward=reward, terminated=True,
+                          info={"textarena": {k: v for k, v in player.items() if isinstance(v, (str, int, float))}})
+
+    def close(self) -> None:
+        game, self.game = self.game, None
+        if game is not None:
+            game.close()
+
+    def _observe(self) -> str:
+        """What the game says that the model has not seen yet."""
+        _, observation = self.game.get_observation()
+        if isinstance(observation, str):
+            text = observation[len(self._shown):] if observation.startswith(self._shown) else observation
+            self._shown = observation
+            return text.strip("\n")
+        return "\n".join(f"[GAME] {message}" if sender < 0 else f"[Player {sender}] {message}"
+                         for sender, message, kind in observation or [] if getattr(kind, "name", "") != "PLAYER_ACTION")
+
+
+def textarena_environment(game_id: str, **game_kwargs: Any) -> Callable[[], TextArenaEnvironment]:
+    """``environment=`` for a TextArena game: a factory of :class:`TextArenaEnvironment`. The game is made and reset
+    once here, so that an unknown id or a game for several players is refused before training, in one line.
+
+    Raises:
+        ValueError: ``game_id`` is not registered, or the game needs more than one player.
+    """
+    ta = _ta()
+    try:
+        game = ta.make(game_id, **game_kwargs)
+    except ValueError as exc:
+        raise ValueError(f"{exc} Pass a registered game id, e.g. 'GuessTheNumber-v0'") from None
+    try:
+        with _RESET_LOCK:
+            game.reset(num_players=1, seed=0)
+    except AssertionError as exc:
+        raise ValueError(f"{game_id} is not a single-player game ({exc}); only single-player games train here") \
+            from None
+    return functools.partial(TextArenaEnvironment, game_id, **game_kwargs)
+
+
+def textarena_dataset(num_games: int, seed: int = 0, prompt: str = "") -> Any:
+    """``num_games`` rows, each a game seed (``seed``, ``seed + 1``, ...) and a user message ``prompt`` that the game's
+    first observation is appended to; a ``datasets.Dataset``."""
+    from datasets import Dataset
+
+    return Dataset.from_dict({"prompt": [[{"role": "user", "content": prompt}]] * num_games,
+                              "seed": list(range(seed, seed + num_games))})
+
+
+def game_reward() -> Any:
+    """The game's own reward (the player's, given when the game is done): the trajectory's turn rewards summed, as
+    ``textarena_reward`` in the logs."""
+    from ..rewards.turns import TurnReward
+
+    return TurnReward("sum", name="textarena_reward")
+
+
+__all__ = ["TextArenaEnvironment", "game_reward", "textarena_dataset", "textarena_environment"]
