@@ -18,9 +18,10 @@ ANTHROPIC_TOOLS = [{"name": "add", "description": "Add two integers.",
 
 
 def anthropic_client(endpoint):
-    """The Anthropic SDK on the trajectory's endpoint (its base URL is the endpoint's without ``/v1``)."""
+    """The Anthropic SDK on the trajectory's endpoint (its base URL is the endpoint's without ``/v1``), over the
+    endpoint's HTTP client, whose requests prove their sender: an agent may then hold several conversations."""
     return anthropic.AsyncAnthropic(base_url=endpoint.base_url.removesuffix("/v1"), api_key=endpoint.api_key,
-                                    max_retries=0)
+                                    max_retries=0, http_client=endpoint.http_client())
 
 
 async def anthropic_loop(endpoint, stream=False):

@@ -1,14 +1,16 @@
 """Trajectories never mix (hostile tests, written first): an agent that reaches the policy through another
-trajectory's client, base URL or key fails with one line naming the cause and the fix, and costs its own trajectory;
-the trajectories whose records stayed clean are not blamed. Through the real server, the real OpenAI SDK and the real
-OpenAI Agents SDK, on a scripted generator."""
+trajectory's client fails with one line naming the cause and the fix, and costs its own trajectory; the trajectories
+whose records stayed clean are not blamed. Through the real server, the real OpenAI SDK and the real OpenAI Agents
+SDK, on a scripted generator. (Requests that carry no proof of their sender: ``test_key_binding.py``.) The agents run
+on threads and event loops of their own: they coordinate with ``threading`` objects."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 
-import agents  # noqa: F401 - imported here, not inside the agents: a first import blocks their event loop for seconds
-import openai
+import agents  # noqa: F401 - imported once here, not inside each agent
 import pytest
 from test_endpoint_hostile import rollout
 
@@ -44,8 +46,13 @@ def assert_mixed(trajectory):
     assert "\n" not in trajectory.error
 
 
+SETTERS = {}
+
+
 async def agents_sdk_agent(client, question, kind, **row):
-    """The Agents SDK as its docs write it for other providers (process-wide), or given the client (per run)."""
+    """The Agents SDK as its docs write it for other providers (process-wide), or given the client (per run). The
+    agents that set the process-wide client wait for each other (``SETTERS["barrier"]``) before running: the last to
+    set it is the one whose client every one of them uses."""
     from agents import (
         Agent,
         OpenAIChatCompletionsModel,
@@ -69,6 +76,7 @@ async def agents_sdk_agent(client, question, kind, **row):
     if kind == "process-wide":
         set_default_openai_client(client)
         set_default_openai_api("chat_completions")
+        await asyncio.to_thread(SETTERS["barrier"].wait, 10)
         model = "policy"
     elif kind == "run-config":  # a model name, the client given for this run
         model = "policy"
@@ -82,10 +90,11 @@ async def agents_sdk_agent(client, question, kind, **row):
 def test_a_process_wide_client_fails_the_agents_that_used_another_trajectorys(qwen, sdk_defaults):
     ro, tok, gen = rollout(qwen, agents_sdk_agent)
     kinds = ["process-wide", "process-wide", "own", "process-wide", "run-config"]
+    SETTERS["barrier"] = threading.Barrier(3)
     out = ro.run(rows(kinds), gen)
     questions = [r["question"] for r in rows(kinds)]
     mixed = [i for i, t in enumerate(out) if t.stop_reason != "terminated"]
-    assert mixed and set(mixed) <= {0, 1, 3}  # the last agent to set the default client used its own
+    assert len(mixed) == 2 and set(mixed) <= {0, 1, 3}  # the last agent to set the default client used its own
     for i, t in enumerate(out):
         if i in mixed:
             assert_mixed(t)
@@ -97,19 +106,21 @@ def test_a_process_wide_client_fails_the_agents_that_used_another_trajectorys(qw
 
 
 def test_a_client_kept_from_another_trajectory_fails_its_user_only(qwen):
-    kept = {}
+    kept, stored = {}, threading.Event()
 
     async def agent(client, question, kind, **row):
-        if kind == "keeps":  # e.g. a module-level client built on the first call
-            kept.setdefault("client", client)
-            if kept["client"] is not client:
-                await asyncio.sleep(0.5)  # the first agent has returned by now: its key has ended
+        if kind == "keeps":  # e.g. a module-level client set on the first call
+            kept["client"] = client
+            stored.set()
+        elif kind == "reuses":
+            await asyncio.to_thread(stored.wait, 10)
+            await asyncio.sleep(0.5)  # the first agent has returned by now: its key has ended
             client = kept["client"]
         r = await client.chat.completions.create(model="p", messages=[{"role": "user", "content": question}])
         return r.choices[0].message.content
 
     ro, tok, gen = rollout(qwen, agent)
-    out = ro.run(rows(["keeps", "keeps", "own"]), gen)
+    out = ro.run(rows(["keeps", "reuses", "own"]), gen)
     assert out[0].stop_reason == "terminated" and out[0].requests == 1  # its own client, its own requests
     assert_mixed(out[1])
     assert out[1].requests == 0  # refused: recorded nowhere
@@ -118,14 +129,14 @@ def test_a_client_kept_from_another_trajectory_fails_its_user_only(qwen):
 
 
 def test_a_sync_agent_on_another_trajectorys_client_is_caught_too(qwen):
-    kept, first_done = {}, __import__("threading").Event()
+    kept, first_done = {}, threading.Event()
 
     def agent(client, question, kind, **row):
         if kind == "first":
             kept["client"] = client
             r = client.chat.completions.create(model="p", messages=[{"role": "user", "content": question}])
             first_done.set()
-            __import__("time").sleep(0.3)  # still running: the key is live, the foreign request is refused
+            time.sleep(0.3)  # still running: the key is live, the foreign request is refused
             return r.choices[0].message.content
         first_done.wait(10)
         r = kept["client"].chat.completions.create(model="p", messages=[{"role": "user", "content": question}])
@@ -135,33 +146,6 @@ def test_a_sync_agent_on_another_trajectorys_client_is_caught_too(qwen):
     out = ro.run(rows(["first", "borrower"]), gen)
     assert out[0].stop_reason == "terminated" and out[0].requests == 1 and len(out[0].segments) == 1
     assert_mixed(out[1])
-    ro.close()
-
-
-def test_another_trajectorys_base_url_and_key_fail_both_trajectories(qwen):
-    """A client the agent builds itself carries no proof of who sent a request: the records are judged at the end
-    of the round: one agent made no model call while another trajectory's key received two conversations."""
-    kept, asked = {}, asyncio.Event()
-
-    async def agent(endpoint, question, kind, **row):
-        if kind == "borrower":
-            await asyncio.wait_for(asyncio.shield(asked.wait()), 10)
-            endpoint = kept["endpoint"]
-        elif kind == "lender":
-            kept["endpoint"] = endpoint
-        client = openai.AsyncOpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0)
-        r = await client.chat.completions.create(model="p", messages=[{"role": "user", "content": question}])
-        if kind == "lender":
-            asked.set()
-            await asyncio.sleep(0.5)  # still running when the borrower's request arrives
-        return r.choices[0].message.content
-
-    ro, tok, gen = rollout(qwen, agent)
-    out = ro.run(rows(["lender", "borrower", "own"]), gen)
-    assert_mixed(out[0])
-    assert_mixed(out[1])
-    assert "without a model call" in out[1].error and "2 conversations" in out[0].error
-    assert out[2].stop_reason == "terminated" and len(out[2].segments) == 1
     ro.close()
 
 
@@ -185,24 +169,31 @@ def test_sub_agents_and_an_agent_without_model_calls_are_not_mixing(qwen):
     ro.close()
 
 
-def test_the_sender_header_goes_to_the_endpoint_only():
+def test_the_handed_clients_proof_goes_to_the_endpoint_only():
+    """The hook of a handed client: the owner's sender id on requests to the endpoint, from the owner's agent or from
+    a thread no agent started; a request another trajectory's agent sends is stopped and its sender blamed; other
+    hosts are untouched."""
     import contextvars
 
     import httpx
 
-    from trl_agentic.agents.ownership import CALLER_HEADER, request_hooks, running_as
+    from trl_agentic.agents.ownership import CALLER_HEADER, TrajectoriesMixed, request_hooks, running_as
 
-    [stamp] = request_hooks("http://127.0.0.1:1", asynchronous=False)["request"]
+    blamed = []
+    [stamp] = request_hooks("http://127.0.0.1:1", "owner", blamed.append, asynchronous=False)["request"]
 
     def stamped(url):
         request = httpx.Request("POST", url, headers={CALLER_HEADER: "forged"})
         stamp(request)
         return request.headers.get(CALLER_HEADER)
 
-    def as_agent():
-        running_as("abc")
+    def as_agent(caller):
+        running_as(caller)
         return [stamped(u) for u in ("http://127.0.0.1:1/v1/chat/completions", "http://127.0.0.1:10/v1/x",
                                      "https://example.com/v1")]
 
-    assert contextvars.copy_context().run(as_agent) == ["abc", "forged", "forged"]  # other hosts: untouched
-    assert stamped("http://127.0.0.1:1/v1/chat/completions") is None  # no agent running here: no claim
+    assert contextvars.copy_context().run(as_agent, "owner") == ["owner", "forged", "forged"]
+    assert stamped("http://127.0.0.1:1/v1/chat/completions") == "owner"  # a thread no agent started
+    with pytest.raises(TrajectoriesMixed, match="trajectories mixed"):
+        contextvars.copy_context().run(as_agent, "another")
+    assert blamed == ["another"]

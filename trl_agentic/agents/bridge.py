@@ -96,6 +96,12 @@ class GenerationBridge:
             self._running = set(keys)
             self._pending.clear()  # the last generation time is kept: the next rollout's first round uses it
 
+    def add(self, key: str) -> None:
+        """One more agent runs in this rollout (a run started again, with a fresh key)."""
+        with self._cond:
+            self._running.add(key)
+            self._cond.notify_all()
+
     def finished(self, key: str) -> None:
         """An agent returned, failed or timed out: its waiting calls are dropped."""
         with self._cond:

@@ -1,43 +1,51 @@
-"""Which agent sent a request, and trajectories that mixed.
+"""Which agent sent a request: a key is bound to its trajectory's conversation.
 
-Agents of one round run concurrently in one process, so an agent can reach the policy through a client that is not
-its own: a process-wide client (the OpenAI Agents SDK's documented setup for other providers,
+Agents of one round run concurrently in one process, so an agent can reach the policy through a client or key that is
+not its own: a process-wide client (the OpenAI Agents SDK's documented setup for other providers,
 ``set_default_openai_client(client)``, is shared by every agent running), a client or endpoint kept in a module-level
-variable by an earlier run. Its requests then land in another trajectory's record and train under that trajectory's
-reward. Two checks keep records apart:
+variable by an earlier run, a key read from a shared object and sent with a plain HTTP client. Its requests would then
+land in another trajectory's record and train under that trajectory's reward. Two rules keep records apart:
 
-- **Proof of the sender** (exact). The runner marks each agent's task with its trajectory (:func:`running_as`; the
-  tasks it starts inherit it, and a plain ``def`` agent's thread), and every client it hands to an agent stamps each request to the
-  endpoint with the trajectory running where the request is sent (:data:`CALLER_HEADER`, a per-trajectory id that is
-  not its key). A request whose sender is not the trajectory its key names is refused, and the sender's trajectory
-  fails with :data:`MIXED`; the trajectory whose key it reached keeps its clean record.
-- **The records at the end of the round** (for clients the agent built itself, which carry no proof):
-  :func:`judge_round` fails an agent that returned without a model call of its own together with every trajectory
-  whose key received several conversations without proof of their sender.
+- **Proof of the sender.** The runner marks each agent's task with its trajectory (:func:`running_as`; the tasks it
+  starts inherit the mark, and a plain ``def`` agent's thread, :func:`in_context`), and the client it hands to the
+  agent checks, as it sends each request to the endpoint, which agent sends it (:func:`request_hooks`). Sent by its own agent (or from a thread no
+  agent started, a framework's own pool), the request carries the trajectory's sender id (:data:`CALLER_HEADER`, a
+  per-trajectory id that is not its key) as proof. Sent by another trajectory's agent, it is not sent at all: the
+  sender's trajectory fails with :data:`MIXED`, and the trajectory whose client it was keeps its clean record. The
+  server refuses a request whose header names another trajectory's agent the same way.
+- **A key is bound to its conversation.** A request without that proof (a raw HTTP request, a client built from a
+  base URL and key) may continue a conversation recorded for its key, never start another:
+  :class:`~trl_agentic.agents.session.Session` answers 409 ``unproven_sender`` (:data:`UNPROVEN`) and records
+  nothing. For an agent handed a client, whose own requests carry proof, that holds from the start. An agent that
+  takes ``endpoint`` and builds its own client proves nothing unless it builds it over ``endpoint.http_client()``
+  (the same hooks); its key is bound by the first conversation it receives, and a later one must open with the same
+  messages (the same task, its history re-rendered by a framework or summarised), not another agent's.
 """
 
 from __future__ import annotations
 
 import contextvars
 import secrets
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 CALLER_HEADER = "x-trl-agentic-caller"
 """The header that names the trajectory whose agent sent a request (its ``caller_id``)."""
 
 FIX = ("give each agent its own: pass the client the agent receives to its framework (e.g. OpenAIChatCompletionsModel"
-       "(model=..., openai_client=client)), or build one inside the agent from endpoint.base_url and endpoint.api_key")
+       "(model=..., openai_client=client)); a client built from a base URL and key carries no proof of its sender")
 MIXED = ("trajectories mixed: the agent sent a request through another trajectory's client or key (a process-wide "
          "client such as the Agents SDK's set_default_openai_client, or a client kept from another run); " + FIX)
-SILENT = ("trajectories mixed: the agent returned without a model call of its own while another trajectory's key "
-          "received {n} conversations: its requests likely went through that trajectory's base URL or key (a "
-          "process-wide client such as the Agents SDK's set_default_openai_client, or an endpoint kept from another "
-          "run); " + FIX)
-CROWDED = ("trajectories mixed: this trajectory's key received {n} conversations while another agent returned without "
-           "a model call of its own: they likely came through this trajectory's base URL or key (a process-wide "
-           "client such as the Agents SDK's set_default_openai_client, or an endpoint kept from another run); " + FIX)
+UNPROVEN = ("not this trajectory's conversation: the request does not continue a conversation recorded for its key "
+            "and carries no proof that this trajectory's agent sent it (a raw HTTP request, or a client built from a "
+            "base URL and key, perhaps another trajectory's), so it is refused rather than trained under that "
+            "trajectory's reward; send each agent's requests through the client the agent receives (agent(client, "
+            "...)), or build the agent's clients over endpoint.http_client(): their requests carry that proof")
 
 _running: contextvars.ContextVar[str | None] = contextvars.ContextVar("trl_agentic_caller", default=None)
+
+
+class TrajectoriesMixed(RuntimeError):
+    """Raised in an agent that sends a request through another trajectory's client (the request is not sent)."""
 
 
 def new_caller_id() -> str:
@@ -46,7 +54,8 @@ def new_caller_id() -> str:
 
 
 def running_as(caller_id: str) -> None:
-    """Mark the current task (and what it starts from now on) as the agent of the trajectory ``caller_id``."""
+    """Mark the current context (and the tasks and threads started from it) as the agent of trajectory
+    ``caller_id``."""
     _running.set(caller_id)
 
 
@@ -60,34 +69,22 @@ def in_context(fn: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-def request_hooks(origin: str, asynchronous: bool) -> dict[str, list[Callable[..., Any]]]:
-    """``event_hooks`` for the httpx client of an agent's OpenAI client: each request to ``origin``
-    (``http://127.0.0.1:<port>``, the endpoint; no other host ever sees the header) carries the sender's id."""
+def request_hooks(origin: str, owner: str, mixed: Callable[[str], None],
+                  asynchronous: bool) -> dict[str, list[Callable[..., Any]]]:
+    """``event_hooks`` for the HTTP client of the OpenAI client handed to the agent of trajectory ``owner``: each
+    request to ``origin`` (``http://127.0.0.1:<port>``, the endpoint; no other host ever sees the header) carries
+    ``owner`` as proof of its sender, unless another trajectory's agent sends it: then ``mixed(sender)`` is told and
+    :class:`TrajectoriesMixed` is raised before anything is sent (module docstring)."""
     def stamp(request: Any) -> None:
-        if str(request.url).startswith(origin + "/"):
-            caller = _running.get()
-            if caller is None:
-                request.headers.pop(CALLER_HEADER, None)
-            else:
-                request.headers[CALLER_HEADER] = caller
+        if not str(request.url).startswith(origin + "/"):
+            return
+        sender = _running.get()
+        if sender is not None and sender != owner:
+            mixed(sender)
+            raise TrajectoriesMixed(MIXED)
+        request.headers[CALLER_HEADER] = owner
 
     async def stamp_async(request: Any) -> None:
         stamp(request)
 
     return {"request": [stamp_async if asynchronous else stamp]}
-
-
-def judge_round(sessions: Sequence[Any]) -> None:
-    """Fail the trajectories (:class:`~trl_agentic.agents.session.Session` objects) of a round that mixed without
-    proof of their senders (module docstring): every agent that returned without a model call, and every trajectory
-    whose key received several conversations not all proven its own, when both kinds are in the round. Records that
-    were proven clean are left alone."""
-    silent = [s for s in sessions if s.failure is None and s.requests == 0]
-    crowded = [s for s in sessions if s.failure is None and len(s.segments) > 1 and s.unproven_requests]
-    if not silent or not crowded:
-        return
-    n = max(len(s.segments) for s in crowded)
-    for session in silent:
-        session.fail(("env_error", SILENT.format(n=n)))
-    for session in crowded:
-        session.fail(("env_error", CROWDED.format(n=len(session.segments))))

@@ -8,33 +8,38 @@ What the user writes::
         ...
 
 The agent is called with a client bound to its trajectory (an ``openai.AsyncOpenAI`` for an ``async def``, an
-``openai.OpenAI`` for a plain ``def``, which runs on a worker thread) and the row's columns as keyword arguments (those
-it names, or all of them with ``**row``). An agent whose first parameter is named ``endpoint`` (or annotated
-:class:`AgentEndpoint`) gets the base URL, key and model name instead, for agents in other processes or languages.
-What it returns reaches the reward functions as ``agent_output``.
+``openai.OpenAI`` for a plain ``def``) and the row's columns as keyword arguments (those it names, or all of them with
+``**row``). An agent whose first parameter is named ``endpoint`` (or annotated :class:`AgentEndpoint`) gets the base
+URL, key and model name instead, for agents in other processes or languages. What it returns reaches the reward
+functions as ``agent_output``.
 
 Threads: the endpoint serves on its own thread (:mod:`trl_agentic.agents.server`), the agents run on another (one event
-loop, every agent a task), and generation runs on the caller's thread, the trainer's main thread
-(:meth:`GenerationBridge.serve`). The server and the agents' loop live as long as the :class:`AgentRollout`.
+loop, every agent a task, so that agents may share what is bound to a loop), and generation runs on the caller's
+thread, the trainer's main thread (:meth:`GenerationBridge.serve`). The server and the agents' loop live as long as the
+:class:`AgentRollout`.
 
 Failures cost one trajectory: an agent that raises ends it with ``env_error`` (the exception in
 ``Trajectory.error``); one that neither calls the model nor returns for ``env_timeout`` seconds (time spent waiting
 for the model does not count) is cancelled and ends it with ``env_timeout``; either way its key answers 409 from then
 on. Python cannot stop a thread, so a plain ``def`` agent that hangs is abandoned, not stopped. An ``async def`` agent
-that blocks the agents' event loop is named and fails alone; the time it held the loop is not counted against the
-others (:mod:`~trl_agentic.agents.agent_loop`). An agent that reaches the policy through another trajectory's client
-or key fails (:mod:`~trl_agentic.agents.ownership`).
+that blocks the agents' event loop is named and fails alone (:mod:`~trl_agentic.agents.agent_loop`): the time it held
+the loop is not counted against the others, and a block past ``env_timeout`` gives the loop up and starts the others
+again, each from its start with a fresh trajectory, on a fresh loop. An agent that reaches the policy through another
+trajectory's client fails, and a request that cannot be proven to come from its key's agent never starts a segment
+in that key's record (:mod:`~trl_agentic.agents.ownership`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 import functools
 import inspect
 import logging
+import threading
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ..loop_watch import BLOCK_AFTER_S, Block, owned_context
@@ -44,14 +49,17 @@ from ..rollout.observations import ObservationEncoder
 from ..workers import run_in_thread
 from .agent_loop import AgentLoop
 from .bridge import GenerationBridge
+from .context import ContextLimit, context_limit
 from .forcing import CallOpenings
-from .ownership import in_context, judge_round, request_hooks, running_as
+from .ownership import in_context, request_hooks, running_as
 from .protocol import Limits
 from .server import AgentServer, Registry, new_key
 from .session import AgentTrajectory, Session
 
 logger = logging.getLogger(__name__)
 
+CLOSE_S = 10.0
+"""How long the round's end waits for its HTTP clients to close."""
 CLIENT_TYPES = ("AsyncOpenAI", "OpenAI", "AgentEndpoint")
 """The annotations that mark an agent's parameter as its client (the class names, however imported)."""
 
@@ -59,11 +67,26 @@ CLIENT_TYPES = ("AsyncOpenAI", "OpenAI", "AgentEndpoint")
 @dataclass(frozen=True)
 class AgentEndpoint:
     """Where an agent that brings its own client reaches the policy: ``base_url`` (``http://127.0.0.1:<port>/t/<key>
-    /v1``, the trajectory's own), ``api_key`` (the trajectory's key) and ``model`` (any name is served)."""
+    /v1``, the trajectory's own), ``api_key`` (the trajectory's key) and ``model`` (any name is served).
+
+    A client built from these alone carries no proof of which agent sends its requests: the trajectory then keeps to
+    the first conversation its key receives (:mod:`~trl_agentic.agents.ownership`). Give it :meth:`http_client` to
+    send several (sub-agents, a rewritten history)."""
 
     base_url: str
     api_key: str
     model: str
+    _http: Callable[[bool], Any] | None = field(default=None, repr=False, compare=False)
+
+    def http_client(self, asynchronous: bool = True) -> Any:
+        """An HTTP client (openai's ``DefaultAsyncHttpxClient``, or ``DefaultHttpxClient`` with ``asynchronous=False``)
+        whose requests to the endpoint carry proof that this trajectory's agent sent them, for the clients a framework
+        builds: ``openai.AsyncOpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key,
+        http_client=endpoint.http_client())``, ``anthropic.AsyncAnthropic(..., http_client=...)``, langchain's
+        ``ChatOpenAI(..., http_async_client=...)``. Closed when the round ends."""
+        if self._http is None:
+            raise RuntimeError("this endpoint was not handed to an agent by a rollout: it has no HTTP client")
+        return self._http(asynchronous)
 
 
 @dataclass
@@ -74,7 +97,9 @@ class Agent:
         fn: ``async def fn(client, **row)`` or ``def fn(client, **row)`` (module docstring).
         batch_window: Seconds without a new model call after which the waiting calls are generated as one batch (a
             batch starts at once when every running agent is waiting; see :mod:`~trl_agentic.agents.bridge`).
-        max_prompt_tokens: Longest conversation a request may start a segment with (400 ``context_length_exceeded``).
+        max_prompt_tokens: Longest conversation a request may start a segment with (400 ``context_length_exceeded``);
+            ``None``: the model's limit alone (every request must leave the model a position to generate in,
+            :mod:`~trl_agentic.agents.context`).
         model_name: The model name ``/v1/models`` lists (requests may name any model).
         request_timeout: The HTTP timeout of the clients handed to the agent, in seconds.
         limits: Caps on one request (body bytes, messages, tools, stop strings).
@@ -84,7 +109,7 @@ class Agent:
 
     fn: Callable[..., Any]
     batch_window: float = 0.02
-    max_prompt_tokens: int = 8192
+    max_prompt_tokens: int | None = None
     model_name: str = "policy"
     request_timeout: float = 600.0
     limits: Limits = Limits()
@@ -135,6 +160,18 @@ class Agent:
         return inspect.iscoroutinefunction(self.fn) or inspect.iscoroutinefunction(getattr(self.fn, "__call__", None))
 
 
+@dataclass
+class AgentRun:
+    """One row's agent run in a round: its trajectory's session (a fresh one if the run was started again), what the
+    agent returned, and whether it has ended."""
+
+    row: dict[str, Any]
+    session: Session
+    output: Any = None
+    ended: threading.Event = field(default_factory=threading.Event)
+    future: concurrent.futures.Future | None = None
+
+
 class AgentRollout:
     """Runs agents against the policy; see the module docstring.
 
@@ -158,7 +195,12 @@ class AgentRollout:
         self.bridge = GenerationBridge(None, self.eos_token_ids, self.agent.batch_window)
         self._server: AgentServer | None = None
         self._loop: AgentLoop | None = None
-        self._round: list[Session] = []
+        self._runs: list[AgentRun] = []
+        self._sessions: list[Session] = []  # every session of the round, those of runs started again included
+        self._clients: list[tuple[asyncio.AbstractEventLoop | None, Any]] = []  # the round's HTTP clients, by loop
+        self._context: ContextLimit | None = None
+        self._blamed: Session | None = None  # the agent the last block was blamed on
+        self._lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -188,59 +230,56 @@ class AgentRollout:
         """One agent run per row; returns their trajectories, in the rows' order. Generation happens on this thread.
         ``sync_any`` / ``multi_process``: see :class:`~trl_agentic.agents.bridge.GenerationBridge`."""
         self.start()
-        sessions = [Session(new_key(), self.encoder, self.config, self.eos_token_ids, self.agent.max_prompt_tokens,
-                            self.openings) for _ in rows]
+        self._context = context_limit(generator)
         self.bridge.generator = generator
         self.bridge.sync_any = sync_any or (lambda local: local)
         self.bridge.multi_process = multi_process
-        self.registry.add(sessions)
-        self.bridge.start([s.key for s in sessions])
-        self._round = sessions
-        running = self._loop.submit(self._run_all([dict(r) for r in rows], sessions))
+        runs = [AgentRun(dict(row), self._session()) for row in rows]
+        with self._lock:
+            self._runs, self._sessions, self._clients = runs, [r.session for r in runs], []
+        self.registry.add(self._sessions)
+        self.bridge.start([r.session.key for r in runs])
+        over = threading.Event()
+        for run in runs:
+            self._submit(run)
+        threading.Thread(target=self._watch, args=(runs, over), name="trl-agentic-agent-watch", daemon=True).start()
         try:
             with generation_session(generator):  # a request extending its conversation prefills only what is new
                 self.bridge.serve()
-            finished, outputs = self._loop.result(running)
+            for run in runs:
+                run.ended.wait()
         except BaseException:
-            self._loop.cancel(running)
-            for session in sessions:
-                session.close(("env_error", "the rollout stopped"))
+            for run in runs:
+                run.session.close(("env_error", "the rollout stopped"))
+                if run.future is not None:
+                    run.future.cancel()
             raise
         finally:
+            over.set()
+            with self._lock:
+                sessions, clients, self._runs = self._sessions, self._clients, []
             self.registry.retire(sessions)
-            self._round = []
-        if not finished:  # the loop was given up (a block that never ended): the agents' outputs are lost
-            outputs = [None] * len(rows)
-        judge_round(sessions)
-        return [session.trajectory(output) for session, output in zip(sessions, outputs)]
+            self._close_clients(clients)
+        return [run.session.trajectory(run.output) for run in runs]
 
-    async def _run_all(self, rows: list[dict[str, Any]], sessions: list[Session]) -> list[Any]:
-        outputs: list[Any] = [None] * len(rows)
-        done = [asyncio.Event() for _ in rows]
-        clients = [self._client(session) for session in sessions]  # before the agents start: not their loop time
-        loop = asyncio.get_running_loop()
-        tasks = [loop.create_task(self._run_one(row, session, client, outputs, i, done[i]),
-                                  context=self._agent_context(session))
-                 for i, (row, session, (client, _)) in enumerate(zip(rows, sessions, clients))]
-        watchdog = asyncio.create_task(self._watch(sessions, tasks, done))
-        try:
-            await asyncio.gather(*(event.wait() for event in done))
-        finally:
-            watchdog.cancel()
-            for task in tasks:
-                task.cancel()
-            # closed when the round ends, not when their agent does: an agent still running that reaches the
-            # policy through another's client gets the endpoint's answer (ownership), not "the client has been closed"
-            for _, http in clients:
-                if http is not None:
-                    await (http.aclose() if hasattr(http, "aclose") else asyncio.to_thread(http.close))
-        return outputs
+    def _session(self) -> Session:
+        handed = not self.agent.signature()[0]  # the client it is handed proves its requests' sender
+        return Session(new_key(), self.encoder, self.config, self.eos_token_ids, self.agent.max_prompt_tokens,
+                       self.openings, self._context, proves_sender=handed)
 
-    async def _run_one(self, row: dict[str, Any], session: Session, client: Any, outputs: list[Any], i: int,
-                       done: asyncio.Event) -> None:
+    def _submit(self, run: AgentRun) -> None:
+        """Start ``run``'s agent on the agents' loop, in its own context (:meth:`_agent_context`)."""
+        session = run.session
+        run.future = self._loop.submit(self._run_one(run, session), self._agent_context(session))
+
+    async def _run_one(self, run: AgentRun, session: Session) -> None:
+        """One agent run with ``session``'s client. Once the run was started again with another session, this one's
+        late outcome is dropped."""
+        client = self._client(session)
         try:
-            outputs[i] = await self._call(client, row)
-            session.close()
+            output = await self._call(client, run.row)
+            if session.close() and run.session is session:
+                run.output = output
         except asyncio.CancelledError:
             session.close(("env_timeout", "the agent was cancelled"))
         except Exception as exc:  # noqa: BLE001 - the agent's failure costs its trajectory alone
@@ -248,7 +287,16 @@ class AgentRollout:
             session.close(("env_error", f"agent raised {type(exc).__name__}: {exc}"))
         finally:
             self.bridge.finished(session.key)
-            done.set()
+            if run.session is session:
+                run.ended.set()
+
+    async def _call(self, client: Any, row: dict[str, Any]) -> Any:
+        _, accepted, _ = self.agent.signature()
+        kwargs = row if accepted is None else {k: v for k, v in row.items() if k in accepted}
+        if self.agent.is_async():
+            return await self.agent.fn(client, **kwargs)
+        result = await run_in_thread(in_context(self.agent.fn), client, timeout=None, **kwargs)
+        return await result if inspect.isawaitable(result) else result
 
     def _agent_context(self, session: Session) -> contextvars.Context:
         """The context an agent's task runs in (its tasks inherit it, a plain ``def`` agent's thread gets a copy):
@@ -259,65 +307,142 @@ class AgentRollout:
 
     def _blocked(self, session: Session, block: Block) -> None:
         """The agent of ``session`` blocks the loop (from the watchdog's thread): its trajectory fails at once."""
+        with self._lock:
+            self._blamed = session
         if session.fail(("env_error", block.describe("the agent"))):
             logger.warning("%s", session.failure[1])
             self.bridge.finished(session.key)
 
     def _stuck(self, block: Block) -> None:
-        """A block outlasted ``env_timeout`` plus ``block_after`` (from the watchdog's thread): the other agents of the
-        round cannot run; they end, naming it, and the next round runs on a fresh loop."""
-        for session in list(self._round):
-            if session.close(("env_timeout", f"the agent could not run: the agents' event loop was blocked by another "
-                                             f"agent for over {block.seconds:.1f} s at {block.where}")):
-                self.bridge.finished(session.key)
+        """A block outlasted ``env_timeout`` plus ``block_after`` (from the watchdog's thread): the loop is given up.
+        The agent that blocks has failed already (:meth:`_blocked`); every other agent of the round still running
+        starts again from the start on a fresh loop, with a fresh trajectory (its first one's requests answer 409 from
+        then on). A block no agent was blamed for (a first import inside ``async def`` that never ends) ends them
+        instead, naming it: starting them again could meet it again."""
+        with self._lock:
+            runs, culprit, self._blamed = list(self._runs), self._blamed, None
+        blamed = any(run.session is culprit for run in runs)
+        for run in runs:
+            if run.ended.is_set():
+                continue
+            session = run.session
+            if session.failure is None and blamed:
+                self._restart(run, block)
+                continue
+            session.close(("env_timeout", f"the agent could not run: the agents' event loop was blocked by another "
+                                          f"agent for over {block.seconds:.1f} s at {block.where}"))
+            self.bridge.finished(session.key)
+            run.ended.set()
 
-    async def _call(self, client: Any, row: dict[str, Any]) -> Any:
-        _, accepted, _ = self.agent.signature()
-        kwargs = row if accepted is None else {k: v for k, v in row.items() if k in accepted}
-        if self.agent.is_async():
-            return await self.agent.fn(client, **kwargs)
-        result = await run_in_thread(in_context(self.agent.fn), client, timeout=None, **kwargs)
-        return await result if inspect.isawaitable(result) else result
+    def _restart(self, run: AgentRun, block: Block) -> None:
+        """Start ``run`` again on the fresh loop, with a fresh session; the old one is closed, its record dropped."""
+        old, new = run.session, self._session()
+        new.events["restarted"] = old.events["restarted"] + 1
+        self.registry.add([new])
+        with self._lock:
+            self._sessions.append(new)
+        self.bridge.add(new.key)  # before the old key ends: the round never looks finished meanwhile
+        run.session = new
+        old.close(("env_timeout", f"started again: the agents' event loop was blocked for over {block.seconds:.1f} s "
+                                  f"at {block.where}"))
+        self.bridge.finished(old.key)
+        logger.warning("the agents' event loop was blocked for over %.1f s at %s: the round's other agents start again "
+                       "on a fresh loop", block.seconds, block.where)
+        self._submit(run)
 
-    def _client(self, session: Session) -> tuple[Any, Any]:
-        """What the agent receives, and the HTTP client to close after the round (``None`` for an endpoint)."""
+    def _client(self, session: Session) -> Any:
+        """What the agent receives: an OpenAI client over :meth:`_http_client`, or an :class:`AgentEndpoint`."""
         base_url = self._server.base_url(session.key)
         if self.agent.signature()[0]:
-            return AgentEndpoint(base_url, session.key, self.agent.model_name), None
+            return AgentEndpoint(base_url, session.key, self.agent.model_name,
+                                 functools.partial(self._http_client, session))
         import openai
 
-        # plain HTTP to 127.0.0.1: no certificates to load (openai's default client loads them for every trajectory),
-        # and one pool per agent (a pool shared by all agents scans every connection on each request); openai's own
-        # HTTP client class (httpx, or httpx2 from openai 3 on)
         asynchronous = self.agent.is_async()
-        hooks = request_hooks(self._server.base_url().removesuffix("/v1"), asynchronous)
+        kind = openai.AsyncOpenAI if asynchronous else openai.OpenAI
+        return kind(base_url=base_url, api_key=session.key, max_retries=0, timeout=self.agent.request_timeout,
+                    http_client=self._http_client(session, asynchronous))
+
+    def _http_client(self, session: Session, asynchronous: bool) -> Any:
+        """An HTTP client whose requests carry proof that ``session``'s agent sent them (ownership), closed when the
+        round ends. Plain HTTP to 127.0.0.1: no certificates to load (openai's default client loads them for every
+        trajectory), and one pool per agent (a pool shared by all agents scans every connection on each request);
+        openai's own HTTP client class (httpx, or httpx2 from openai 3 on)."""
+        import openai
+
+        hooks = request_hooks(self._server.base_url().removesuffix("/v1"), session.caller_id, self.registry.blame,
+                              asynchronous)
         http = (openai.DefaultAsyncHttpxClient if asynchronous else openai.DefaultHttpxClient)(
             verify=False, trust_env=False, event_hooks=hooks)
-        kind = openai.AsyncOpenAI if asynchronous else openai.OpenAI
-        client = kind(base_url=base_url, api_key=session.key, max_retries=0, timeout=self.agent.request_timeout,
-                      http_client=http)
-        return client, http
+        with self._lock:
+            self._clients.append((self._loop.loop if asynchronous else None, http))
+        return http
 
-    async def _watch(self, sessions: list[Session], tasks: list[asyncio.Task], done: list[asyncio.Event]) -> None:
-        """Cancel each agent that has been neither waiting for the model nor returning for ``env_timeout`` s, and
-        each agent whose trajectory failed meanwhile (its requests went to another trajectory's key, ownership)."""
+    def _close_clients(self, clients: list[tuple[asyncio.AbstractEventLoop | None, Any]]) -> None:
+        """Close the round's HTTP clients: sync ones here, async ones on the loop they ran on (those of a given-up
+        loop are left to it). They close when the round ends, not when their agent does: an agent still running that
+        reaches the policy through another's client gets the endpoint's answer (ownership), not "the client has been
+        closed"."""
+        loop = self._loop.loop
+        for owner, http in clients:
+            if owner is None:
+                http.close()
+        live = [http for owner, http in clients if owner is loop]
+        if live:
+            closing = asyncio.run_coroutine_threadsafe(_close_all(live), loop)
+            concurrent.futures.wait([closing], timeout=CLOSE_S)
+
+    def _watch(self, runs: list[AgentRun], over: threading.Event) -> None:
+        """Until the round is over (on a thread of its own, so that a blocked loop does not stop it): cancel each
+        agent whose trajectory failed meanwhile (it used another trajectory's client, ownership), and each agent that
+        has been neither waiting for the model nor returning for ``env_timeout`` s. The time the loop was blocked is
+        not counted against the agents it stalled."""
         timeout = self.config.env_timeout
-        counted = self._loop.watchdog.stalled()
-        while True:
-            await asyncio.sleep(min(1.0, max(0.05, timeout / 10)))
-            stalled = self._loop.watchdog.stalled()
-            for session in sessions:  # the time the loop was blocked is not the stalled agents' time
-                session.excuse(stalled - counted)
+        tick = min(1.0, max(0.05, timeout / 10))
+        watchdog = self._loop.watchdog
+        counted = watchdog.stalled()
+        while not over.wait(tick):
+            if self._loop.watchdog is not watchdog:  # a fresh loop: its own count
+                watchdog, counted = self._loop.watchdog, 0.0
+            if not _answers(watchdog.loop, tick):  # blocked: the watchdog's business, no agent's time meanwhile
+                continue
+            stalled = watchdog.stalled()
+            for run in runs:
+                run.session.excuse(stalled - counted)
             counted = stalled
-            for session, task, event in zip(sessions, tasks, done):
-                if not event.is_set() and session.failure is not None:
-                    task.cancel()
-                elif not event.is_set() and session.idle_seconds() > timeout:
-                    if session.close(("env_timeout", f"the agent neither called the model nor returned within "
-                                                     f"env_timeout={timeout} s")):
-                        task.cancel()
-                        self.bridge.finished(session.key)
-                        event.set()
+            for run in runs:
+                session, future = run.session, run.future
+                if run.ended.is_set():
+                    continue
+                if session.failure is not None:
+                    future.cancel()
+                elif session.idle_seconds() > timeout and session.close((
+                        "env_timeout", f"the agent neither called the model nor returned within env_timeout={timeout} s")):
+                    future.cancel()
+                    self.bridge.finished(session.key)
+                    run.ended.set()
+
+
+def _answers(loop: asyncio.AbstractEventLoop, seconds: float) -> bool:
+    """Whether ``loop`` runs a callback within ``seconds`` (it is not blocked); once it has, the time it was blocked
+    is counted (:meth:`~trl_agentic.loop_watch.LoopWatchdog.stalled`: the watchdog's own callback was queued first)."""
+    answered = threading.Event()
+    try:
+        loop.call_soon_threadsafe(answered.set)
+    except RuntimeError:  # closed
+        return False
+    return answered.wait(seconds)
+
+
+async def _close_all(clients: list[Any]) -> None:
+    for http in clients:
+        await http.aclose()
+
+
+def _shutdown(server: AgentServer, loop: AgentLoop) -> None:
+    """Stop the endpoint and the agents' loop."""
+    server.stop()
+    loop.stop()
 
 
 def _receives_client(param: inspect.Parameter) -> bool:
@@ -327,7 +452,3 @@ def _receives_client(param: inspect.Parameter) -> bool:
     return param.name in ("client", "endpoint") or annotation.rpartition(".")[2] in CLIENT_TYPES
 
 
-def _shutdown(server: AgentServer, loop: AgentLoop) -> None:
-    """Stop the endpoint and the agents' loop."""
-    server.stop()
-    loop.stop()

@@ -13,8 +13,10 @@ Routes (each under ``/v1`` and under ``/t/<key>/v1``, the per-trajectory base UR
 
 The key is the path's (``/t/<key>/v1``), else the ``Authorization: Bearer <key>`` header's (or ``x-api-key``'s): a base URL that names its
 trajectory works for agents that share one process-wide API key. Answers, with OpenAI's error body: 400 malformed
-request (the field named), 401 unknown key, 404 unknown route, 409 the trajectory has ended or the request was sent
-by another trajectory's agent (:mod:`trl_agentic.agents.ownership`), 413 body over ``max_request_bytes``. None of them touches another trajectory, the batch or the server.
+request (the field named), 401 unknown key, 404 unknown route, 409 the trajectory has ended, or the request was sent
+by another trajectory's agent, or it carries no proof of its sender and does not continue the conversation its key
+recorded (:mod:`trl_agentic.agents.ownership`), 413 body over ``max_request_bytes``. None of them touches another
+trajectory, the batch or the server.
 
 Security: the socket is bound to 127.0.0.1 only (nothing off the machine can connect); keys are 32 random bytes
 (``secrets``), one per trajectory, so an agent can write only into its own trajectory; the body is read with a cap
@@ -89,6 +91,14 @@ class Registry:
             while len(self.closed) > CLOSED_KEYS_KEPT:
                 self.closed.popitem(last=False)
 
+    def blame(self, caller: str) -> None:
+        """The agent of trajectory ``caller`` (its sender id) sent a request through another trajectory's client: its
+        trajectory fails (:data:`~trl_agentic.agents.ownership.MIXED`)."""
+        with self._lock:
+            sender = self.callers.get(caller)
+        if sender is not None:
+            sender.fail(("env_error", MIXED))
+
     def get(self, key: str | None, caller: str | None = None) -> Session:
         """The session ``key`` names. ``caller``: the sender id a request carries (:mod:`.ownership`); a request
         sent by another trajectory's agent is refused and fails the sender's trajectory (the key's record stays
@@ -155,14 +165,16 @@ def build_app(registry: Registry, bridge: GenerationBridge, limits: Limits, mode
         """One model call, whichever API asks: ``(session, parsed request, chat request, reply)``, or the error
         response."""
         session: Session | None = None
+        proven = False
         try:
             caller = request.headers.get(CALLER_HEADER)
             session = registry.get(key_of(request, path_key), caller)
+            proven = caller == session.caller_id
             parsed, chat = parse(await body_of(request), session)
-            placed = session.begin(chat, proven=caller == session.caller_id)
+            placed = session.begin(chat, proven)
             reply = placed if isinstance(placed, Reply) else await generate(session, placed)
-        except RequestError as exc:
-            if session is not None and exc.status in (400, 413):
+        except RequestError as exc:  # counted against the trajectory when its agent may have sent it
+            if session is not None and exc.status in (400, 413) and (proven or not session.proves_sender):
                 session.refuse(exc.message)
             return error(exc)
         return session, parsed, chat, reply

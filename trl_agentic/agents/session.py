@@ -17,6 +17,13 @@ a delta the template cannot render as a suffix) **starts a new segment**: its me
 segment they continue (the longest match), so a main agent and a sub-agent each grow their own. Every segment becomes
 its own training row, sharing the trajectory's reward (:func:`trl_agentic.trainers.round.training_rows`).
 
+Whose requests: a request that starts a segment must come with proof that the trajectory's own agent sent it, except
+the first conversation of an agent that builds its own client and later ones that open as it did
+(:meth:`Session._may_start`, :mod:`~trl_agentic.agents.ownership`); any other is refused (409 ``unproven_sender``) and
+recorded nowhere. Length: a request that leaves the model no position to generate in answers 400
+``context_length_exceeded`` naming both numbers (:mod:`~trl_agentic.agents.context`), and a turn never samples past the
+model's last position.
+
 Budgets hold across requests: ``max_turns`` counts model calls of the whole trajectory, ``max_completion_length``
 bounds each segment (its sampled and added tokens), ``max_tokens_per_turn`` (and the request's ``max_tokens``) one
 turn. A request over budget is answered at once with an empty ``finish_reason: "length"`` and the trajectory is
@@ -37,8 +44,9 @@ from ..rollout.config import RolloutConfig
 from ..rollout.generation import Generation, cut_at_stop
 from ..rollout.observations import EncodedObservation, ObservationEncoder
 from ..trajectory import Trajectory
+from .context import ContextLimit
 from .forcing import CallOpenings
-from .ownership import new_caller_id
+from .ownership import UNPROVEN, new_caller_id
 from .prompt import encode_conversation
 from .protocol import NAME, ChatRequest, Reply, RequestError, same_message
 
@@ -96,6 +104,29 @@ class Turn:
     forced: list[int] = field(default_factory=list)
 
 
+@dataclass
+class Placement:
+    """Where a request goes, before anything is recorded: the segment it extends with ``ids`` (masked), or, when
+    ``segment`` is ``None``, a new segment whose prompt is ``ids``.
+
+    Attributes:
+        messages: Chat: the messages the ids stand for (the new ones, or the whole conversation).
+        tools: Chat, a new segment: the tools it was offered.
+        prompt: Legacy completions: the whole prompt text.
+        text: What the appended ids stand for (kept in ``observations``).
+    """
+
+    segment: Segment | None
+    ids: list[int]
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    prompt: str | None = None
+    text: str = ""
+    observation_truncated: bool = False
+    template_fallback: bool = False
+    text_join_mismatch: bool = False
+
+
 class Session:
     """The record of one trajectory (module docstring). Thread-safe: requests arrive on the server's thread, the
     agent's end on the agents' thread.
@@ -106,22 +137,31 @@ class Session:
         config: Budgets (``max_turns``, ``max_tokens_per_turn``, ``max_completion_length``, ``max_observation_tokens``,
             ``stop_strings``).
         eos_token_ids: Every id that ends a turn.
-        max_prompt_tokens: Longest prompt of a new segment (a longer one answers 400 ``context_length_exceeded``).
+        max_prompt_tokens: Longest prompt of a new segment (a longer one answers 400 ``context_length_exceeded``);
+            ``None``: no cap of its own.
         openings: The openings of calls under ``tool_choice="required"`` or a named function
             (:mod:`~trl_agentic.agents.forcing`); ``None``: serve those choices unforced.
+        context: The longest sequence the model takes (:mod:`~trl_agentic.agents.context`): a request that leaves it
+            no position to generate answers 400 ``context_length_exceeded``, and no turn samples past it.
+        proves_sender: The agent's own requests carry proof of their sender (it was handed a client,
+            :mod:`~trl_agentic.agents.ownership`): a request without that proof may continue a segment, never start
+            one. ``False`` (an agent that builds its own client): the first conversation binds the key.
     """
 
     def __init__(self, key: str, encoder: ObservationEncoder, config: RolloutConfig, eos_token_ids: list[int],
-                 max_prompt_tokens: int, openings: CallOpenings | None = None) -> None:
+                 max_prompt_tokens: int | None = None, openings: CallOpenings | None = None,
+                 context: ContextLimit | None = None, proves_sender: bool = False) -> None:
         self.key, self.encoder, self.config = key, encoder, config
+        self.proves_sender = proves_sender
         self.caller_id = new_caller_id()
         self.tokenizer = encoder.tokenizer
         self.eos_token_ids = eos_token_ids
         self.max_prompt_tokens = max_prompt_tokens
+        self.context = context
         self._bos = list(self.tokenizer("", add_special_tokens=True)["input_ids"])  # a legacy prompt's start
         self.openings = openings
         self.segments: list[Segment] = []
-        self.turns = self.requests = self.in_flight = self.unproven_requests = 0
+        self.turns = self.requests = self.in_flight = 0
         self.closed = False
         self.truncation: str | None = None
         self.failure: tuple[str, str] | None = None  # (stop reason, error)
@@ -136,32 +176,41 @@ class Session:
     def begin(self, request: ChatRequest, proven: bool = False) -> Turn | Reply:
         """Place a request: a :class:`Turn` to generate, or, over budget, the :class:`Reply` to answer at once.
         ``proven``: the request came with proof that this trajectory's agent sent it
-        (:mod:`~trl_agentic.agents.ownership`)."""
+        (:mod:`~trl_agentic.agents.ownership`); a request without it that does not continue a segment is refused
+        (409 ``unproven_sender``) unless :meth:`_may_start` allows it."""
         with self._lock:
             self._check_open()
+            placement = self._place_text(request) if request.prompt is not None else self._place_chat(request)
+            if placement.segment is None and not proven and not self._may_start(request):
+                raise RequestError(409, UNPROVEN, code="unproven_sender")  # never recorded, never counted here
             self.requests += 1
-            self.unproven_requests += not proven
             cfg = self.config
             if self.truncation is not None or self.turns >= cfg.max_turns:
                 return self._over_budget(self.truncation or "max_turns")
-            placed = self._place_text(request) if request.prompt is not None else self._place_chat(request)
-            if isinstance(placed, Reply):
-                return placed
-            segment = placed
+            if placement.segment is None and request.prompt is None:
+                placement.ids = self._conversation_ids(request)
+            forced = self.openings.ids(request.tools, request.forced_call) \
+                if request.forced_call is not None and self.openings is not None else None
+            room = self._room(placement, forced or [], "prompt" if request.prompt is not None else "messages")
+            segment = self._record(placement)
+            if segment is None:
+                return self._over_budget("max_tokens")
+            if request.forced_call is not None and self.openings is not None:
+                self.events["forced_call" if forced else "tool_choice_unforced"] += 1
+            forced = forced or []
             t = segment.trajectory
-            forced = self._opening(request)
             remaining = cfg.max_completion_length - len(t.completion_ids) - len(forced)
             if remaining <= 0:
                 return self._over_budget("max_tokens")
-            max_new = min(cfg.max_tokens_per_turn, remaining, request.max_tokens or remaining)
+            max_new = min(cfg.max_tokens_per_turn, remaining, request.max_tokens or remaining, room)
             segment.busy = True
             self._clock += 1
             segment.used = self._clock
             self.turns += 1
             self.in_flight += 1
             stop = list(dict.fromkeys([*request.stop, *cfg.stop_strings]))
-            return Turn(segment, t.prompt_ids + t.completion_ids + forced, max_new, stop, max_new == remaining, request,
-                        forced)
+            return Turn(segment, t.prompt_ids + t.completion_ids + forced, max_new, stop,
+                        max_new in (remaining, room), request, forced)
 
     def finish(self, turn: Turn, generation: Generation) -> Reply:
         """Record what the model sampled for ``turn`` (kept up to the first end id, stop string or budget) and the
@@ -283,17 +332,6 @@ class Session:
                                    refusal=self.refusal)
 
     # -- helpers ---------------------------------------------------------------------------------------------
-    def _opening(self, request: ChatRequest) -> list[int]:
-        """The ids that open the turn with a call (:mod:`~trl_agentic.agents.forcing`), or none."""
-        if request.forced_call is None or self.openings is None:
-            return []
-        opening = self.openings.ids(request.tools, request.forced_call)
-        if opening is None:
-            self.events["tool_choice_unforced"] += 1
-            return []
-        self.events["forced_call"] += 1
-        return opening
-
     def _check_open(self) -> None:
         if self.closed:
             raise RequestError(409, "this trajectory has ended (its agent returned, failed or timed out); its key "
@@ -308,24 +346,18 @@ class Session:
         self.events["over_budget_requests"] += 1
         return Reply("", [], "length", [], None, [], 0)
 
-    def _place_chat(self, request: ChatRequest) -> Segment | Reply:
-        """The segment a chat request continues (its new messages appended) or starts; over budget, the reply."""
-        segment, delta = self._extension(request)
-        if segment is None:
-            return self._new_segment(request)
-        if delta is not None:
-            encoded, messages = delta
-            if not self._append(segment, encoded.ids, encoded.text):
-                return self._over_budget("max_tokens")
-            segment.trajectory.messages.extend(messages)
-            segment.history.extend(messages)
-            if encoded.observation_truncated:
-                segment.trajectory.count("observation_truncated")
-        return segment
+    def _place_chat(self, request: ChatRequest) -> Placement:
+        """Where a chat request goes: the segment it continues (its new messages' delta) or a new one."""
+        segment, delta, fallback = self._extension(request)
+        if segment is None:  # its ids are rendered once the request is accepted
+            return Placement(None, [], request.messages, tools=request.tools, template_fallback=fallback)
+        encoded, messages = delta
+        return Placement(segment, encoded.ids, messages, text=encoded.text,
+                         observation_truncated=encoded.observation_truncated)
 
-    def _place_text(self, request: ChatRequest) -> Segment | Reply:
-        """The segment a legacy completion continues (:mod:`~trl_agentic.agents.completions`): the longest idle
-        one whose ids begin the prompt's ids token for token, the rest appended masked; else a new one."""
+    def _place_text(self, request: ChatRequest) -> Placement:
+        """Where a legacy completion goes (:mod:`~trl_agentic.agents.completions`): the longest idle segment whose
+        ids begin the prompt's ids token for token (the rest appended masked); else a new one."""
         prompt = request.prompt or ""
         ids = self._bos + self.encoder.tokenize_untrusted(prompt)
         best, joined = None, False
@@ -337,22 +369,73 @@ class Session:
                 if best is None or len(held) > len(best.trajectory.prompt_ids + best.trajectory.completion_ids):
                     best = segment
             joined = joined or (prompt.startswith(segment.text) and len(prompt) > len(segment.text))
-        if best is None:
-            if joined:  # the text continues a segment, its tokens do not: a new segment, never a re-tokenization
-                self.events["text_join_mismatch"] += 1
-            if len(ids) > self.max_prompt_tokens:
-                raise RequestError(400, f"the prompt is {len(ids)} tokens, over max_prompt_tokens="
-                                   f"{self.max_prompt_tokens}", "prompt", "context_length_exceeded")
-            t = Trajectory(prompt_ids=ids)
-            t.prompt = prompt
-            segment = Segment(t, history=[], tools=[], text=prompt)
+        if best is None:  # joined: the text continues a segment, its tokens do not: never a re-tokenization
+            return Placement(None, ids, prompt=prompt, text_join_mismatch=joined)
+        held = len(best.trajectory.prompt_ids) + len(best.trajectory.completion_ids)
+        return Placement(best, ids[held:], prompt=prompt,
+                         text=prompt[len(best.text):] if prompt.startswith(best.text) else "")
+
+    def _may_start(self, request: ChatRequest) -> bool:
+        """Whether a request without proof of its sender may start a segment: never when the agent's own requests
+        carry proof (``proves_sender``); else (an agent that builds its own client) the first conversation binds the
+        key, and a later one must open as a recorded one does (the same messages before the first reply, or the same
+        prompt text begun): the same task, its history rewritten (a framework that re-renders it, a summary), not
+        another agent's conversation."""
+        if self.proves_sender:
+            return False
+        if not self.segments:
+            return True
+        if request.prompt is not None:
+            return any(s.text is not None and request.prompt.startswith(s.trajectory.prompt) for s in self.segments)
+        opening = _opening(request.messages)
+        return any(s.text is None and len(_opening(s.trajectory.prompt)) == len(opening)
+                   and all(same_message(a, b) for a, b in zip(_opening(s.trajectory.prompt), opening))
+                   for s in self.segments)
+
+    def _room(self, placement: Placement, forced: list[int], param: str) -> int:
+        """The positions left to generate in once ``placement`` and ``forced`` are held (400
+        ``context_length_exceeded`` when none is, or when a new segment's prompt is over ``max_prompt_tokens``)."""
+        held = placement.ids if placement.segment is None else \
+            placement.segment.trajectory.prompt_ids + placement.segment.trajectory.completion_ids + placement.ids
+        if placement.segment is None and self.max_prompt_tokens is not None and len(held) > self.max_prompt_tokens:
+            raise RequestError(400, f"the conversation is {len(held)} tokens, over max_prompt_tokens="
+                               f"{self.max_prompt_tokens}", param, "context_length_exceeded")
+        if self.context is None:
+            return self.config.max_completion_length
+        room = self.context.positions - len(held) - len(forced)
+        if room <= 0:
+            raise RequestError(400, f"the conversation is {len(held) + len(forced)} tokens, and the model takes "
+                               f"{self.context.positions} positions ({self.context.source}); shorten or summarise it",
+                               param, "context_length_exceeded")
+        return room
+
+    def _record(self, placement: Placement) -> Segment | None:
+        """Record a placement: the new segment, or the extended one; ``None`` (nothing recorded) past the budget."""
+        if placement.template_fallback:
+            self.events["template_fallback"] += 1
+        if placement.text_join_mismatch:
+            self.events["text_join_mismatch"] += 1
+        segment = placement.segment
+        if segment is None:
+            t = Trajectory(prompt_ids=list(placement.ids))
+            if placement.prompt is not None:
+                t.prompt = placement.prompt
+                segment = Segment(t, history=[], tools=[], text=placement.prompt)
+            else:
+                t.prompt = [dict(m) for m in placement.messages]
+                segment = Segment(t, history=[dict(m) for m in placement.messages], tools=placement.tools)
             self.segments.append(segment)
             return segment
-        held = len(best.trajectory.prompt_ids) + len(best.trajectory.completion_ids)
-        if not self._append(best, ids[held:], prompt[len(best.text):] if prompt.startswith(best.text) else ""):
-            return self._over_budget("max_tokens")
-        best.text = prompt
-        return best
+        if not self._append(segment, placement.ids, placement.text):
+            return None
+        if placement.prompt is not None:
+            segment.text = placement.prompt
+        else:
+            segment.trajectory.messages.extend(placement.messages)
+            segment.history.extend(placement.messages)
+        if placement.observation_truncated:
+            segment.trajectory.count("observation_truncated")
+        return segment
 
     def _append(self, segment: Segment, ids: list[int], text: str) -> bool:
         """Append what the agent added between turns, masked; ``False`` (nothing appended) past the budget."""
@@ -365,8 +448,9 @@ class Session:
         t.observations.append(text)
         return True
 
-    def _extension(self, request: ChatRequest) -> tuple[Segment | None, tuple[EncodedObservation, list] | None]:
-        """The segment this request continues (the longest idle match), and the delta of its new messages."""
+    def _extension(self, request: ChatRequest) -> tuple[Segment | None, tuple[EncodedObservation, list] | None, bool]:
+        """The segment this request continues (the longest idle match) and the delta of its new messages, and whether
+        the template could not append them as a suffix (a new segment then)."""
         best: Segment | None = None
         for segment in self.segments:
             held = len(segment.history)
@@ -380,7 +464,7 @@ class Session:
             if best is None or (held, segment.used) > (len(best.history), best.used):
                 best = segment
         if best is None:
-            return None, None
+            return None, None, False
         new = request.messages[len(best.history):]
         names = {c["id"]: c["function"]["name"] for c in best.history[-1].get("tool_calls", [])}
         observation = [{"role": m["role"], "name": _tool_name(names.get(m.get("tool_call_id", ""), "")),
@@ -390,28 +474,20 @@ class Session:
             encoded = self.encoder.encode_observation(observation, best.trajectory.completion_ids[last_start:last_end],
                                                       self.config.max_observation_tokens)
         except Exception:  # noqa: BLE001 - the template cannot append these messages as a suffix: start a segment
-            self.events["template_fallback"] += 1
-            return None, None
-        return best, (encoded, [dict(m) for m in new])
+            return None, None, True
+        return best, (encoded, [dict(m) for m in new]), False
 
-    def _new_segment(self, request: ChatRequest) -> Segment:
+    def _conversation_ids(self, request: ChatRequest) -> list[int]:
+        """The ids of a new segment's prompt: the request's messages rendered whole (400 when they cannot be)."""
         if request.tools:
             try:
                 ensure_response_parser(self.tokenizer)
             except ValueError as exc:
                 raise RequestError(400, str(exc), "tools") from None
         try:
-            ids = encode_conversation(self.encoder, request.messages, request.tools)
+            return encode_conversation(self.encoder, request.messages, request.tools)
         except Exception as exc:  # noqa: BLE001 - jinja's TemplateError or the template's raise_exception()
             raise RequestError(400, f"the chat template cannot render these messages: {exc}", "messages") from None
-        if len(ids) > self.max_prompt_tokens:
-            raise RequestError(400, f"the conversation is {len(ids)} tokens, over max_prompt_tokens="
-                               f"{self.max_prompt_tokens}", "messages", "context_length_exceeded")
-        t = Trajectory(prompt_ids=ids)
-        t.prompt = [dict(m) for m in request.messages]
-        segment = Segment(t, history=[dict(m) for m in request.messages], tools=request.tools)
-        self.segments.append(segment)
-        return segment
 
     def _message(self, turn: Turn, ids: list[int], prefix: list[int], stopped: bool) -> dict[str, Any]:
         """The assistant message of a turn, as answered and as held in the history."""
@@ -437,6 +513,12 @@ class Session:
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+
+def _opening(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages before the first assistant message: the task a conversation was opened with."""
+    first_reply = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
+    return messages[:first_reply]
 
 
 def _tool_name(name: str) -> str:
