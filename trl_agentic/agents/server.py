@@ -165,16 +165,14 @@ def build_app(registry: Registry, bridge: GenerationBridge, limits: Limits, mode
         """One model call, whichever API asks: ``(session, parsed request, chat request, reply)``, or the error
         response."""
         session: Session | None = None
-        proven = False
         try:
             caller = request.headers.get(CALLER_HEADER)
             session = registry.get(key_of(request, path_key), caller)
-            proven = caller == session.caller_id
             parsed, chat = parse(await body_of(request), session)
-            placed = session.begin(chat, proven)
+            placed = session.begin(chat, proven=caller == session.caller_id)
             reply = placed if isinstance(placed, Reply) else await generate(session, placed)
-        except RequestError as exc:  # counted against the trajectory when its agent may have sent it
-            if session is not None and exc.status in (400, 413) and (proven or not session.proves_sender):
+        except RequestError as exc:
+            if session is not None and exc.status in (400, 413):
                 session.refuse(exc.message)
             return error(exc)
         return session, parsed, chat, reply
