@@ -99,3 +99,32 @@ def test_what_cannot_train_is_refused_in_one_line():
         textarena_environment("TicTacToe-v0")
     with pytest.raises(ValueError, match="a game id .* or make=, one of them"):
         TextArenaEnvironment()
+
+
+def test_the_recipe_trains_a_game_end_to_end(tmp_path):
+    """recipes/textarena_grpo.py with its config, on the tiny model, offline: evaluated before, trained two steps,
+    evaluated after, saved."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from trl_agentic.toy import save_tiny_model
+
+    root = Path(__file__).resolve().parents[2]
+    model = save_tiny_model(str(tmp_path / "tiny-qwen2"))
+    out = tmp_path / "out"
+    flags = ["--model_name_or_path", model, "--max_steps", "2", "--num_games", "8", "--eval_games", "4",
+             "--num_generations", "4", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1",
+             "--max_turns", "3", "--max_tokens_per_turn", "16", "--max_completion_length", "256",
+             "--output_dir", str(out)]
+    proc = subprocess.run([sys.executable, "recipes/textarena_grpo.py", "--config",
+                           "recipes/configs/textarena_grpo.yaml", *flags], cwd=root, capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(root)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == 2 and summary["game_id"] == "GuessTheNumber-v0"
+    assert {"success_before", "success_after", "reward_before", "reward_after"} <= set(summary)
+    assert "before   accuracy" in proc.stdout and "after    accuracy" in proc.stdout
+    assert (out / "model.safetensors").is_file()

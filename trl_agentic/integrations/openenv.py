@@ -175,7 +175,7 @@ class OpenEnvServer:
 
     def stop(self) -> None:
         """End the server's process group (SIGTERM, then SIGKILL after 5 s); its log is kept."""
-        process, self.process = self.process, None
+        process = self.process
         if process is not None and process.poll() is None:
             for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
                 try:
@@ -187,6 +187,7 @@ class OpenEnvServer:
                     break
                 except subprocess.TimeoutExpired:
                     continue
+        self.process = None  # only once it is gone: a stop interrupted on the way is tried again by the next one
 
 
 class OpenEnvServers:

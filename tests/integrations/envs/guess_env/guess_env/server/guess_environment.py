@@ -1,12 +1,7 @@
 """The guess environment: a number from 1 to 8 drawn from the reset's seed; each guess is answered higher or
-lower; reward 1 for the right number, which ends the episode.
+lower; reward 1 for the right number, which ends the episode."""
 
-One switch for hostile tests: ``reset(sabotage="hang")`` never returns (the server hangs), ``reset(sabotage="exit")``
-ends the server's process (the server dies)."""
-
-import os
 import random
-import time
 from typing import Any, Optional
 from uuid import uuid4
 
@@ -24,10 +19,6 @@ class GuessEnvironment(Environment):
         self._target = 1
 
     def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, **kwargs: Any) -> GuessObservation:
-        if kwargs.get("sabotage") == "hang":
-            time.sleep(3600)
-        if kwargs.get("sabotage") == "exit":
-            os._exit(3)
         self._state = State(episode_id=episode_id or str(uuid4()), step_count=0)
         self._target = random.Random(seed).randint(1, 8)
         return GuessObservation(message="Guess my number from 1 to 8.", done=False, reward=0.0)
