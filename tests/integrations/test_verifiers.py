@@ -134,3 +134,37 @@ def test_what_is_refused_says_what_to_pass():
         VerifiersEnvironment("tiny-arith")
     with pytest.raises(ValueError, match="reads agent_output: train with agent="):
         VerifiersReward()(["x"])
+
+
+@pytest.mark.multiprocess
+def test_two_processes_train_a_verifiers_environment(tmp_path):
+    """AgenticGRPOTrainer on two processes (accelerate, gloo): each process runs its own rows' episodes against its
+    own endpoint; every run is one segment of two calls with the environment's reward, the mask audits are 0, and
+    the two policies end equal."""
+    import json
+    import os
+    import socket
+    import subprocess
+
+    from trl_agentic.toy import save_tiny_model
+
+    model_dir = save_tiny_model(str(tmp_path / "tiny-qwen2"))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    script = Path(__file__).with_name("verifiers_ranks.py")
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", str(port), "--multi_gpu",
+           "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+           str(script), str(tmp_path), model_dir]
+    repo = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{k}.json").read_text()) for k in range(2)]
+    for rank in ranks:
+        assert rank["steps"] == 2 and rank["mask_audit"] == [0.0, 0.0]
+        assert len(rank["runs"]) == 4  # two rows per step on each process
+        for run in rank["runs"]:
+            assert run["stop_reason"] == "terminated" and run["segments"] == 1 and run["requests"] == 2, run
+            assert run["episode_reward"] == pytest.approx(float(run["answer"] == 4) + 0.1)
+    assert ranks[0]["policy_checksum"] == pytest.approx(ranks[1]["policy_checksum"], rel=1e-9)
