@@ -4,8 +4,7 @@ refused with 409 when it does not continue the conversation recorded for that ke
 the refusal points to the client the agent was handed. The trajectory whose key it was keeps its record and trains;
 only the sender's own trajectory can suffer. Through the real server and SDK, on a scripted generator.
 
-The agents of a round run on threads and event loops of their own, so they coordinate here with ``threading.Event``
-(an ``asyncio.Event`` belongs to one loop)."""
+The agents coordinate here with ``threading.Event`` (plain ``def`` agents run on threads of their own)."""
 
 from __future__ import annotations
 
@@ -111,8 +110,7 @@ def two_turns_sync(client, question, between=lambda: None):
 
 def test_a_hand_built_client_kept_from_an_earlier_row_is_refused(qwen):
     """Row 0 keeps the client it built from its endpoint in a module-level variable; row 1, in the same round, reuses
-    it instead of building its own. (Plain ``def`` agents, as smolagents' are: a sync client may cross threads. An
-    async client is bound to the event loop of the agent that uses it first: shared, it fails in the library.)"""
+    it instead of building its own (plain ``def`` agents, as smolagents' are)."""
     kept, sent, borrowed = {}, threading.Event(), threading.Event()
 
     def agent(endpoint, question, kind, **row):

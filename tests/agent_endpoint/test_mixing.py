@@ -1,8 +1,8 @@
 """Trajectories never mix (hostile tests, written first): an agent that reaches the policy through another
 trajectory's client fails with one line naming the cause and the fix, and costs its own trajectory; the trajectories
 whose records stayed clean are not blamed. Through the real server, the real OpenAI SDK and the real OpenAI Agents
-SDK, on a scripted generator. (Requests that carry no proof of their sender: ``test_key_binding.py``.) The agents run
-on threads and event loops of their own: they coordinate with ``threading`` objects."""
+SDK, on a scripted generator. (Requests that carry no proof of their sender: ``test_key_binding.py``.) The agents
+coordinate with ``threading`` objects, so that the order of their requests is the test's, not the scheduler's."""
 
 from __future__ import annotations
 
