@@ -75,17 +75,19 @@ def run(load: int, staleness: int, args: argparse.Namespace, out: str, generator
             ends.append(time.perf_counter())
 
     class TimedTrainer(AgenticGRPOTrainer):
-        def rollout(self, rows):  # the synchronous rollout stage (AgenticTrainer.rollout)
+        def rollout(self, rows, ahead=True):  # the synchronous rollout stage (AgenticTrainer.rollout)
+            if self.off_policy:  # the background jobs are timed instead (below)
+                return super().rollout(rows, ahead)
             start = time.perf_counter()
             try:
-                return super().rollout(rows)
+                return super().rollout(rows, ahead)
             finally:
                 rollouts.append(time.perf_counter() - start)
 
     trainer = TimedTrainer(model=model, processing_class=tokenizer, reward_funcs=[lookup_reward, length], args=config,
                            train_dataset=data, environment=LookupEnvironment)
-    if trainer.async_rollouts is not None:  # time each background job (the rollout beside training)
-        seam = trainer.async_rollouts.seam
+    if trainer.off_policy:  # time each background job (the rollout beside training)
+        seam = trainer.rollout_source.seam
         run_rows = seam.run
 
         def timed_run(rows):

@@ -76,16 +76,17 @@ def timed(base: type) -> type:
                                       rows=len(completion_ids)))
             return out
 
-        def rollout(self, rows):  # ours: AgenticGRPOTrainer's rollout (weight sync, vLLM generation, tool calls)
+        def rollout(self, rows, ahead=True):  # ours: AgenticGRPOTrainer's rollout (weight sync, vLLM, tool calls)
             started = time.perf_counter()
-            trajectories, instances = super().rollout(rows)
+            rollouts = super().rollout(rows, ahead)
+            trajectories = rollouts.runs
             seconds = time.perf_counter() - started
             call = self.processing_class.convert_tokens_to_ids("<tool_call>")
             self.rollouts.append(dict(
                 rollout_s=seconds, tokens=sum(sum(t.env_mask) for t in trajectories),
                 turns=sum(t.num_turns for t in trajectories), rows=len(trajectories),
                 calls=sum(i == call and m for t in trajectories for i, m in zip(t.completion_ids, t.env_mask))))
-            return trajectories, instances
+            return rollouts
 
     Timed.__name__ = f"Timed{base.__name__}"
     return Timed

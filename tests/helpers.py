@@ -343,7 +343,7 @@ def assert_rounds_behind(trainer: Any, steps: int, batch: int, depth: int = 1) -
     logs = [row for row in trainer.state.log_history if "loss" in row]
     assert len(logs) == steps and all(math.isfinite(row["loss"]) for row in logs)
     assert [row["async/staleness"] for row in logs] == [float(min(step, depth)) for step in range(steps)]
-    pipeline = trainer.async_rollouts
+    pipeline = trainer.rollout_source
     assert (pipeline.consumed, pipeline.discarded) == (batch * steps, batch * depth)
     assert pipeline.started == pipeline.consumed + pipeline.discarded
 

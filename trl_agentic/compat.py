@@ -10,7 +10,7 @@ model), ``reshuffle_each_pass`` (PPO's new permutation per epoch) and ``group_by
 similar length, each cut to its own width); and the services a round of our own needs:
 TRL's reward functions (``trl_rewards``), log-probs computed as TRL computes them (``policy_logps``,
 ``reference_logps``, ``logps_and_entropies``) and TRL's logging (``log_metric``, ``count_tokens``,
-``log_round_table``, ``log_completion_columns``).
+``take_round_logs``, ``log_round_table``, ``log_completion_columns``).
 
 What it relies on, with the place in trl 1.16.0 (``trl/trainer/grpo_trainer.py`` unless named):
 
@@ -30,8 +30,9 @@ TRL internal                                           used for
                                                         ``(un)split_pixel_values_by_grid``
 ``_metrics`` (l. 1080)                                  ``log_metric``, ``count_tokens`` (TRL's ``num_tokens``,
                                                         l. 2293): averaged and logged with TRL's metrics
-``_logs``, ``_pending_extra_logs``, ``_pending_metrics``  ``log_round_table``: TRL's completions table and the
-(l. 1088-1098)                                          reward functions' ``log_extra`` / ``log_metric`` (l. 2833-2855)
+``_logs``, ``_pending_extra_logs``, ``_pending_metrics``  ``take_round_logs``, ``log_round_table``: TRL's completions
+(l. 1088-1098)                                          table and the reward functions' ``log_extra`` / ``log_metric``
+                                                        (l. 2833-2855)
 ``_log_completion_extra`` (l. 1553)                     ``log_completion_columns``
 ``_dist`` (l. 1177)                                     ``unwrap_for_generation``: FSDP parameter gathering
 ``Trainer._clip_grad_norm(model)`` (transformers)       overridden: the critic's gradients clipped with the model's
@@ -44,7 +45,7 @@ TRL internal                                           used for
 ``REQUIRED_SIGNATURES`` lists the parameters we call the private methods with. Nothing here replaces a method on an
 instance or writes a TRL attribute that TRL also writes, except ``_buffered_inputs`` (as TRL's own
 ``_prepare_inputs``), ``model_wrapped`` (``end_training``), and TRL's logging state as TRL writes it
-(``count_tokens``, ``log_round_table``), which only a round of our own writes (TRL's does not run then).
+(``count_tokens``, ``take_round_logs``, ``log_round_table``), which only a round of our own writes (TRL's does not run then).
 TRL's vLLM backend (``VLLMGeneration.max_completion_length`` / ``.generation_kwargs`` / ``.generate(...)`` /
 ``.mode`` / ``.tensor_parallel_size`` / ``.tp_group``) is reached only through :func:`vllm_generate`.
 ``trl.chat_template_utils.parse_response`` is reached only through :func:`parse_response`, its copy of Qwen2.5's chat
@@ -391,6 +392,9 @@ class GRPOTrainerBoundary(GRPOTrainer):
         """The loss of one micro-batch (default: TRL's)."""
         return self.trl_loss(model, batch)
 
+    def after_loss(self) -> None:
+        """After each micro-batch's loss (default: nothing)."""
+
     def extra_parameters(self) -> list[torch.nn.Parameter]:
         """Trained parameters that are not the model's (default: none): clipped together with the model's."""
         return []
@@ -487,30 +491,31 @@ class GRPOTrainerBoundary(GRPOTrainer):
             self.state.num_input_tokens_seen += tokens
         self._metrics[mode]["num_tokens"] = [self.state.num_input_tokens_seen]
 
-    def log_round_table(self, prompts: list[Any], completions: list[Any], rewards_per_func: torch.Tensor,
-                        advantages: torch.Tensor) -> None:
-        """Add a round to TRL's completions table (``_logs``: prompt, completion, rewards per function, advantage,
-        the columns logged with ``log_extra``) and average the metrics reward functions logged with ``log_metric``,
-        as TRL does at the end of ``_generate_and_score_completions`` (l. 2832-2855). ``rewards_per_func`` and
-        ``advantages`` cover every process; ``prompts`` and ``completions`` this process's rows."""
-        from accelerate.utils import gather_object
+    def take_round_logs(self) -> tuple[dict[str, list[Any]], dict[str, list[float]]]:
+        """This process's columns logged during the round (``log_extra``, our multi-turn columns) and the values
+        its reward functions logged (``log_metric``), taken (TRL's pending logs are left empty)."""
+        columns, metrics = dict(self._pending_extra_logs), dict(self._pending_metrics)
+        self._pending_extra_logs.clear()
+        self._pending_metrics.clear()
+        return columns, metrics
 
+    def log_round_table(self, prompts: list[Any], completions: list[Any], advantages: list[float],
+                        columns: dict[str, list[Any]], metrics: dict[str, float],
+                        rewards_per_func: torch.Tensor) -> None:
+        """Add a round of every process (values already gathered: no collective call here) to TRL's completions
+        table (``_logs``: prompt, completion, rewards per function, advantage, the ``log_extra`` columns) and log the
+        metrics reward functions logged with ``log_metric`` (averaged over processes), as TRL does at the end of
+        ``_generate_and_score_completions`` (l. 2832-2855)."""
         mode = "train" if self.model.training else "eval"
-        self._logs["prompt"].extend(gather_object(prompts))
-        self._logs["completion"].extend(gather_object(completions))
+        self._logs["prompt"].extend(prompts)
+        self._logs["completion"].extend(completions)
         for i, name in enumerate(self.reward_func_names):
             self._logs["rewards"][name].extend(rewards_per_func[:, i].tolist())
-        self._logs["advantages"].extend(advantages.tolist())
-        for column in sorted(set(gather_object(list(self._pending_extra_logs)))):  # same order on every rank
-            values = self._pending_extra_logs.get(column, [None] * len(prompts))
-            self._logs["extra"][column].extend(gather_object(values))
-        self._pending_extra_logs.clear()
-        for name in sorted(set(gather_object(list(self._pending_metrics)))):
-            values = self._pending_metrics.get(name, [])
-            local = torch.tensor([sum(values), len(values)], dtype=torch.float32, device=self.accelerator.device)
-            total, count = self.accelerator.gather(local).view(-1, 2).sum(dim=0).tolist()
-            self._metrics[mode][name].append(total / count)
-        self._pending_metrics.clear()
+        self._logs["advantages"].extend(advantages)
+        for column, values in columns.items():
+            self._logs["extra"][column].extend(values)
+        for name, value in metrics.items():
+            self._metrics[mode][name].append(value)
 
     def end_training(self) -> None:
         """End a run: destroy the process group (``Accelerator.end_training``, which also closes trackers) and free
@@ -553,7 +558,9 @@ class GRPOTrainerBoundary(GRPOTrainer):
         batch = TRLBatch(inputs)
         if self.group_by_length and self.model.training:
             batch = batch.trimmed(self.pad_to_multiple_of)
-        return self.loss(model, batch)
+        loss = self.loss(model, batch)
+        self.after_loss()
+        return loss
 
     def _prepare_inputs(self, generation_batch: Any) -> Any:
         """TRL's, or, with ``reshuffle_each_pass`` or ``group_by_length``, TRL's steps with a new permutation each

@@ -256,12 +256,12 @@ def step_child(args: argparse.Namespace) -> dict[str, Any]:
     tokens: list[int] = []
     rollout = trainer.rollout
 
-    def timed(rows: list[Any]) -> Any:
+    def timed(rows: list[Any], ahead: bool = True) -> Any:
         start, cpu = time.perf_counter(), time.process_time()
-        runs, environments = rollout(rows)
+        rollouts = rollout(rows, ahead)
         rollout_seconds.extend([time.perf_counter() - start, time.process_time() - cpu])
-        tokens.extend(len(t.prompt_ids) + len(t.completion_ids) for t in runs)
-        return runs, environments
+        tokens.extend(len(t.prompt_ids) + len(t.completion_ids) for t in rollouts.runs)
+        return rollouts
 
     trainer.rollout = timed
     loss_tokens: list[int] = []

@@ -3,10 +3,9 @@ import statistics
 
 import pytest
 import torch
-from threaded_reduce import run_ranks
 from torch.testing import assert_close
 
-from trl_agentic.algorithms.losses import clipped_value_loss, explained_variance
+from trl_agentic.algorithms.losses import clipped_value_loss
 
 
 def batch(seed: int, rows: int = 4, length: int = 10):
@@ -68,25 +67,27 @@ def test_value_loss_gradient_is_exactly_zero_at_masked_positions():
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_explained_variance_matches_loop(seed):
+def test_ppo_metrics_from_summed_moments_match_the_loop(seed):
+    """PPO's round metrics come from sums gathered with the round's values (one collective call): summed over two
+    "processes" they equal the loop over the whole batch."""
+    from trl_agentic.trainers.ppo import ppo_metrics, ppo_sums
+
     values, _, returns, mask = batch(seed)
     values = returns + 0.5 * values  # a partly right critic
+    scores, kl = torch.randn(values.size(0)), torch.rand_like(values)
+
+    def metrics_of(v, r):
+        halves = [ppo_sums(scores[k::2], v[k::2], r[k::2], mask[k::2], kl[k::2]) for k in (0, 1)]
+        return ppo_metrics({name: halves[0][name] + halves[1][name] for name in halves[0]})
+
     r = [float(x) for x in returns[mask.bool()]]
     res = [float(x) for x in (returns - values)[mask.bool()]]
-    expected = 1 - statistics.pvariance(res) / statistics.pvariance(r)
-    assert_close(explained_variance(values, returns, mask), torch.tensor(expected, dtype=torch.float32))
-    assert_close(explained_variance(returns, returns, mask), torch.tensor(1.0))
-    assert math.isnan(explained_variance(values, torch.ones_like(returns), mask).item())
-
-
-def test_explained_variance_over_ranks_equals_global():
-    values, _, returns, mask = batch(3, rows=6)
-    parts = [slice(0, 2), slice(2, 6)]
-    results = run_ranks(
-        2,
-        lambda rank, reduce: explained_variance(
-            values[parts[rank]], returns[parts[rank]], mask[parts[rank]], reduce=reduce
-        ),
-    )
-    for result in results:
-        assert_close(result, explained_variance(values, returns, mask))
+    got = metrics_of(values, returns)
+    assert got["ppo/explained_variance"] == pytest.approx(1 - statistics.pvariance(res) / statistics.pvariance(r),
+                                                          rel=1e-6)
+    assert got["ppo/value_mean"] == pytest.approx(float(values[mask.bool()].mean()), rel=1e-5)
+    assert got["ppo/score_mean"] == pytest.approx(float(scores.mean()), rel=1e-5, abs=1e-7)
+    trained = mask.any(-1)
+    assert got["ppo/kl_per_sequence"] == pytest.approx(float(kl.sum(-1)[trained].mean()), rel=1e-5)
+    assert metrics_of(returns, returns)["ppo/explained_variance"] == pytest.approx(1.0)
+    assert math.isnan(metrics_of(values, torch.ones_like(returns))["ppo/explained_variance"])

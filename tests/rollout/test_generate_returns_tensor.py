@@ -47,10 +47,10 @@ def test_trainer_step_with_an_environment_and_trls_generate_double(tiny_model_di
     seen = []
 
     class Recording(AgenticGRPOTrainer):
-        def rollout(self, rows):
-            trajectories, instances = super().rollout(rows)
-            seen.extend(trajectories)
-            return trajectories, instances
+        def rollout(self, rows, ahead=True):
+            rollouts = super().rollout(rows, ahead)
+            seen.extend(rollouts.runs)
+            return rollouts
 
     trainer = Recording(model=tiny_model_dir, reward_funcs=lambda completions, **kw: [1.0] * len(completions),
                         args=agentic_args(tmp_path, max_steps=1, max_turns=3, max_tokens_per_turn=4),

@@ -1,4 +1,4 @@
-"""Asynchronous rollouts (``max_staleness=D``, ``trl_agentic/trainers/async_rollouts.py``): 0 is the synchronous
+"""Asynchronous rollouts (``max_staleness=D``, ``trl_agentic/rollout/pipeline.py``): 0 is the synchronous
 trainer bit for bit; D >= 1 trains both trainers D rounds behind the generator (staleness 0, 1, ..., D, D), with
 every sample trained once or counted discarded, the copy's weights those of the version it reports, the behaviour
 log-probs in the correction, and a failure of the background thread raised in ``train()`` with its traceback."""
@@ -66,7 +66,7 @@ def test_max_staleness_0_is_the_synchronous_trainer_bit_for_bit(tiny_model_dir, 
     results = []
     for name, overrides in (("default", {}), ("zero", {"max_staleness": 0})):
         trainer = _grpo(tmp_path / name, tiny_model_dir, tokenizer, beta=0.05, **overrides)
-        assert trainer.async_rollouts is None
+        assert not trainer.off_policy
         trainer.train()
         logs = [{k: v for k, v in row.items() if k not in ("train_runtime", "train_samples_per_second",
                                                            "train_steps_per_second", "step_time")}
@@ -87,7 +87,7 @@ def test_grpo_one_round_behind_trains_every_sample_once(tiny_model_dir, tokenize
     assert all(math.isfinite(row["loss"]) for row in logs)
     assert [row["async/staleness"] for row in logs] == [0.0] + [1.0] * (STEPS - 1)
     assert all("sampling/importance_sampling_ratio/mean" in row and "clip_ratio/region_mean" in row for row in logs)
-    pipeline = trainer.async_rollouts
+    pipeline = trainer.rollout_source
     # the first round's rows twice (once now, once ahead), then one round's per step; the last round's ahead at the end
     assert pipeline.started == BATCH * (STEPS + 1)
     assert pipeline.consumed == BATCH * STEPS
@@ -104,7 +104,7 @@ def test_grpo_two_rounds_behind_trains_every_sample_once(tiny_model_dir, tokeniz
                     trajectory_dir=str(tmp_path / "traj"))
     trainer.train()
     assert_rounds_behind(trainer, DEEP_STEPS, BATCH, depth=2)  # staleness 0, 1, 2, 2, 2
-    pipeline = trainer.async_rollouts
+    pipeline = trainer.rollout_source
     # the first round's rows three times (once now, twice ahead), then one round's per step; two rounds ahead at the end
     assert pipeline.started == BATCH * (DEEP_STEPS + 2)
     assert not pipeline.ahead
@@ -134,7 +134,7 @@ def test_dynamic_sampling_and_evaluation_roll_out_on_the_spot(tiny_model_dir, to
     assert len(logs) == STEPS and all(math.isfinite(row["loss"]) for row in logs)
     assert any("agentic/zero_variance/extra_rounds" in row for row in logs)
     assert sum("eval_loss" in row for row in trainer.state.log_history) == STEPS
-    pipeline = trainer.async_rollouts
+    pipeline = trainer.rollout_source
     assert (pipeline.consumed, pipeline.discarded) == (BATCH * STEPS, BATCH)
 
 
@@ -153,7 +153,7 @@ def test_the_copy_holds_the_weights_of_the_version_it_reports(tiny_model_dir, to
             policy_at[state.global_step] = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
 
     trainer.add_callback(Snapshot())
-    pipeline = trainer.async_rollouts
+    pipeline = trainer.rollout_source
     seam, sampled = pipeline.seam, []
     run = seam.run
 
@@ -289,7 +289,7 @@ def test_a_background_failure_is_raised_in_train_with_its_traceback(tiny_model_d
     assert isinstance(error, KeyError) and "the generator's card fell over" in str(error)
     assert "failing_generate" in "".join(traceback.format_tb(error.__traceback__))  # the background frames
     assert trainer.state.global_step < 4
-    pipeline = trainer.async_rollouts
+    pipeline = trainer.rollout_source
     assert not pipeline.ahead and pipeline.started == pipeline.consumed + pipeline.discarded
     assert pipeline.discarded == BATCH * depth  # the failed job and every job queued with it
 
@@ -309,9 +309,9 @@ def test_training_end_stops_the_generator(tiny_model_dir, tokenizer, tmp_path, m
     after = len(calls)
     threading.Event().wait(0.5)
     assert len(calls) == after  # nothing generates once train() returned
-    assert not trainer.async_rollouts.ahead and trainer.async_rollouts.discarded == BATCH
+    assert not trainer.rollout_source.ahead and trainer.rollout_source.discarded == BATCH
     trainer.train()  # a second train() starts the pipeline again
-    assert trainer.async_rollouts.started == trainer.async_rollouts.consumed + trainer.async_rollouts.discarded
+    assert trainer.rollout_source.started == trainer.rollout_source.consumed + trainer.rollout_source.discarded
 
 
 def test_background_thread_keeps_order_and_exceptions():
@@ -481,10 +481,9 @@ def test_settings_it_cannot_run_are_refused(tmp_path):
             agentic_args(tmp_path, max_staleness=value)
     with pytest.raises(ValueError, match="async_correction must be one of"):
         agentic_args(tmp_path, max_staleness=1, async_correction="tis")
-    assert "FSDP" in refusal("FSDP", "EngineSeam", False) and "pass max_staleness=0" in refusal("FSDP", "EngineSeam",
-                                                                                                 False)
-    assert "concurrent_sync_tools=True" in refusal(None, "TRLToolsSeam", False)
-    assert refusal(None, "TRLToolsSeam", True) is None and refusal(None, "EngineSeam", False) is None
+    assert "FSDP" in refusal("FSDP", False) and "pass max_staleness=0" in refusal("FSDP", False)
+    assert "concurrent_sync_tools=True" in refusal(None, True)  # sync tools on the training thread
+    assert refusal(None, False) is None
 
 
 def test_sharded_parameters_are_named():
@@ -532,7 +531,7 @@ def test_trl_environment_factory_one_round_behind(tmp_path, generator):
     assert len(logs) == STEPS and all(math.isfinite(row["loss"]) for row in logs)
     assert [row["async/staleness"] for row in logs] == [0.0] + [1.0] * (STEPS - 1)
     assert all("rewards/IncrementEnv/mean" in row for row in logs)  # TRL's environments reached the rewards
-    pipeline = trainer.async_rollouts
+    pipeline = trainer.rollout_source
     assert (pipeline.consumed, pipeline.discarded) == (2 * STEPS, 2)
 
 
@@ -569,5 +568,5 @@ def test_an_agent_through_the_endpoint_one_round_behind(tmp_path, generator):
     assert [row["async/staleness"] for row in logs] == [0.0] + [1.0] * (STEPS - 1)
     assert all(row["agentic/agent/segments_per_trajectory"] == 1.0 for row in logs)
     assert logs[0]["sampling/importance_sampling_ratio/mean"] == pytest.approx(1.0, abs=1e-4)  # the copy's log-probs
-    pipeline = trainer.async_rollouts
+    pipeline = trainer.rollout_source
     assert (pipeline.consumed, pipeline.discarded) == (2 * STEPS, 2)

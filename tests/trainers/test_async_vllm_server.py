@@ -139,10 +139,10 @@ def test_each_run_was_sampled_by_the_weights_of_its_version(server, tiny_model_d
     trained = []
     original = trainer._generation_round
 
-    def recording(rows, runs, environments):
+    def recording(rollouts):
         if trainer.model.training:
-            trained.extend(runs)
-        return original(rows, runs, environments)
+            trained.extend(rollouts.runs)
+        return original(rollouts)
 
     trainer._generation_round = recording
     trainer.train()

@@ -89,7 +89,7 @@ def test_ppo_one_sample_per_prompt_and_config_mapping(tmp_path):
 
 
 def test_ppo_learns_toy_task(tiny_model_dir, tokenizer, tmp_path):
-    """A short run: the critic's explained variance rises and the reward improves."""
+    """A short run: the critic's loss falls and the reward improves."""
 
     def lookup_opened(completions, trajectory, **kwargs):
         return [float("<lookup>" in t.actions[0]) for t in trajectory]
@@ -102,11 +102,11 @@ def test_ppo_learns_toy_task(tiny_model_dir, tokenizer, tmp_path):
     trainer.train()
     logs = [r for r in trainer.state.log_history if "loss" in r]
     reward = [r["reward"] for r in logs]
-    # explained variance is undefined (logged as None/NaN) on steps where every return is equal
-    ev = [r["ppo/explained_variance"] for r in logs if r["ppo/explained_variance"] == r["ppo/explained_variance"]
-          and r["ppo/explained_variance"] is not None]
+    value_loss = [r["ppo/value_loss"] for r in logs]
     assert sum(reward[-8:]) / 8 > sum(reward[:8]) / 8 + 0.15, reward
-    assert len(ev) >= 10 and sum(ev[-5:]) / 5 > sum(ev[:5]) / 5, ev
+    # the critic learns: its loss falls (its explained variance stays near 0 here, NaN on steps whose returns are
+    # all equal; in float32 from two passes it once read -2.5e15 on such steps, which the old check relied on)
+    assert sum(value_loss[-8:]) / 8 < sum(value_loss[:8]) / 8 / 5, value_loss
 
 
 @pytest.mark.parametrize("critic,use_lora", [("separate", False), ("separate", True), ("shared", False), ("shared", True)])

@@ -233,7 +233,7 @@ class _Pids(TrainerCallback):
 
 
 def _process_generator(trainer):
-    return trainer.async_rollouts.generator_process
+    return trainer.rollout_source.generator_process
 
 
 def test_grpo_one_round_behind_with_the_process_generator(tiny_model_dir, tokenizer, tmp_path):
@@ -248,7 +248,7 @@ def test_grpo_one_round_behind_with_the_process_generator(tiny_model_dir, tokeni
     assert generator.pid is None and _gone(pids.pids[0])  # training's end ended it
     trainer.train()  # a second train() starts another
     assert len(set(pids.pids[STEPS:])) == 1 and pids.pids[STEPS] != pids.pids[0] and _gone(pids.pids[STEPS])
-    pipeline = trainer.async_rollouts
+    pipeline = trainer.rollout_source
     assert pipeline.started == pipeline.consumed + pipeline.discarded == 2 * BATCH * (STEPS + 1)
 
 
@@ -293,7 +293,7 @@ def _train_within(trainer, seconds=120.0):
 def test_a_child_failure_is_raised_in_train_and_no_child_is_left(tiny_model_dir, tokenizer, tmp_path, action):
     trainer = _grpo(tmp_path, tiny_model_dir, tokenizer, max_steps=5)
     generator = _process_generator(trainer)
-    flag = _flagged(trainer.async_rollouts.weights.policy.model, action)
+    flag = _flagged(trainer.rollout_source.weights.policy.model, action)
     pids = _Pids(generator)
     trainer.add_callback(pids)
 
@@ -310,7 +310,7 @@ def test_a_child_failure_is_raised_in_train_and_no_child_is_left(tiny_model_dir,
         assert isinstance(error, GeneratorProcessDied) and "killed by signal SIGKILL" in str(error)
         assert "\n" not in str(error)
     assert trainer.state.global_step < 5
-    pipeline = trainer.async_rollouts
+    pipeline = trainer.rollout_source
     assert not pipeline.ahead and pipeline.started == pipeline.consumed + pipeline.discarded
     assert generator.pid is None and _gone(pids.pids[0])
 
@@ -337,7 +337,7 @@ def test_ctrl_c_during_training_ends_the_child(tiny_model_dir, tokenizer, tmp_pa
 
 def test_close_ends_the_pipeline_and_its_child(tiny_model_dir, tokenizer, tmp_path):
     trainer = _grpo(tmp_path, tiny_model_dir, tokenizer, max_steps=1)
-    pipeline = trainer.async_rollouts
+    pipeline = trainer.rollout_source
     rollouts = pipeline.next([dict(row) for row in lookup_dataset(4)], trainer.model, 0)
     assert len(rollouts.runs) == 4 and pipeline.ahead
     pid = _process_generator(trainer).pid
@@ -348,7 +348,7 @@ def test_close_ends_the_pipeline_and_its_child(tiny_model_dir, tokenizer, tmp_pa
 
 def test_max_staleness_0_builds_no_generator(tiny_model_dir, tokenizer, tmp_path):
     trainer = _grpo(tmp_path, tiny_model_dir, tokenizer, max_staleness=0)
-    assert trainer.async_rollouts is None
+    assert not trainer.off_policy
 
 
 def test_an_unknown_generator_is_refused(tmp_path):

@@ -32,6 +32,7 @@ class AgentSeam:
     """
 
     reward_fields = ("trajectory", "agent_output")
+    tools_on_training_thread = False
 
     def __init__(self, runner: AgentRollout, generator: Generator, sync_any: Callable[[bool], bool] | None = None,
                  multi_process: bool = False, prompt_column: str = "prompt") -> None:
@@ -61,6 +62,7 @@ class AgentSeam:
         """:func:`~trl_agentic.rollout.metrics.rollout_sums` and :func:`~trl_agentic.agents.metrics.agent_sums`."""
         sums = rollout_sums(runs)
         sums.update(agent_sums(runs))
+        sums["refused"] = sums["agent/bad_request"]  # requests the endpoint refused: the trainer's stop reads it
         return sums
 
     def metrics(self, sums: Counter) -> dict[str, float]:

@@ -1,7 +1,7 @@
-"""PPO's losses and critic diagnostics, over agent tokens only.
+"""PPO's losses, over agent tokens only.
 
-The clipped policy surrogate (used where TRL's own loss cannot be: PPO, and GRPO with a k1/k2 KL term), the clipped
-value loss and explained variance (Schulman, Wolski, Dhariwal, Radford, Klimov 2017, "Proximal Policy Optimization
+The clipped policy surrogate (used where TRL's own loss cannot be: PPO, and GRPO with a k1/k2 KL term) and the clipped
+value loss (Schulman, Wolski, Dhariwal, Radford, Klimov 2017, "Proximal Policy Optimization
 Algorithms", arXiv 1707.06347).
 Every loss is a masked mean over agent tokens: the gradient at a masked position (observation token, padding) is
 exactly 0.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from .masked import Reduce, masked_mean, masked_sum, masked_var, zero_masked
+from .masked import masked_mean, masked_sum, zero_masked
 
 
 def _token_mean(x: torch.Tensor, mask: torch.Tensor, num_tokens: float | torch.Tensor | None) -> torch.Tensor:
@@ -61,21 +61,6 @@ def clipped_value_loss(
     clip_active = ((values - old_values).abs() > cliprange_value) & (clipped_loss > unclipped_loss)
     clip_fraction = masked_mean(clip_active.to(loss.dtype), mask).detach()
     return loss, clip_fraction
-
-
-def explained_variance(
-    values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, reduce: Reduce | None = None
-) -> torch.Tensor:
-    """Fraction of the returns' variance the critic explains: ``1 - Var(R - V) / Var(R)`` over agent tokens.
-
-    1 is a perfect critic, 0 is no better than a constant, negative is worse than a constant; NaN when the returns
-    have no variance (as in OpenAI baselines' ``explained_variance``). A detached diagnostic; ``reduce`` makes it
-    global over processes (see :mod:`trl_agentic.algorithms.masked`).
-    """
-    values, returns = values.detach().float(), returns.detach().float()
-    var_returns = masked_var(returns, mask, unbiased=False, reduce=reduce)
-    var_residual = masked_var(returns - values, mask, unbiased=False, reduce=reduce)
-    return torch.where(var_returns > 0, 1 - var_residual / var_returns, torch.nan)
 
 
 def clipped_policy_loss(

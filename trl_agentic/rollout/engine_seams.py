@@ -27,6 +27,7 @@ class EngineSeam:
     """
 
     reward_fields = ("trajectory",)
+    tools_on_training_thread = False
 
     def __init__(self, engine: RolloutEngine, prompt_column: str = "prompt") -> None:
         self.engine = engine
@@ -79,6 +80,7 @@ class TRLToolsSeam(EngineSeam):
         super().__init__(engine, prompt_column)
         self.source = source
         self.tools = source.all_tools()
+        self.tools_on_training_thread = source.tool_options["sync_tools_on_caller_thread"]
 
     def run(self, rows: Sequence[dict[str, Any]]) -> Runs:
         """One engine episode per row, each with its own environment (TRL's check of the rows first); the

@@ -19,13 +19,14 @@ def rollout_sums(trajectories: Iterable[Trajectory]) -> Counter:
     Keys: ``turns``, ``truncated``, ``agent_tokens``, ``observation_tokens``, the info flags (``invalid``,
     ``tool_error``, ``tool_timeout``, ``unknown_tool``), ``tool_calls/<tool>``, ``tool_turns`` (turns of an
     environment that offers tools: its step info has a ``tool`` list), ``stop/<reason>`` (trajectories per stop
-    reason), and the engine's events (``env_error``, ``env_timeout``, ``observation_truncated``). Dividing by
+    reason), ``reached_model`` (trajectories with at least one model turn), and the engine's events (``env_error``, ``env_timeout``, ``observation_truncated``). Dividing by
     ``count`` gives per-trajectory means.
     """
     sums: Counter = Counter()
     for t in trajectories:
         sums["count"] += 1
         sums[f"stop/{t.stop_reason}"] += 1
+        sums["reached_model"] += int(any(row.turn_spans for row in t.training_rows()))
         sums["turns"] += t.num_turns
         sums["truncated"] += int(t.truncated)
         sums["agent_tokens"] += t.num_agent_tokens

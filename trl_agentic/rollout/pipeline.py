@@ -1,5 +1,11 @@
-"""Asynchronous rollouts (``max_staleness=D``, any integer ``D >= 1``): the next D rounds' rollouts, every turn and
-tool, run on a background thread, on a copy of the policy, while this round trains.
+"""Where a training round's rollouts come from: a *rollout source*, chosen once per trainer (:func:`rollout_source`).
+The trainer asks it for each round's :class:`Rollouts` (the rows, their runs, TRL's environments, the policy version
+that sampled them and whether their log-probs are the behaviour policy's, to correct against) and never asks which
+source it has:
+
+- :class:`SyncSource` (``max_staleness=0``, depth 0): each round's rows rolled out now, by the trainer's generator;
+- :class:`AsyncRollouts` (``max_staleness=D``, any integer ``D >= 1``): the next D rounds' rollouts, every turn and
+  tool, run on a background thread, on a copy of the policy, while this round trains (the rest of this docstring).
 
 The pipeline, D rounds deep, at training round ``k`` with the rows TRL's sampler gave it (``rows_k``)::
 
@@ -62,7 +68,7 @@ import os
 import queue
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ContextManager
 
 import torch
@@ -179,12 +185,62 @@ class Job:
 
 @dataclass
 class Rollouts:
-    """What a round trains on: the rows rolled out, their runs, TRL's environments and the version that sampled."""
+    """What a round trains on, as a rollout source hands it over.
+
+    Attributes:
+        rows: The dataset rows rolled out (a pipeline's: those of an earlier round).
+        runs: One run per row.
+        environments: TRL's ``trainer.environments`` of the runs (``None`` without ``environment_factory``).
+        version: The global step whose weights sampled the runs.
+        behaviour: Whether the runs' ``logprobs`` are the behaviour policy's, against which the trainer corrects
+            (:meth:`~trl_agentic.trainers.base.AgenticTrainer.add_logps`); ``False``: sampled by the policy of now.
+        metrics: The source's metrics of the round (``async/*``), logged with it.
+    """
 
     rows: list[dict[str, Any]]
     runs: list[Trajectory]
     environments: list[Any] | None
     version: int
+    behaviour: bool = False
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class SyncSource:
+    """Depth 0: each round's rows rolled out now through ``seam`` (the trainer's generator), after ``before(version)``
+    (vLLM's weights brought up to date). Nothing runs ahead; nothing to check or stop.
+
+    Args:
+        seam: The trainer's rollout seam.
+        before: Called with the round's version before it rolls out (the trainer's ``push_vllm_weights``).
+        behaviour: Whether the seam's generator returns behaviour log-probs to correct against (the trainer's own
+            rounds under a pipeline: :meth:`AsyncRollouts.now`).
+    """
+
+    off_policy = False
+
+    def __init__(self, seam: RolloutSeam, before: Callable[[int], None] = lambda version: None,
+                 behaviour: bool = False) -> None:
+        self.seam, self.before, self.behaviour = seam, before, behaviour
+
+    def next(self, rows: list[dict[str, Any]], model: torch.nn.Module, version: int) -> Rollouts:
+        """A training round's rollouts: :meth:`now`."""
+        return self.now(rows, version)
+
+    def now(self, rows: list[dict[str, Any]], version: int) -> Rollouts:
+        """``rows`` rolled out now, with the weights of ``version``."""
+        self.before(version)
+        runs, environments = self.seam.run(rows)
+        return Rollouts(rows, runs, environments, version, self.behaviour)
+
+    def push_weights(self, push: Callable[[], None]) -> None:
+        """Run ``push`` (vLLM's weights change): nothing generates meanwhile."""
+        push()
+
+    def check(self) -> None:
+        """Nothing runs ahead: nothing to raise."""
+
+    def stop(self) -> None:
+        """Nothing runs ahead: nothing to stop."""
 
 
 class BackgroundThread:
@@ -233,6 +289,10 @@ class AsyncRollouts:
         generator_process: With ``async_generator="process"``, the seam's generator's process: ended whenever the
             pipeline stops (a call in flight then ends at once; none starts another until the next job) and started
             again by the next job's first call.
+        present: The trainer's own rollouts of now (evaluation, dynamic sampling's extra rounds:
+            :meth:`now`), a :class:`SyncSource` over the trainer's seam whose generator returns behaviour log-probs.
+        barrier: Waits for every training process (accelerate's ``wait_for_everyone``), around a push of vLLM's
+            weights (:meth:`push_weights`).
 
     Attributes:
         ahead: The jobs started ahead of training, oldest first (``depth`` of them between rounds).
@@ -241,9 +301,14 @@ class AsyncRollouts:
             discarded`` once nothing is ahead.
     """
 
+    off_policy = True
+
     def __init__(self, seam: RolloutSeam, weights: CopyWeights | ServerWeights, stop: threading.Event,
-                 depth: int = 1, cpu: int | None = None, generator_process: ProcessGenerator | None = None) -> None:
+                 depth: int = 1, cpu: int | None = None, generator_process: ProcessGenerator | None = None,
+                 present: SyncSource | None = None, barrier: Callable[[], None] = lambda: None) -> None:
         self.seam = seam
+        self.present = present
+        self.barrier = barrier
         self.weights = weights
         self.stop_event = stop
         self.depth = depth
@@ -271,7 +336,26 @@ class AsyncRollouts:
         self.consumed += len(runs)
         for run in runs:
             run.policy_version = current.version
-        return Rollouts(current.rows, runs, environments, current.version)
+        rollouts = Rollouts(current.rows, runs, environments, current.version, behaviour=True)
+        rollouts.metrics = self.metrics(rollouts, version)
+        return rollouts
+
+    def now(self, rows: list[dict[str, Any]], version: int) -> Rollouts:
+        """``rows`` rolled out now by the trainer's own generator (:attr:`present`), the jobs ahead kept."""
+        return self.present.now(rows, version)
+
+    def push_weights(self, push: Callable[[], None]) -> None:
+        """Run ``push`` (vLLM's server's one set of weights changes) where no job of any process generates: every
+        process waits for its jobs ahead to end and for the others (a barrier), pushes, and waits for every push
+        to end (a second barrier) before any process queues a job of the new version."""
+        self.wait_idle()
+        self.barrier()
+        push()
+        self.barrier()
+
+    def check(self) -> None:
+        """:meth:`raise_failure`: after every optimizer step."""
+        self.raise_failure()
 
     def stop(self) -> None:
         """Stop every job ahead (the one running at its next generation call) and count their samples discarded
@@ -357,18 +441,19 @@ class AsyncRollouts:
         return Job(rows, version, self.thread.submit(job))
 
 
-class PipelineCallback(TrainerCallback):
-    """After every optimizer step, raises the failure of a job ahead if one failed meanwhile; when training ends,
-    stops the jobs ahead (their samples are discarded, never trained)."""
+class SourceCallback(TrainerCallback):
+    """After every optimizer step, raises the failure of work a rollout source runs ahead, if some failed meanwhile;
+    when training ends, stops that work (its samples are discarded, never trained). Nothing, for a
+    :class:`SyncSource`."""
 
-    def __init__(self, rollouts: AsyncRollouts) -> None:
-        self.rollouts = rollouts
+    def __init__(self, source: SyncSource | AsyncRollouts) -> None:
+        self.source = source
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.rollouts.raise_failure()
+        self.source.check()
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.rollouts.stop()
+        self.source.stop()
 
 
 def sharding_of(state: Any) -> str | None:
@@ -382,15 +467,17 @@ def sharding_of(state: Any) -> str | None:
     return None
 
 
-def refusal(sharding: str | None, kind: str, concurrent_sync_tools: bool) -> str | None:
+def refusal(sharding: str | None, tools_on_training_thread: bool) -> str | None:
     """Why ``max_staleness >= 1`` cannot run with these settings, naming what to pass instead; ``None`` when it can.
-    ``sharding``: :func:`sharding_of` accelerate's state; ``kind``: the rollout seam's class name. Several processes
-    are not refused: nothing on the background thread makes a collective call (its seam has no ``sync_any`` /
-    ``sync_max``, its generator is a local copy's ``generate``), so training's collective calls stay the only ones."""
+    ``sharding``: :func:`sharding_of` accelerate's state; ``tools_on_training_thread``: the seam runs TRL's sync
+    tools on the training thread (:attr:`~trl_agentic.rollout.seam.RolloutSeam.tools_on_training_thread`). Several
+    processes are not refused: nothing on the background thread makes a collective call (its seam has no
+    ``sync_any`` / ``sync_max``, its generator is a local copy's ``generate``), so training's collective calls stay
+    the only ones."""
     if sharding is not None:
         return (f"max_staleness >= 1 generates with a copy of the unwrapped policy, whose parameters {sharding} "
                 f"shards across processes; pass max_staleness=0")
-    if kind == "TRLToolsSeam" and not concurrent_sync_tools:
+    if tools_on_training_thread:
         return ("max_staleness >= 1 rolls out on a background thread, where TRL's sync tools cannot run on the "
                 "training thread (signal.alarm, thread-bound resources); pass concurrent_sync_tools=True (thread-safe "
                 "tools) or max_staleness=0")

@@ -38,11 +38,15 @@ class RolloutSeam(Protocol):
             ``tools=`` / ``environment_factory=``).
         reward_fields: The keyword arguments the rollout adds for the reward functions (:meth:`reward_inputs`),
             checked against their signatures before training.
+        tools_on_training_thread: Whether sync tools must run on the thread that runs the rollout (TRL's ``tools=``
+            / ``environment_factory=`` without ``concurrent_sync_tools``), which rollouts ahead of training cannot
+            offer.
     """
 
     eos_token_ids: list[int]
     tools: list[Callable[..., Any]]
     reward_fields: tuple[str, ...]
+    tools_on_training_thread: bool
 
     def run(self, rows: Sequence[dict[str, Any]]) -> Runs:
         """One run per dataset row (each row's columns reach the environment's ``reset`` or the agent)."""
@@ -62,7 +66,9 @@ class RolloutSeam(Protocol):
 
     def sums(self, runs: Sequence[Trajectory]) -> Counter:
         """This process's counts over its runs that the kind's metrics are computed from (summable over
-        processes; ``count`` is the number of runs)."""
+        processes): :func:`~trl_agentic.rollout.metrics.rollout_sums`' (``count``, the number of runs;
+        ``reached_model``, those with a model turn; ...) and the kind's own, ``refused`` among them (requests its
+        endpoint refused; absent: none)."""
         ...
 
     def metrics(self, sums: Counter) -> dict[str, float]:

@@ -49,24 +49,36 @@ from ..rollout.generation import Generator, HFGenerator
 from ..rollout.pipeline import (
     AsyncRollouts,
     CopyWeights,
-    PipelineCallback,
     PolicyCopy,
     Rollouts,
     ServerWeights,
+    SourceCallback,
     StoppableGenerator,
+    SyncSource,
     generator_core,
     refusal,
     sharding_of,
 )
 from ..rollout.process_generator import ProcessGenerator
-from ..rollout.seam import RolloutSeam, Runs
+from ..rollout.seam import RolloutSeam
 from ..rollout.vllm import TRLVLLMGenerator, VLLMServerGenerator
 from ..trackers import trajectory_columns
 from ..trajectory import Trajectory, save_trajectories
 from .checks import DegenerateStepMonitor, DegenerateTrainingError, keyword_arguments
 from .config import AgenticConfig
+from .loss_metrics import LossMetrics
 from .round import Round, pad, row_advantages, row_count, training_rows, trl_completion_rows, values_of_rows
-from .round_metrics import RoundValues, metrics_of_round, round_values, sampling_metrics, sampling_values, total_sums
+from .round_metrics import (
+    RoundTable,
+    RoundValues,
+    add_sampling_values,
+    metrics_of_round,
+    round_values,
+    sampling_values,
+    summed,
+    table_rows,
+    total_sums,
+)
 from .run_health import RunHealth, failure_line
 
 logger = logging.getLogger(__name__)
@@ -96,7 +108,7 @@ class AgenticTrainer(GRPOTrainerBoundary):
                  task: Any = None, **kwargs: Any) -> None:
         check_trl_version()
         kwargs = keyword_arguments(args, kwargs)  # GRPOTrainer's arguments, all by name
-        choice = choose_rollout(environment, agent, kwargs)  # trainers/rollout_choice.py: the one choice of kind
+        choice = choose_rollout(environment, agent, kwargs)  # kinds/choice.py: the one choice of kind
         if choice is None:
             self._check_trl_config(kwargs.get("args"))
         else:  # checked, rewards guarded; TRL's tools= / environment_factory=: as TRL's __init__ derives them
@@ -106,7 +118,8 @@ class AgenticTrainer(GRPOTrainerBoundary):
         self._vllm_weights_step = -1  # the global step whose weights vLLM holds
         self.group_by_length = getattr(self.args, "group_by_length", False)  # the boundary's micro-batch layout
         self.rollout_seam: RolloutSeam | None = None
-        self.async_rollouts: AsyncRollouts | None = None  # max_staleness >= 1 (trainers/async_rollouts.py)
+        self.rollout_source: SyncSource | AsyncRollouts | None = None  # rollout/pipeline.py
+        self.loss_metrics = LossMetrics()  # our losses' metrics, gathered once per optimizer step
         if choice is None and getattr(self.args, "max_staleness", 0):
             raise ValueError("max_staleness applies to rollouts (environment=, tools=/environment_factory=, agent=); "
                              "without them the trainer is TRL's GRPOTrainer: pass max_staleness=0")
@@ -122,27 +135,39 @@ class AgenticTrainer(GRPOTrainerBoundary):
                                                       self.eos_token_ids, self._sync_any, self._sync_max,
                                                       self.accelerator.num_processes > 1))
             self.set_trl_attributes(None)
-            if self.args.max_staleness:
-                self.async_rollouts = self._async_rollouts(choice, settings)
-        if (self.beta != 0.0 and getattr(self.args, "kl_estimator", "k3") != "k3") or self.async_rollouts is not None:
+            self.rollout_source = self._rollout_source(choice, settings)
+            self.add_callback(SourceCallback(self.rollout_source))
+        if (self.beta != 0.0 and getattr(self.args, "kl_estimator", "k3") != "k3") or self.off_policy:
             self._check_clipped_loss_settings()
 
-    def _async_rollouts(self, choice: RolloutChoice, settings: RolloutConfig) -> AsyncRollouts:
-        """``max_staleness >= 1``: a background generator that returns its log-probs (the behaviour policy's), a
-        rollout seam of the same kind over it, without the other processes' ``sync_any`` / ``sync_max`` (no
-        collective call on the background thread), and the background thread, pinned to ``generator_cpu`` plus this
-        process's index on its machine (:mod:`~trl_agentic.rollout.pipeline`); settings it cannot run are
-        refused before training. The generator: a copy of the policy with transformers' generation
-        (``async_generator="process"``: in a child process, over the copy's weights in shared memory), or, with
-        ``use_vllm=True`` (server mode), vLLM's server, sent this process's prompts, its weights pushed between jobs
-        (:meth:`push_vllm_weights`)."""
+    @property
+    def off_policy(self) -> bool:
+        """Whether the rollout source's rollouts are sampled by an earlier policy, with behaviour log-probs to
+        correct against (:attr:`~trl_agentic.rollout.pipeline.AsyncRollouts.off_policy`): the loss is then
+        :meth:`clipped_loss`, which applies the correction."""
+        return getattr(self.rollout_source, "off_policy", False)
+
+    def _rollout_source(self, choice: RolloutChoice, settings: RolloutConfig) -> SyncSource | AsyncRollouts:
+        """The trainer's rollout source (:mod:`~trl_agentic.rollout.pipeline`), chosen once: depth 0
+        (:class:`~trl_agentic.rollout.pipeline.SyncSource`: each round rolled out now through the trainer's seam,
+        vLLM's weights brought up to date first), or with ``max_staleness=D >= 1`` the pipeline: a background
+        generator that returns its log-probs (the behaviour policy's), a rollout seam of the same kind over it,
+        without the other processes' ``sync_any`` / ``sync_max`` (no collective call on the background thread),
+        and the background thread, pinned to ``generator_cpu`` plus this process's index on its machine; settings
+        it cannot run are refused before training. Its generator: a copy of the policy with transformers'
+        generation (``async_generator="process"``: in a child process, over the copy's weights in shared memory),
+        or, with ``use_vllm=True`` (server mode), vLLM's server, sent this process's prompts, its weights pushed
+        between jobs (:meth:`push_vllm_weights`)."""
+        args = self.args
+        present = SyncSource(self.rollout_seam, self.push_vllm_weights, behaviour=bool(args.max_staleness))
+        if not args.max_staleness:
+            return present
         reason = refusal(None if self.use_vllm else sharding_of(self.accelerator.state),
-                         type(self.rollout_seam).__name__, self.args.concurrent_sync_tools)
+                         self.rollout_seam.tools_on_training_thread)
         if reason is not None:
             raise ValueError(reason)
         stop = threading.Event()
-        cpu = generator_core(self.args.generator_cpu, self.accelerator.local_process_index,
-                             set(range(os.cpu_count() or 1)))
+        cpu = generator_core(args.generator_cpu, self.accelerator.local_process_index, set(range(os.cpu_count() or 1)))
         process = None
         if self.use_vllm:
             inner: Generator = VLLMServerGenerator(self.vllm_generation, vllm_server_client(self.vllm_generation))
@@ -150,29 +175,27 @@ class AgenticTrainer(GRPOTrainerBoundary):
         else:
             policy = PolicyCopy(self.accelerator.unwrap_model(self.model))
             weights = CopyWeights(policy)
-            if self.args.async_generator == "process":  # its forward passes in a child process, weights shared
+            if args.async_generator == "process":  # its forward passes in a child process, weights shared
                 process = ProcessGenerator(policy.model, self.processing_class, self.generation_config,
                                            return_logprobs=True, keep_cache=settings.prefix_caching, cpu=cpu,
-                                           seed=self.args.seed)
+                                           seed=args.seed)
             inner = process if process is not None else HFGenerator(
                 policy.model, self.processing_class, self.generation_config, return_logprobs=True,
                 keep_cache=settings.prefix_caching)
         seam = choice.seam(SeamParts(self.processing_class, settings, StoppableGenerator(inner, stop),
                                      self.eos_token_ids))
-        rollouts = AsyncRollouts(seam, weights, stop, depth=self.args.max_staleness, cpu=cpu,
-                                 generator_process=process)
-        self.add_callback(PipelineCallback(rollouts))
-        return rollouts
+        return AsyncRollouts(seam, weights, stop, depth=args.max_staleness, cpu=cpu, generator_process=process,
+                             present=present, barrier=self.accelerator.wait_for_everyone)
 
     def train(self, *args: Any, **kwargs: Any) -> Any:
-        """TRL's ``train``. With ``max_staleness >= 1`` the pipeline is stopped however training ends
-        (``on_train_end`` runs only at its normal end; not after an exception or Ctrl-C), so that no job ahead and no
-        generator process outlives it."""
+        """TRL's ``train``. The rollout source is stopped however training ends (``on_train_end`` runs only at its
+        normal end; not after an exception or Ctrl-C), so that no work ahead and no generator process outlives
+        it."""
         try:
             return super().train(*args, **kwargs)
         finally:
-            if self.async_rollouts is not None:
-                self.async_rollouts.stop()
+            if self.rollout_source is not None:
+                self.rollout_source.stop()
 
     def set_trl_attributes(self, environments: list[Any] | None) -> None:
         """The one place TRL's public attributes that our rollout stands in for are set (TRL's tool loop never
@@ -213,83 +236,49 @@ class AgenticTrainer(GRPOTrainerBoundary):
     def generation_round(self, rows: list[dict[str, Any]], ahead: bool = True) -> Round:
         """Stages 1-4 of a round (module docstring): rollout, rewards, training rows and batch, log-probs. The
         batch's advantages are left at 0 for the sibling's step to set. A round in which nothing could be scored
-        counts towards ``max_degenerate_steps`` (:class:`~trl_agentic.trainers.checks.DegenerateStepMonitor`).
-
-        With ``max_staleness=D >= 1`` a training round (``ahead``; not dynamic sampling's extra rounds, rolled out
-        on the spot) trains on the rollouts started D rounds earlier (fewer while the pipeline fills), and starts
-        ``rows``' (:meth:`rollout_ahead`): the round's rows are then the earlier ones."""
-        if self.async_rollouts is None or not (ahead and self.model.training):
-            return self._generation_round(rows, *self.rollout(rows))
-        rollouts = self.rollout_ahead(rows)
+        counts towards ``max_degenerate_steps`` (:class:`~trl_agentic.trainers.checks.DegenerateStepMonitor`)."""
+        rollouts = self.rollout(rows, ahead)
         try:
-            return self._generation_round(rollouts.rows, rollouts.runs, rollouts.environments)
+            return self._generation_round(rollouts)
         except BaseException:
-            self.async_rollouts.stop()  # a round that raises ends training: stop generating
+            self.rollout_source.stop()  # a round that raises ends training: stop what runs ahead
             raise
 
-    def _generation_round(self, rows: list[dict[str, Any]], runs: list[Trajectory],
-                          environments: list[Any] | None) -> Round:
+    def rollout(self, rows: list[dict[str, Any]], ahead: bool = True) -> Rollouts:
+        """1. The round's rollouts, from the rollout source (:mod:`~trl_agentic.rollout.pipeline`): a training
+        round's (``ahead``) from its ``next`` (with ``max_staleness=D``, the rollouts of the rows of D rounds
+        earlier, fewer while the pipeline fills, ``rows``' started ahead), an evaluation's or dynamic sampling's
+        extra round's from its ``now``; with them TRL's ``trainer.environments`` (:meth:`set_trl_attributes`),
+        and the source's metrics logged."""
+        source, step = self.rollout_source, self.state.global_step
+        if ahead and self.model.training:
+            rollouts = source.next(rows, self.accelerator.unwrap_model(self.model), step)
+        else:
+            rollouts = source.now(rows, step)
+        self.set_trl_attributes(rollouts.environments)
+        self.log_metrics(rollouts.metrics)
+        return rollouts
+
+    def _generation_round(self, rollouts: Rollouts) -> Round:
+        prompts, completions, run_rewards = self.score(rollouts.rows, rollouts.runs, rollouts.environments)
+        round_ = self.build_round(rollouts, run_rewards, prompts, completions)
+        self.add_logps(round_.batch, rollouts.behaviour)
         if self.model.training:
-            self.stop_if_refused(runs)
-        prompts, completions, run_rewards = self.score(rows, runs, environments)
-        round_ = self.build_round(rows, runs, run_rewards, prompts, completions)
-        self.add_logps(round_.batch)
-        if self.model.training:
-            stop = self.degenerate_monitor.observe(torch.isnan(run_rewards).all(dim=1).tolist(), runs)
+            stop = self.degenerate_monitor.observe(torch.isnan(run_rewards).all(dim=1).tolist(), rollouts.runs)
             if stop is not None:
                 self.record(round_)
                 raise DegenerateTrainingError(stop)
         return round_
 
-    def stop_if_refused(self, runs: list[Trajectory]) -> None:
-        """Raise :class:`~trl_agentic.trainers.checks.DegenerateTrainingError` when no run of the round (on any
-        process) reached the model and its endpoint refused some requests (agents; no endpoint refuses an engine
-        run: :meth:`~trl_agentic.trainers.checks.DegenerateStepMonitor.observe_refusals`)."""
-        local = [sum(any(row.turn_spans for row in t.training_rows()) for t in runs),
-                 sum(t.events.get("bad_request", 0) for t in runs)]
-        total = self.accelerator.gather(torch.tensor([local], device=self.accelerator.device)).sum(0).tolist()
-        refusal = self.rollout_seam.refusal(runs)
-        stop = self.degenerate_monitor.observe_refusals(int(total[0]), int(total[1]), refusal)
-        if stop is not None:
-            raise DegenerateTrainingError(stop)
-
-    def rollout(self, rows: list[dict[str, Any]]) -> Runs:
-        """1. One run per row through the rollout seam (:mod:`~trl_agentic.rollout.seam`, chosen at construction:
-        the engine's episode, each row's columns reaching the environment's ``reset``, or an agent's run against
-        the endpoint), with vLLM's weights brought up to date first. Returns the runs and TRL's
-        ``trainer.environments`` of the round (:meth:`set_trl_attributes`)."""
-        if self.use_vllm:
-            self.push_vllm_weights(self.state.global_step)
-        runs, environments = self.rollout_seam.run(rows)
-        self.set_trl_attributes(environments)
-        return runs, environments
-
     def push_vllm_weights(self, version: int) -> None:
         """vLLM's weights brought up to the policy's (TRL's ``sync_weights``), marked as ``version`` (the global
-        step), unless vLLM holds that version already. With asynchronous rollouts (the server's one set of weights
-        shared with the background jobs) every process first waits for its jobs ahead to end and for the other
-        processes (a barrier), so that no job generates while the weights change, and waits for the push to end on
-        every process (a second barrier) before any process queues a job of the new version."""
-        if version == self._vllm_weights_step:
+        step), unless vLLM holds that version already (or there is no vLLM); where nothing of the rollout source
+        generates meanwhile (``push_weights``: with rollouts ahead, after every process's jobs ahead ended, between two
+        barriers)."""
+        if not self.use_vllm or version == self._vllm_weights_step:
             return
-        if self.async_rollouts is not None:
-            self.async_rollouts.wait_idle()
-            self.accelerator.wait_for_everyone()
-        self.vllm_generation.sync_weights()
+        self.rollout_source.push_weights(self.vllm_generation.sync_weights)
         self._vllm_weights_step = version
-        if self.async_rollouts is not None:
-            self.accelerator.wait_for_everyone()
-
-    def rollout_ahead(self, rows: list[dict[str, Any]]) -> Rollouts:
-        """1 with ``max_staleness=D >= 1``: the rollouts of the oldest job ahead (rows D rounds before; the first
-        round: its own), sampled on the background thread (by the policy's copy, or vLLM's server), while ``rows``'
-        are queued there with the weights of now (:class:`~trl_agentic.rollout.pipeline.AsyncRollouts`);
-        their staleness and the pipeline's counts logged. A failure of the background rollout is raised here, with its traceback."""
-        model = self.accelerator.unwrap_model(self.model)
-        rollouts = self.async_rollouts.next(rows, model, self.state.global_step)
-        self.set_trl_attributes(rollouts.environments)
-        self.log_metrics(self.async_rollouts.metrics(rollouts, self.state.global_step))
-        return rollouts
 
     def score(self, rows: list[dict[str, Any]], runs: list[Trajectory],
               environments: list[Any] | None) -> tuple[list[Any], list[Any], torch.Tensor]:
@@ -311,12 +300,13 @@ class AgenticTrainer(GRPOTrainerBoundary):
                            ", ".join(self.reward_func_names), int(unscored.sum()), len(unscored))
         return prompts, completions, rewards.masked_fill(failed.unsqueeze(1), torch.nan)
 
-    def build_round(self, rows: list[dict[str, Any]], runs: list[Trajectory], run_rewards: torch.Tensor,
-                    prompts: list[Any], completions: list[Any]) -> Round:
+    def build_round(self, rollouts: Rollouts, run_rewards: torch.Tensor, prompts: list[Any],
+                    completions: list[Any]) -> Round:
         """3. The runs' training rows (:meth:`~trl_agentic.Trajectory.training_rows`: one per engine run, one per
         segment of an agent run), with padding rows that make every process's count equal and divisible by
         ``steps_per_generation`` (:func:`~trl_agentic.trainers.round.training_rows`; none when each run is one
         row and the processes have as many runs), and TRL's batch of them (:meth:`build_batch`)."""
+        rows, runs = rollouts.rows, rollouts.runs
         multiple = self.args.steps_per_generation if self.model.training else 1
         count = row_count(sum(len(t.training_rows()) for t in runs), self._sync_max, multiple)
         trajectories, owners = training_rows(runs, count, self._pad_id())
@@ -328,17 +318,19 @@ class AgenticTrainer(GRPOTrainerBoundary):
             completions = [list(t.messages) for t in trajectories]
         round_ = Round(rows=rows, runs=runs, run_rewards=run_rewards, trajectories=trajectories, owners=owners,
                        rewards_per_func=self.accelerator.gather(row_rewards.to(self.accelerator.device)),
-                       batch=self.build_batch(trajectories), prompts=prompts, completions=completions)
+                       batch=self.build_batch(trajectories, rollouts.behaviour), prompts=prompts,
+                       completions=completions)
         if self.args.log_completions:  # trl_agentic/trackers.py: turns, tools, observations in the completions table
             self.log_completion_columns(trajectory_columns(trajectories))
         return round_
 
-    def build_batch(self, trajectories: list[Trajectory]) -> TRLBatch:
+    def build_batch(self, trajectories: list[Trajectory], behaviour: bool = False) -> TRLBatch:
         """The training rows as TRL's ``_generate_and_score_completions`` lays out a batch (``grpo_trainer.py``,
         l. 2440-2480; keys in its order): prompts left-padded, completions right-padded (to a multiple of
         ``pad_to_multiple_of``), the env mask as ``tool_mask`` (padded with 1, as TRL's; zero for a failed or, with
-        ``mask_truncated_trajectories``, a truncated trajectory), vLLM's sampling log-probs, and
-        ``num_items_in_batch = sum_all processes completion_mask * tool_mask``. Padding and masks only."""
+        ``mask_truncated_trajectories``, a truncated trajectory), the sampling log-probs (vLLM's, or with
+        ``behaviour`` the behaviour policy's), and ``num_items_in_batch = sum_all processes completion_mask *
+        tool_mask``. Padding and masks only."""
         device, multiple = self.accelerator.device, self.pad_to_multiple_of
         completion_ids, env_mask, logprobs = trl_completion_rows(
             trajectories, self._pad_id(), self.args.mask_observations, self.args.mask_truncated_trajectories)
@@ -350,7 +342,7 @@ class AgenticTrainer(GRPOTrainerBoundary):
             "completion_mask": pad([[1] * len(c) for c in completion_ids], 0, "right", multiple).to(device),
             "advantages": torch.zeros(len(trajectories), device=device),
         }
-        if self.use_vllm or self.async_rollouts is not None:  # vLLM's or the policy copy's sampling log-probs
+        if self.use_vllm or behaviour:  # vLLM's sampling log-probs, or the behaviour policy's
             # (None where vLLM could not score a token: NaN)
             values = [[float("nan") if x is None else x for x in row] for row in logprobs]
             data["sampling_per_token_logps"] = pad(values, 0.0, "right", multiple, torch.float32).to(device)
@@ -359,15 +351,16 @@ class AgenticTrainer(GRPOTrainerBoundary):
         batch.recount_items(self.accelerator.gather)
         return batch
 
-    def add_logps(self, batch: TRLBatch) -> None:
+    def add_logps(self, batch: TRLBatch, behaviour: bool = False) -> None:
         """4. The model forwards of a round, as TRL decides them: the policy's log-probs now (``old``) when it moves
         before the batch is trained on (:meth:`policy_moves_before_loss`) or for vLLM's importance-sampling
-        correction (then the correction too); the reference's when ``beta != 0``. With ``max_staleness >= 1``: the
-        proximal policy's and the off-policy correction (:meth:`off_policy_correction`), unless the loss computes
-        them from its own forward (:attr:`proximal_in_loss`)."""
+        correction (then the correction too); the reference's when ``beta != 0``. For ``behaviour`` log-probs (the
+        rollouts were sampled by an earlier policy): the proximal policy's and the off-policy correction
+        (:meth:`off_policy_correction`), unless the loss computes them from its own forward
+        (:attr:`proximal_in_loss`)."""
         args = self.args
-        correction = self.use_vllm and args.vllm_importance_sampling_correction and self.async_rollouts is None
-        if self.async_rollouts is not None:
+        correction = self.use_vllm and args.vllm_importance_sampling_correction and not behaviour
+        if behaviour:
             if not self.proximal_in_loss:
                 batch.old_logps = self.policy_logps(self.model, batch)  # the proximal policy: the weights of now
                 self.off_policy_correction(batch)
@@ -394,16 +387,15 @@ class AgenticTrainer(GRPOTrainerBoundary):
 
     @property
     def proximal_in_loss(self) -> bool:
-        """With ``max_staleness >= 1``: the proximal policy's log-probs are the loss's own, detached, and the
-        off-policy correction is computed in the loss (:meth:`proximal_in_micro_batch`), saving a forward pass of
-        every round. Exact when the policy does not move between a round and its loss
-        (:meth:`policy_moves_before_loss` false: one optimizer step per round, TRL's default) and the round does
-        not read them (:meth:`needs_old_logps_in_round`)."""
-        return (self.async_rollouts is not None and not self.policy_moves_before_loss()
-                and not self.needs_old_logps_in_round())
+        """With rollouts sampled by an earlier policy (:attr:`off_policy`): the proximal policy's log-probs are the
+        loss's own, detached, and the off-policy correction is computed in the loss
+        (:meth:`proximal_in_micro_batch`), saving a forward pass of every round. Exact when the policy does not move
+        between a round and its loss (:meth:`policy_moves_before_loss` false: one optimizer step per round, TRL's
+        default) and the round does not read them (:meth:`needs_old_logps_in_round`)."""
+        return self.off_policy and not self.policy_moves_before_loss() and not self.needs_old_logps_in_round()
 
     def off_policy_correction(self, batch: TRLBatch) -> None:
-        """``max_staleness >= 1``: the correction for samples drawn by an older policy (the behaviour policy ``mu``,
+        """The correction for samples drawn by an earlier policy (the behaviour policy ``mu``,
         whose log-probs the generator returned: ``batch.sampling_logps``), on agent tokens only, from the proximal
         policy's log-probs ``batch.old_logps`` (``pi_prox``, the policy before this round's update):
         :func:`~trl_agentic.algorithms.importance.off_policy_terms` for ``async_correction``. With
@@ -422,13 +414,12 @@ class AgenticTrainer(GRPOTrainerBoundary):
     def proximal_in_micro_batch(self, batch: TRLBatch, logps: torch.Tensor) -> TRLBatch:
         """:attr:`proximal_in_loss`: ``batch`` (a micro-batch) with the proximal log-probs ``logps`` (the loss's
         own, detached) and the off-policy correction from them (:meth:`off_policy_correction`); the sampling
-        metrics of the round are logged here instead, per micro-batch over every process (TRL averages a logging
-        window's values, as for its own loss metrics)."""
+        metrics are computed here instead of in the round, with the loss-side metrics of the optimizer step
+        (:attr:`loss_metrics`)."""
         batch = TRLBatch({**batch.data, "old_per_token_logps": logps.detach()})
         self.off_policy_correction(batch)
         if batch.sampling_logps is not None:
-            everyone = gather_object([sampling_values(batch)])
-            self.log_metrics(sampling_metrics(everyone, self.accelerator.device))
+            add_sampling_values(self.loss_metrics, sampling_values(batch))
         return batch
 
     def record(self, round_: Round) -> None:
@@ -450,21 +441,35 @@ class AgenticTrainer(GRPOTrainerBoundary):
         })
 
     # -- metrics ------------------------------------------------------------------------------------------------
-    def round_metrics(self, round_: Round) -> dict[str, float]:
+    def round_metrics(self, round_: Round, algorithm: dict[str, torch.Tensor] | None = None
+                      ) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
         """A round's metrics that do not depend on the algorithm, over all processes
         (:func:`~trl_agentic.trainers.round_metrics.metrics_of_round`: the rollout's, TRL's lengths, the mask audit,
-        vLLM's sampling gaps), from this process's values (:func:`~trl_agentic.trainers.round_metrics.round_values`)
-        gathered once (:meth:`gather_round_values`); the round's tokens are added to TRL's ``num_tokens``."""
-        local = round_values(round_, self.rollout_seam, self.args.mask_observations)
+        vLLM's sampling gaps), TRL's completions table with the reward functions' ``log_extra`` columns and
+        ``log_metric`` metrics (:meth:`log_round_table`), and the ``algorithm``'s sums over every process (returned
+        beside the metrics), all from this process's values
+        (:func:`~trl_agentic.trainers.round_metrics.round_values`) gathered in one call
+        (:meth:`gather_round_values`); the round's tokens are added to TRL's ``num_tokens``. In training, the failed
+        trajectories are named in one line, and a round of agents whose every request the endpoint refused stops
+        the run (:meth:`~trl_agentic.trainers.checks.DegenerateStepMonitor.observe_refusals`)."""
+        table = RoundTable(round_.prompts, round_.completions, row_advantages(round_.batch).tolist(),
+                           *self.take_round_logs())
+        local = round_values(round_, self.rollout_seam, self.args.mask_observations, table, algorithm or {})
         everyone = self.gather_round_values(local)
         metrics, tokens = metrics_of_round(everyone, self.rollout_seam, self.accelerator.device)
         self.count_tokens(tokens)
+        self.log_round_table(*table_rows([v.table for v in everyone]), round_.rewards_per_func)
         round_.sums = total_sums(everyone)
         if self.model.training:
             line = failure_line(self.state.global_step + 1, round_.sums["count"], [v.failures for v in everyone])
             if line is not None and self.accelerator.is_main_process:
                 logger.warning(line)
-        return metrics
+            refusal = next((v.refusal for v in everyone if v.refusal), None)
+            stop = self.degenerate_monitor.observe_refusals(int(round_.sums["reached_model"]),
+                                                            int(round_.sums["refused"]), refusal)
+            if stop is not None:
+                raise DegenerateTrainingError(stop)
+        return metrics, summed(everyone)
 
     def log_round_metrics(self, round_: Round, metrics: dict[str, float]) -> None:
         """Log a round's metrics (:meth:`log_metrics`) and, in training, give them with the round's rollout counts
@@ -573,7 +578,8 @@ class AgenticTrainer(GRPOTrainerBoundary):
         logged = {"entropy": entropies, "clip_ratio/region_mean": clipped.float()}
         if kl_estimator is not None:
             logged["kl"] = per_token_kl
-        self.log_metrics(self._global_token_means(logged, mask))
+        for name, value in logged.items():  # means over the trained tokens of the step, on every process
+            self.loss_metrics.mean(name, masked_sum(value.detach().expand_as(mask), mask), mask.sum())
         return self.aggregate_like_trl(per_token, mask, batch)
 
     def aggregate_like_trl(self, per_token: torch.Tensor, mask: torch.Tensor, batch: TRLBatch) -> torch.Tensor:
@@ -588,13 +594,12 @@ class AgenticTrainer(GRPOTrainerBoundary):
             num_processes=self.accelerator.num_processes, steps_per_generation=self.args.steps_per_generation,
             training=training)
 
-    def _global_token_means(self, per_token: dict[str, torch.Tensor], mask: torch.Tensor) -> dict[str, float]:
-        """Each term's mean over the trained tokens of all processes, in one reduction (a (B, 1) term counts once
-        per trained token)."""
-        sums = [masked_sum(value.detach().expand_as(mask), mask) for value in per_token.values()]
-        total = self.accelerator.reduce(torch.stack([*sums, mask.sum().float()]), reduction="sum")
-        count = total[-1].clamp(min=1.0)
-        return {name: (total[k] / count).item() for k, name in enumerate(per_token)}
+    def after_loss(self) -> None:
+        """After each micro-batch's loss: once the optimizer step's last micro-batch has run (``sync_gradients``;
+        in evaluation, every call), the loss-side metrics of every process, gathered in one call
+        (:meth:`~trl_agentic.trainers.loss_metrics.LossMetrics.flush`), logged."""
+        if not self.model.training or self.accelerator.sync_gradients:
+            self.log_metrics(self.loss_metrics.flush(self.accelerator.gather, self.accelerator.device))
 
     def _check_clipped_loss_settings(self) -> None:
         """:meth:`clipped_loss` implements TRL's clipped loss types and none of TRL's loss extras: refuse, before

@@ -130,7 +130,7 @@ class AgenticGRPOTrainer(AgenticTrainer):
         if self.rollout_seam is None:
             return super().training_batch(rows)
         round_ = self.generation_round(rows)
-        advantages, metrics = self.advantages(round_)
+        metrics = self.advantages(round_)
         if self.args.zero_variance_groups == "dynamic_sampling" and self.model.training:
             batch, sampling_metrics = self.dynamic_sampling(rows, round_)
             metrics.update(sampling_metrics)
@@ -140,25 +140,23 @@ class AgenticGRPOTrainer(AgenticTrainer):
         self.log_round_metrics(round_, metrics)
         return batch
 
-    def advantages(self, round_: Round) -> tuple[torch.Tensor, dict[str, float]]:
+    def advantages(self, round_: Round) -> dict[str, float]:
         """GRPO's advantages (:func:`~trl_agentic.algorithms.advantages.group_advantages`, bit-equal to TRL's) over
         the runs, grouped by ``num_generations`` (``num_generations_eval`` in evaluation, as TRL), with the std floor
         under ``zero_variance_groups="std_floor"``, given to every training row of each run (padding rows: 0), set
-        on the batch. Returns every process's row advantages and the round's metrics (the stage's and the reward
-        metrics, ``frac_reward_zero_std``); adds the round to TRL's completions table."""
+        on the batch. Returns the round's metrics (the stage's and the reward metrics, ``frac_reward_zero_std``);
+        the round goes to TRL's completions table (:meth:`~trl_agentic.trainers.base.AgenticTrainer.round_metrics`)."""
         group = self.num_generations if self.model.training else self.num_generations_eval
         floor = self.args.std_floor if self.args.zero_variance_groups == "std_floor" else 0.0
         per_run = group_advantages(round_.run_rewards, self.reward_weights, group, self.multi_objective_aggregation,
                                    self.scale_rewards, floor)
         rows = values_of_rows(self._local(per_run), round_.owners).to(round_.batch.advantages.device)
         round_.batch.advantages = rows
-        advantages = self.accelerator.gather(rows)
-        metrics = self.round_metrics(round_)
+        metrics, _ = self.round_metrics(round_)
         metrics.update(self.reward_metrics(round_.rewards_per_func))
         metrics["frac_reward_zero_std"] = frac_reward_zero_std(round_.run_rewards, self.reward_weights, group,
                                                                self.multi_objective_aggregation, self.scale_rewards)
-        self.log_round_table(round_.prompts, round_.completions, round_.rewards_per_func, advantages)
-        return advantages, metrics
+        return metrics
 
     # -- groups whose rewards are all equal ---------------------------------------------------------------------
     def groups_without_spread(self, round_: Round) -> torch.Tensor:
@@ -177,7 +175,7 @@ class AgenticGRPOTrainer(AgenticTrainer):
             if sum(int(k.sum()) for k in keeps) >= needed:
                 break
             round_ = self.generation_round(self._sample_more_rows(len(rows), extra), ahead=False)
-            _, metrics = self.advantages(round_)
+            metrics = self.advantages(round_)
             self.log_round_metrics(round_, metrics)
             self.record(round_)
             rounds.append(round_.batch)
@@ -216,7 +214,7 @@ class AgenticGRPOTrainer(AgenticTrainer):
         k3), and with ``max_staleness >= 1`` (equal to TRL's for k3, with the off-policy weight, which TRL's loss
         applies only with vLLM)."""
         estimator = getattr(self.args, "kl_estimator", "k3")
-        if self.async_rollouts is not None:  # TRL's loss applies the importance weight with vLLM only
+        if self.off_policy:  # TRL's loss applies the importance weight with vLLM only
             return self.clipped_loss(model, batch, kl_estimator=estimator if self.beta != 0.0 else None)
         if self.beta == 0.0 or estimator == "k3":
             return self.trl_loss(model, batch)

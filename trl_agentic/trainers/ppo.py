@@ -31,15 +31,15 @@ from peft import PeftModel
 
 from ..algorithms.gae import build_token_rewards, build_turn_rewards, token_gae, turn_gae
 from ..algorithms.kl import KL_ESTIMATORS, AdaptiveKLController, kl_penalty
-from ..algorithms.losses import clipped_value_loss, explained_variance
-from ..algorithms.masked import masked_mean, masked_whiten, zero_masked
+from ..algorithms.losses import clipped_value_loss
+from ..algorithms.masked import masked_whiten, zero_masked
 from ..algorithms.turns import broadcast_turns, gather_turn_values, turn_ids_from_spans, turn_mask
 from ..compat import TRLBatch, post_init_with_one_generation
 from ..renamed import renamed_arguments
 from .base import AgenticTrainer
 from .config import AgenticConfig
 from .critic import CriticGradients, SharedValueHead, ValueModel
-from .round import Round, row_advantages
+from .round import Round
 
 
 @renamed_arguments({
@@ -284,14 +284,14 @@ class AgenticPPOTrainer(AgenticTrainer):
             advantages, returns = self._turn_advantages(round_, scores, values, agent_tokens, kl)
         batch.advantages = masked_whiten(advantages, agent_tokens, reduce=self._reduce)
         batch["values"], batch["returns"] = values, returns
-        metrics = self.round_metrics(round_)
+        metrics, sums = self.round_metrics(round_, ppo_sums(scores, values, returns, agent_tokens, kl))
         metrics.update(self.reward_metrics(round_.rewards_per_func))
-        metrics.update(self.ppo_metrics(scores, values, returns, agent_tokens, kl))
-        if kl is not None and self.kl_controller is not None and self.model.training:
-            self.kl_coef = self.kl_controller.update(metrics["ppo/kl_per_sequence"], self.args.generation_batch_size)
-        # TRL's completions table (advantage column: each row's mean over its trained tokens)
-        self.log_round_table(round_.prompts, round_.completions, round_.rewards_per_func,
-                             self.accelerator.gather(row_advantages(batch)))
+        metrics.update(ppo_metrics(sums))
+        if kl is not None:
+            metrics["ppo/kl_coef"] = self.kl_coef
+            if self.kl_controller is not None and self.model.training:
+                self.kl_coef = self.kl_controller.update(metrics["ppo/kl_per_sequence"],
+                                                         self.args.generation_batch_size)
         self.log_round_metrics(round_, metrics)
         self.record(round_)
         return batch
@@ -342,21 +342,6 @@ class AgenticPPOTrainer(AgenticTrainer):
     def _reduce(self, x: torch.Tensor) -> torch.Tensor:
         return self.accelerator.reduce(x, reduction="sum") if self.accelerator.num_processes > 1 else x
 
-    def ppo_metrics(self, scores, values, returns, mask, kl) -> dict[str, float]:
-        """``ppo/score_mean``, ``ppo/value_mean``, ``ppo/explained_variance`` and, with a KL, ``ppo/kl_per_sequence``
-        (over the rows the loss trains on: a row left out has no KL to speak of, not KL 0) and ``ppo/kl_coef``."""
-        metrics = {
-            "ppo/score_mean": self.accelerator.gather(scores).mean().item(),
-            "ppo/value_mean": masked_mean(values, mask, reduce=self._reduce).item(),
-            "ppo/explained_variance": explained_variance(values, returns, mask, self._reduce).item(),
-        }
-        if kl is not None:
-            trained = mask.any(-1)
-            total = self._reduce(torch.stack([(kl.sum(-1) * trained).sum(), trained.sum().float()]))
-            metrics["ppo/kl_per_sequence"] = (total[0] / total[1].clamp(min=1.0)).item()
-            metrics["ppo/kl_coef"] = self.kl_coef
-        return metrics
-
     # -- loss (hook of the boundary) -------------------------------------------------------------------------
     def loss(self, model: Any, batch: TRLBatch) -> torch.Tensor:
         """PPO's loss, with ratio ``rho_t = pi(y_t)/pi_old(y_t)``, whitened GAE advantage ``A_t``, trained tokens
@@ -378,8 +363,8 @@ class AgenticPPOTrainer(AgenticTrainer):
             values, batch["values"], batch["returns"], mask, self.args.cliprange_value
         )
         accumulation = self.current_gradient_accumulation_steps if self.model.training else 1
-        self.log_metric("ppo/value_loss", self.accelerator.gather(value_loss.detach()).mean().item())
-        self.log_metric("ppo/value_clipfrac", self.accelerator.gather(clip_fraction.detach()).mean().item())
+        self.loss_metrics.mean("ppo/value_loss", value_loss.detach(), 1)  # averaged over micro-batches and processes
+        self.loss_metrics.mean("ppo/value_clipfrac", clip_fraction.detach(), 1)
         return policy_loss + self.args.vf_coef * value_loss / accumulation
 
     def _clipped_loss_user(self) -> str:
@@ -389,3 +374,40 @@ class AgenticPPOTrainer(AgenticTrainer):
         super().save_model(output_dir, _internal_call)
         if self.accelerator.is_main_process:
             self.critic.save_pretrained(os.path.join(output_dir or self.args.output_dir, "critic"))
+
+
+def ppo_sums(scores: torch.Tensor, values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,
+             kl: torch.Tensor | None) -> dict[str, torch.Tensor]:
+    """This process's sums behind PPO's round metrics (summed over processes with the round's values,
+    :meth:`~trl_agentic.trainers.base.AgenticTrainer.round_metrics`), in float64: the rows' scores; over agent tokens
+    (``mask``) the values ``V``, the returns ``R`` and ``R - V`` with their squares; with a KL, its per-sequence sum
+    over the rows the loss trains on."""
+    m = mask.double()
+    v, r = values.detach().double() * m, returns.detach().double() * m
+    residual = r - v
+    sums = {"score": torch.stack([scores.detach().double().sum(), torch.tensor(float(scores.numel()),
+                                                                                dtype=torch.float64)]),
+            "tokens": torch.stack([v.sum(), r.sum(), (r * r).sum(), residual.sum(), (residual * residual).sum(),
+                                   m.sum()])}
+    if kl is not None:
+        trained = mask.any(-1)
+        sums["kl"] = torch.stack([(kl.detach().double().sum(-1) * trained).sum(), trained.sum().double()])
+    return sums
+
+
+def ppo_metrics(sums: dict[str, torch.Tensor]) -> dict[str, float]:
+    """``ppo/score_mean``, ``ppo/value_mean``, ``ppo/explained_variance`` (``1 - Var(R - V) / Var(R)`` over agent
+    tokens, ``Var(x) = E[x^2] - E[x]^2``; NaN when the returns have no variance, as OpenAI baselines') and, with a KL,
+    ``ppo/kl_per_sequence`` (over the rows the loss trains on: a row left out has no KL to speak of, not KL 0), from
+    the sums of every process (:func:`ppo_sums`)."""
+    score_total, rows = sums["score"].tolist()
+    value, ret, ret_sq, residual, residual_sq, tokens = sums["tokens"].tolist()
+    n = max(tokens, 1.0)
+    var_returns = ret_sq / n - (ret / n) ** 2
+    var_residual = residual_sq / n - (residual / n) ** 2
+    metrics = {"ppo/score_mean": score_total / max(rows, 1.0), "ppo/value_mean": value / n,
+               "ppo/explained_variance": 1 - var_residual / var_returns if var_returns > 1e-12 else float("nan")}
+    if "kl" in sums:
+        kl_total, trained = sums["kl"].tolist()
+        metrics["ppo/kl_per_sequence"] = kl_total / max(trained, 1.0)
+    return metrics

@@ -1,14 +1,17 @@
-"""A round's metrics that do not depend on the algorithm, computed from values.
+"""A round's metrics and completions table, computed from values gathered in one collective call.
 
 :func:`round_values` reads this process's values off a round (:class:`RoundValues`: the rollout's counts, the
-lengths, the mask audit's count, vLLM's sampling gaps); the trainer gathers every process's in one collective call
-(:meth:`~trl_agentic.trainers.base.AgenticTrainer.gather_round_values`); :func:`metrics_of_round` computes the
-metrics from them. Each metric is computed from the gathered values as before with one gather per value: the same
-tensors, on the same device, so the figures (TRL's among them) are equal bit for bit.
+lengths, the mask audit's count, vLLM's sampling gaps, the rows of TRL's completions table and what the reward
+functions logged, :class:`RoundTable`, and the algorithm's own sums, PPO's moments); the trainer gathers every
+process's in one collective call (:meth:`~trl_agentic.trainers.base.AgenticTrainer.gather_round_values`), the only
+one of a round's logging; :func:`metrics_of_round` computes the metrics from them. Each metric is computed from the
+gathered values as before with one gather per value: the same tensors, on the same device, so the figures (TRL's
+among them) are equal bit for bit.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +22,7 @@ import torch
 from ..rollout.audit import unsampled_trained
 from ..rollout.metrics import logprob_gap
 from ..rollout.seam import RolloutSeam
+from .loss_metrics import LossMetrics
 from .round import Round
 from .run_health import RoundFailures
 
@@ -38,6 +42,24 @@ class SamplingValues:
 
 
 @dataclass
+class RoundTable:
+    """This process's rows of TRL's completions table for a round, and what its reward functions logged.
+
+    Attributes:
+        prompts, completions: Per training row, as the reward functions received them.
+        advantages: Per training row (PPO's: the mean over its trained tokens).
+        columns: The columns logged with ``log_extra`` (and our multi-turn columns), one value per row.
+        reward_metrics: The values each reward function logged with ``log_metric``, by name.
+    """
+
+    prompts: list[Any]
+    completions: list[Any]
+    advantages: list[float]
+    columns: dict[str, list[Any]]
+    reward_metrics: dict[str, list[float]]
+
+
+@dataclass
 class RoundValues:
     """This process's values a round's metrics are computed from (on the CPU, each tensor of its batch's dtype).
 
@@ -49,6 +71,9 @@ class RoundValues:
         unsampled_trained: Trained positions the model did not sample (the mask audit).
         sampling: With vLLM's sampling log-probs, its gaps; else ``None``.
         failures: The runs whose environment or agent failed (:class:`~trl_agentic.trainers.run_health.RoundFailures`).
+        refusal: The message of a request the rollout's endpoint refused among the runs (agents), or ``None``.
+        table: The round's rows of the completions table (:class:`RoundTable`).
+        algorithm: The algorithm's own sums, each summed over processes (PPO's moments), by name.
     """
 
     sums: Counter
@@ -58,12 +83,17 @@ class RoundValues:
     unsampled_trained: int
     sampling: SamplingValues | None
     failures: RoundFailures
+    refusal: str | None
+    table: RoundTable
+    algorithm: dict[str, torch.Tensor]
 
 
-def round_values(round_: Round, seam: RolloutSeam, mask_observations: bool) -> RoundValues:
-    """This process's :class:`RoundValues` of a round (its batch as the sibling's step left it). The mask audit
-    (:mod:`trl_agentic.rollout.audit`) checks the trained positions against the seam's end ids; with
-    ``mask_observations=False`` observation positions are allowed."""
+def round_values(round_: Round, seam: RolloutSeam, mask_observations: bool, table: RoundTable,
+                 algorithm: dict[str, torch.Tensor]) -> RoundValues:
+    """This process's :class:`RoundValues` of a round (its batch as the sibling's step left it), with its
+    completions ``table`` and the ``algorithm``'s sums. The mask audit (:mod:`trl_agentic.rollout.audit`) checks the
+    trained positions against the seam's end ids; with ``mask_observations=False`` observation positions are
+    allowed."""
     batch = round_.batch
     bad = 0
     for row, t in zip(batch.loss_mask.bool().cpu().tolist(), round_.trajectories):
@@ -81,6 +111,9 @@ def round_values(round_: Round, seam: RolloutSeam, mask_observations: bool) -> R
         unsampled_trained=bad,
         sampling=sampling,
         failures=RoundFailures.of(round_.runs),
+        refusal=seam.refusal(round_.runs),
+        table=table,
+        algorithm={name: value.detach().cpu() for name, value in algorithm.items()},
     )
 
 
@@ -140,6 +173,51 @@ def metrics_of_round(everyone: Sequence[RoundValues], seam: RolloutSeam,
     if sampling:
         metrics.update(sampling_metrics(sampling, device))
     return metrics, tokens
+
+
+def add_sampling_values(metrics: LossMetrics, values: SamplingValues) -> None:
+    """A micro-batch's sampling gaps (:class:`SamplingValues`) added to the loss-side ``metrics`` of its optimizer
+    step, under the names :func:`sampling_metrics` gives a round's. Every name is added whatever the values (a NaN
+    statistic as an empty mean, an infinite extreme), so that every process gathers the same names."""
+    total, count, largest = values.gap[0].tolist()
+    metrics.mean("agentic/vllm_logprob_gap", total, count)
+    metrics.maximum("agentic/vllm_logprob_gap_max", largest)
+    if values.correction is None:
+        return
+    delta_mean, delta_max, stats = values.correction
+    metrics.mean("sampling/sampling_logp_difference/mean", delta_mean, 1)
+    metrics.maximum("sampling/sampling_logp_difference/max", delta_max)
+    low, mean, high = stats.tolist()
+    finite = not any(math.isnan(x) for x in (low, mean, high))
+    metrics.minimum("sampling/importance_sampling_ratio/min", low if finite else math.inf)
+    metrics.mean("sampling/importance_sampling_ratio/mean", mean if finite else 0.0, 1 if finite else 0)
+    metrics.maximum("sampling/importance_sampling_ratio/max", high if finite else -math.inf)
+
+
+def summed(everyone: Sequence[RoundValues]) -> dict[str, torch.Tensor]:
+    """The algorithm's sums (:attr:`RoundValues.algorithm`) summed over every process, in rank order."""
+    return {name: sum((v.algorithm[name] for v in everyone[1:]), everyone[0].algorithm[name])
+            for name in everyone[0].algorithm}
+
+
+def table_rows(everyone: Sequence[RoundTable]) -> tuple[list[Any], list[Any], list[float], dict[str, list[Any]],
+                                                           dict[str, float]]:
+    """Every process's completions table, in rank order: prompts, completions, advantages, each ``log_extra``
+    column (a process that did not log it: ``None`` for its rows; names sorted) and the mean of each ``log_metric``
+    metric over every value logged (names sorted), as TRL's ``_generate_and_score_completions`` builds them
+    (``grpo_trainer.py`` l. 2832-2855) from its own gathers."""
+    prompts = [p for t in everyone for p in t.prompts]
+    completions = [c for t in everyone for c in t.completions]
+    advantages = [a for t in everyone for a in t.advantages]
+    names = sorted({name for t in everyone for name in t.columns})
+    columns = {name: [v for t in everyone for v in t.columns.get(name, [None] * len(t.prompts))] for name in names}
+    metrics = {}
+    for name in sorted({name for t in everyone for name in t.reward_metrics}):
+        stats = torch.stack([torch.tensor([sum(values := t.reward_metrics.get(name, [])), len(values)],
+                                          dtype=torch.float32) for t in everyone])
+        total, count = stats.sum(dim=0).tolist()  # TRL's float32 sums per process, then over processes
+        metrics[name] = total / count
+    return prompts, completions, advantages, columns, metrics
 
 
 def total_sums(everyone: Sequence[RoundValues]) -> Counter:
