@@ -28,8 +28,38 @@ def _launch(tmp_path, tiny_model_dir, *extra, script="two_ranks.py"):
     return ranks
 
 
+DATA_COLLECTIVES = {
+    "base.py:_sync_any", "base.py:_sync_max",  # the engine's turns: whether any process is still active; row counts
+    "base.py:build_round", "base.py:score",  # the round's rewards and failed runs, over every process
+    "compat.py:recount_items", "compat.py:trl_rewards",  # TRL's num_items_in_batch and TRL's reward gather
+    "grpo.py:<lambda>", "zero_variance.py:<listcomp>",  # dynamic sampling's merged batch
+    "ppo.py:_reduce", "critic.py:average_over_processes", "ppo.py:_build_critic",  # PPO's whitening, its critic
+}
+"""The collective calls a round's data needs, each in one named place."""
+TRL_COLLECTIVES = {"compat.py:trl_loss", "base.py:train", "compat.py:end_training"}
+"""TRL's loss (its own metrics), transformers' training loop and the end of a run."""
+ROUND_LOGGING, STEP_LOGGING = "base.py:gather_round_values", "loss_metrics.py:flush"
+
+
+def check_collectives(ranks, our_loss):
+    """Both processes made the same collective calls in the same order (no place where they can fall out of step);
+    each generation round's logging is one gather (``gather_round_values``: metrics, completions table, the reward
+    functions' logs), our losses' metrics one gather per optimizer step (``LossMetrics.flush``; none under TRL's loss);
+    every other call is one of the named data calls or TRL's own."""
+    calls = [[tuple(c) for c in rank["collectives"]] for rank in ranks]
+    assert calls[0] == calls[1]
+    places = [where for name, where in calls[0] if name not in ("round", "step")]
+    assert set(places) <= DATA_COLLECTIVES | TRL_COLLECTIVES | {ROUND_LOGGING, STEP_LOGGING}, \
+        set(places) - DATA_COLLECTIVES - TRL_COLLECTIVES
+    rounds, steps = (sum(name == marker for name, _ in calls[0]) for marker in ("round", "step"))
+    assert rounds >= 2 and steps >= 2
+    assert places.count(ROUND_LOGGING) == rounds
+    assert places.count(STEP_LOGGING) == (steps if our_loss else 0)
+
+
 def test_two_processes_uneven_turns(tmp_path, tiny_model_dir):
     ranks = _launch(tmp_path, tiny_model_dir)
+    check_collectives(ranks, our_loss=False)
     # rank 0's episodes end after 1 turn, rank 1's after 3: rank 0 keeps calling generate with a dummy
     assert ranks[0]["generation_calls"] == ranks[1]["generation_calls"] == [3, 3]
     for step in range(2):
@@ -44,6 +74,7 @@ def test_dynamic_sampling_keeps_groups_across_processes(tmp_path, tiny_model_dir
     """Per-device batch 3, groups of 2: the middle group spans both ranks. After dropping equal-reward groups and
     resampling, every group of the final global batch is still a (+a, -a) pair."""
     ranks = _launch(tmp_path, tiny_model_dir, "dynamic")
+    check_collectives(ranks, our_loss=False)
     for step in range(2):
         advantages = torch.tensor(ranks[0]["advantages"][step] + ranks[1]["advantages"][step]).view(-1, 2)
         torch.testing.assert_close(advantages.sum(1), torch.zeros(3), atol=1e-4, rtol=0)
@@ -54,6 +85,7 @@ def test_ppo_two_processes_keep_critic_in_sync(tmp_path, tiny_model_dir):
     """The critic is not DDP-wrapped: its gradients are averaged by the trainer, so both ranks' critics (and
     policies) stay identical while each rank trains on different rollouts with uneven turn counts."""
     ranks = _launch(tmp_path, tiny_model_dir, "ppo")
+    check_collectives(ranks, our_loss=True)
     assert ranks[0]["generation_calls"] == ranks[1]["generation_calls"] == [3, 3]
     assert ranks[0]["critic_checksum"] == pytest.approx(ranks[1]["critic_checksum"], rel=1e-6)
     assert ranks[0]["policy_checksum"] == pytest.approx(ranks[1]["policy_checksum"], rel=1e-9)
@@ -66,6 +98,7 @@ def test_two_processes_two_rounds_behind(tmp_path, tiny_model_dir):
     generator to a core of its own, and both policies end equal (DDP averaged the gradients). Rank 1's last job is
     stopped while it runs, and still no gloo thread outlives ``end_training`` (checked in ``_launch``)."""
     ranks = _launch(tmp_path, tiny_model_dir, "async")
+    check_collectives(ranks, our_loss=True)
     assert [rank["stopped_while_running"] for rank in ranks] == [0, 1]
     for rank in ranks:
         assert rank["staleness"] == [0.0, 1.0, 2.0]

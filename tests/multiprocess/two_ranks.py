@@ -1,7 +1,9 @@
 """Run under ``accelerate launch --num_processes 2 --cpu``: rank 0's episodes last 1 turn, rank 1's last 3.
 
 Writes ``<out>/rank<k>.json`` with, per step, the generation calls this rank made, its local rewards and
-advantages, so the test can check call alignment (no deadlock) and group advantages across ranks.
+advantages, so the test can check call alignment (no deadlock) and group advantages across ranks; and every
+collective call this rank made through ``torch.distributed`` (its name and the innermost function of the library it
+was made from), between markers of each generation round and each optimizer step.
 """
 
 import gc
@@ -9,6 +11,10 @@ import json
 import os
 import sys
 import time
+import traceback
+
+import torch.distributed as dist
+from transformers import TrainerCallback
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
 
@@ -36,6 +42,29 @@ def recording_run(self, prompts, rows=None, **kwargs):
 
 
 engine_module.RolloutEngine.run = recording_run
+record["collectives"] = []
+
+
+def _counted(name, collective):
+    def call(*args, **kwargs):
+        frames = traceback.extract_stack()[:-1]
+        where = next((f"{os.path.basename(f.filename)}:{f.name}" for f in reversed(frames)
+                      if f"{os.sep}trl_agentic{os.sep}" in f.filename), "outside the library")
+        record["collectives"].append([name, where])
+        return collective(*args, **kwargs)
+
+    return call
+
+
+for _name in ("all_gather", "all_gather_object", "all_gather_into_tensor", "all_reduce", "broadcast",
+              "broadcast_object_list", "barrier", "gather", "gather_object", "scatter", "reduce_scatter_tensor"):
+    if hasattr(dist, _name):
+        setattr(dist, _name, _counted(_name, getattr(dist, _name)))
+
+
+class StepMarker(TrainerCallback):
+    def on_step_end(self, args, state, control, **kwargs):
+        record["collectives"].append(["step", ""])
 
 if depth:  # rank 1's job ahead waits during the last step until training ends: it is stopped while it runs (its
     # GenerationStopped once kept the training loop's frames, and the DDP wrapper, alive: gloo's threads outlived the run)
@@ -67,6 +96,10 @@ def agent_tokens_reward(completions, trajectory, **kwargs):
 
 
 class RecordingTrainer(AgenticPPOTrainer if mode == "ppo" else AgenticGRPOTrainer):
+    def generation_round(self, rows, ahead=True):
+        record["collectives"].append(["round", ""])
+        return super().generation_round(rows, ahead)
+
     def training_batch(self, rows):
         batch = super().training_batch(rows)
         record["advantages"].append(batch.advantages.tolist())
@@ -110,13 +143,14 @@ args = make_args(
 trainer = RecordingTrainer(model=model_dir, reward_funcs=agent_tokens_reward, args=args,
                            train_dataset=lookup_dataset(12), processing_class=tokenizer,
                            environment=lambda: EchoEnvironment(turns=1 if rank == 0 else 3))
+trainer.add_callback(StepMarker())
 trainer.train()
 if mode == "ppo":
     record["critic_checksum"] = [float(p.detach().double().sum()) for p in trainer.critic.parameters()]
 if mode in ("ppo", "async"):
     record["policy_checksum"] = float(sum(p.detach().double().sum() for p in trainer.model.parameters()))
 if depth:
-    pipeline = trainer.async_rollouts
+    pipeline = trainer.rollout_source
     record["staleness"] = [row["async/staleness"] for row in trainer.state.log_history if "loss" in row]
     record["samples"] = [pipeline.started, pipeline.consumed, pipeline.discarded]
     record["generator_cpu"] = pipeline.thread.cpu
