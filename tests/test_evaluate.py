@@ -31,3 +31,27 @@ def test_evaluate_counts_successes_per_row(tokenizer):
     assert report.accuracy == 0.5 and report.pass_at_k == {1: 0.5, 2: 0.5}
     assert report.mean_turns == 2 and report.mean_tool_calls == 1 and report.truncation_rate == 0
     assert "accuracy 0.500" in report.summary() and report.to_dict()["pass_at_k"]["2"] == 0.5
+
+
+def test_a_failed_environment_is_unscorable_as_in_training(tokenizer, caplog):
+    """Issue 53: training marks a run whose environment failed as unscorable; evaluation now does too (a reward
+    function that scored it anyway, here a constant, no longer counts it as a success), named in one line."""
+    import logging
+
+    class FailsOnOddRows(LookupEnvironment):
+        def reset(self, **row):
+            if row["index"] % 2:
+                raise RuntimeError(f"no slot for row {row['index']}")
+            return super().reset(**row)
+
+    rows = [dict(row, index=i) for i, row in enumerate(make_lookup_dataset(4, seed=1))]
+    with caplog.at_level(logging.WARNING, logger="trl_agentic.evaluate"):
+        report, trajectories = evaluate(None, tokenizer, FailsOnOddRows, rows, lambda completions, **k: [1.0] * 4,
+                                        generator=even_rows_right(tokenizer, rows), max_turns=3,
+                                        max_completion_length=60, show_progress=False)
+    assert [t.stop_reason == "env_error" for t in trajectories] == [False, True, False, True]
+    assert report.rewards == [1.0, None, 1.0, None] and report.successes == [1, 0, 1, 0] and report.accuracy == 0.5
+    assert report.env_failure_rate == 0.5
+    assert [r.getMessage() for r in caplog.records] == [
+        "evaluation: 2 of 4 trajectories failed and count as failures (env_error 2); e.g. FailsOnOddRows.reset raised "
+        "RuntimeError: no slot for row 1"]

@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from .environments.base import read_info
+
 MAX_CELL_CHARS = 300
 """Each action and observation is cut to this many characters in the table (the JSONL of ``trajectory_dir`` keeps
 everything)."""
@@ -37,8 +39,8 @@ def trajectory_columns(trajectories: Sequence[Any], max_chars: int = MAX_CELL_CH
     return {
         "turns": [t.num_turns for t in trajectories],
         "actions": [_numbered(t.actions, max_chars) for t in trajectories],
-        "tool_calls": [", ".join(name for info in t.turn_infos if isinstance(info, dict)
-                                 for name in info.get("tool") or []) for t in trajectories],
+        "tool_calls": [", ".join(name for info in t.turn_infos for name in read_info(info).tool)
+                       for t in trajectories],
         "observations": [_numbered(t.observations, max_chars) for t in trajectories],
         "stop_reason": [t.stop_reason for t in trajectories],
         "env_reward": [t.env_reward for t in trajectories],

@@ -149,6 +149,9 @@ BAD_RETURNS = {
     "lone surrogate": "StepResult(observation='ok \\ud800 bad')",
     "None info": "StepResult(observation='x', info=None)",
     "NaN reward": "StepResult(observation='x', reward=float('nan'))",
+    "a count as text": "StepResult(observation='x', info={'tool_error': '1'})",
+    "a negative count": "StepResult(observation='x', info={'invalid': -1})",
+    "tool names not a list": "StepResult(observation='x', info={'tool': 'search'})",
     "string reward": "StepResult(observation='x', reward='1')",
     "tuple": "('obs', 0.0, False)",
     "None": "None",
@@ -180,6 +183,26 @@ def test_error_message_names_field_and_type(tokenizer):
     gen = ScriptedGenerator(tokenizer, lambda ids: "act")
     [t] = RolloutEngine(gen, tokenizer, Bad, RolloutConfig(max_turns=2)).run(["p"], [{}])
     assert "Bad.step().observation must be a str or None, got bytes" in t.error
+
+
+def test_info_keys_the_library_reads_are_typed_and_named(tokenizer):
+    """Issue 53: ``StepResult.info`` is read through one typed reader; a wrong type is an error naming the key, not a
+    silent coercion (``int("1" or 0)`` once counted a text "1" as one tool error)."""
+    from trl_agentic.environments.base import EnvironmentOutputError, read_info
+
+    class Bad(EchoEnvironment):
+        def step(self, action):
+            return StepResult(observation="x", info={"tool_error": "1"})
+
+    gen = ScriptedGenerator(tokenizer, lambda ids: "act")
+    [t] = RolloutEngine(gen, tokenizer, Bad, RolloutConfig(max_turns=2)).run(["p"], [{}])
+    assert t.stop_reason == "env_error"
+    assert "Bad.step().info['tool_error'] must be a count (an int >= 0 or a bool), got '1' (str)" in t.error
+    info = read_info({"tool": ["search"], "tool_error": True, "custom": object()})  # other keys are the env's own
+    assert (info.tool, info.tool_error, info.tool_calls, info.reports_tools) == (("search",), 1, 0, True)
+    assert not read_info({}).reports_tools
+    with pytest.raises(EnvironmentOutputError, match=r"^StepResult.info\['calls'\] must be a list"):
+        read_info({"calls": "f(x)"})
 
 
 def test_failing_factory_and_bad_reset_cost_one_trajectory(tokenizer):

@@ -7,7 +7,7 @@ Each case trains its two steps to the end; the innocent rows are rolled out and 
 costs is at most its own rows, and a failure that loses rows is named once per round in one line:
 
 - ``reset``, ``step`` and the agent: the row's trajectories fail (``env_error`` / ``env_timeout``) and train nothing;
-  the trainer names them once per round (:func:`~trl_agentic.trainers.run_health.failure_line`). An agent whose
+  the trainer names them once per round (:func:`~trl_agentic.rollout.metrics.failure_line`). An agent whose
   malformed request the endpoint refused (400) and that returned anyway has no model turn: nothing of it is trained.
 - a tool: the model reads the error (or the cut, escaped text) and the trajectory goes on; nothing is lost.
 - a reward function: the row is unscorable for it (``None``), the function named once per round.

@@ -12,7 +12,8 @@ from conventions import build_convention
 from helpers import scripted
 from test_trl_environments import IncrementEnv, _config, increment_dataset
 
-from trl_agentic.trainers.run_health import RoundFailures, RunHealth, failure_line
+from trl_agentic.rollout.metrics import RoundFailures, failure_line
+from trl_agentic.trainers.run_health import RunHealth
 from trl_agentic.trajectory import Trajectory
 
 BASE_LOGGER = "trl_agentic.trainers.base"
@@ -29,11 +30,12 @@ def test_failure_line_counts_every_process_and_quotes_one_error():
     failed = Trajectory(prompt_ids=[1], stop_reason="env_error", error="Env.reset raised KeyError: 'goal'")
     hung = Trajectory(prompt_ids=[1], stop_reason="env_timeout", error="Env.step took longer than env_timeout=1 s")
     everyone = [RoundFailures.of([ok, failed]), RoundFailures.of([hung, failed, ok])]
-    assert failure_line(4, 5, everyone) == ("step 4: 3 of 5 trajectories failed and train nothing (env_error 2, "
-                                            "env_timeout 1); e.g. Env.reset raised KeyError: 'goal'")
-    assert failure_line(4, 2, [RoundFailures.of([ok, ok])]) is None
+    assert failure_line("step 4", 5, everyone, " and train nothing") == (
+        "step 4: 3 of 5 trajectories failed and train nothing (env_error 2, env_timeout 1); e.g. Env.reset raised "
+        "KeyError: 'goal'")
+    assert failure_line("step 4", 2, [RoundFailures.of([ok, ok])]) is None
     long = Trajectory(prompt_ids=[1], stop_reason="env_error", error="x" * 10_000 + "\n" * 50)
-    assert len(failure_line(1, 1, [RoundFailures.of([long])])) < 400  # never a dump
+    assert len(failure_line("step 1", 1, [RoundFailures.of([long])])) < 400  # never a dump
 
 
 def _sums(count=4, tool_turns=4, calls=0, **stops):

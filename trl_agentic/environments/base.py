@@ -23,9 +23,10 @@ from ..renamed import renamed_arguments
 
 
 class StepInfo(TypedDict, total=False):
-    """The keys of ``StepResult.info`` that the library reads (metrics, rewards, SFT replays, trackers, evaluation);
-    an environment may add any other. Every count is an ``int`` for this turn (a ``bool`` is read as 0 or 1). The
-    environments of the library write them all this way.
+    """The keys of ``StepResult.info`` that the library reads (metrics, rewards, SFT replays, trackers, evaluation),
+    always through :func:`read_info`; an environment may add any other. Every count is an ``int`` for this turn (a
+    ``bool`` is read as 0 or 1). The environments of the library write them all this way; a value of another type
+    is refused with the key named (:func:`check_step_result`: it costs that trajectory).
 
     Attributes:
         tool: The names of the tools called in this turn, in call order (``[]``: none).
@@ -47,6 +48,52 @@ class StepInfo(TypedDict, total=False):
     invalid: int
     observation_truncated: int
     calls: list[dict[str, Any]]
+
+
+COUNT_KEYS = ("tool_calls", "tool_error", "tool_timeout", "unknown_tool", "invalid", "observation_truncated")
+"""The integer counts of :class:`StepInfo`."""
+
+
+@dataclass(frozen=True)
+class TurnInfo:
+    """The keys of a turn's ``info`` the library reads, typed (:class:`StepInfo`; absent keys: none, 0).
+    ``reports_tools``: the ``tool`` key is present (an environment that offers tools reports this turn's calls,
+    ``[]`` for none)."""
+
+    tool: tuple[str, ...] = ()
+    reports_tools: bool = False
+    tool_calls: int = 0
+    tool_error: int = 0
+    tool_timeout: int = 0
+    unknown_tool: int = 0
+    invalid: int = 0
+    observation_truncated: int = 0
+    calls: tuple[dict[str, Any], ...] = ()
+
+
+def read_info(info: Any, where: str = "StepResult.info") -> TurnInfo:
+    """The typed :class:`TurnInfo` of a turn's ``info`` (a ``StepResult.info``, or a ``Trajectory.turn_infos``
+    entry): the one way the library reads it. A value of the wrong type raises :class:`EnvironmentOutputError`
+    naming ``where`` and the key (no coercion: ``"1"`` is not a count)."""
+    if not isinstance(info, dict):
+        raise EnvironmentOutputError(f"{where} must be a dict, got {type(info).__name__}")
+    values: dict[str, Any] = {}
+    for key in COUNT_KEYS:
+        value = info.get(key, 0)
+        if value is None:
+            value = 0
+        if not isinstance(value, numbers.Integral) or value < 0:
+            raise EnvironmentOutputError(f"{where}[{key!r}] must be a count (an int >= 0 or a bool), got {value!r} "
+                                         f"({type(value).__name__})")
+        values[key] = int(value)
+    tool = info.get("tool") or []
+    if not isinstance(tool, (list, tuple)) or not all(isinstance(name, str) for name in tool):
+        raise EnvironmentOutputError(f"{where}['tool'] must be a list of tool names (str), got {tool!r:.80}")
+    calls = info.get("calls") or []
+    if not isinstance(calls, (list, tuple)) or not all(isinstance(call, dict) for call in calls):
+        raise EnvironmentOutputError(f"{where}['calls'] must be a list of {{'name', 'arguments'}} dicts, got "
+                                     f"{calls!r:.80}")
+    return TurnInfo(tool=tuple(tool), reports_tools="tool" in info, calls=tuple(calls), **values)
 
 
 @renamed_arguments({"done": "use terminated=True when the task ended (and truncated=True when the episode was cut "
@@ -213,6 +260,5 @@ def check_step_result(value: Any, env_name: str) -> StepResult:
     for flag in ("terminated", "truncated"):
         if not isinstance(getattr(value, flag), (bool, numbers.Integral)):
             raise EnvironmentOutputError(f"{where}.{flag} must be a bool, got {type(getattr(value, flag)).__name__}")
-    if not isinstance(value.info, dict):
-        raise EnvironmentOutputError(f"{where}.info must be a dict, got {type(value.info).__name__}")
+    read_info(value.info, f"{where}.info")  # the keys the library reads, typed
     return value

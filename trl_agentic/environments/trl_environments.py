@@ -36,7 +36,7 @@ import inspect
 import threading
 from typing import Any, Callable, Sequence
 
-from .base import StepResult
+from .base import StepResult, read_info
 from .native_tools import ToolCallEnvironment, check_tool_schema, tool_methods
 
 EMPTY_PROMPT: list[dict[str, str]] = [{"role": "user", "content": ""}]
@@ -178,7 +178,7 @@ class TRLEnvironment(ToolCallEnvironment):
     async def step(self, message: dict[str, Any]) -> StepResult:
         settled, self._settled = self._settled, False
         result = await super().step(message)
-        self._settled = settled and not result.info.get("tool_timeout")  # a timed-out method may still be running
+        self._settled = settled and not read_info(result.info).tool_timeout  # a timed-out method may still run
         return result
 
     def close(self) -> None:

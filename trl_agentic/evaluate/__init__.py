@@ -15,19 +15,23 @@ success rate.
 from __future__ import annotations
 
 import copy
+import logging
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
-from ..environments.base import EnvironmentFactory
+from ..environments.base import EnvironmentFactory, read_info
 from ..kinds.checks import check_response_parser
 from ..kinds.choice import EnvironmentChoice, SeamParts, choose_rollout
 from ..rewards.guard import guard_reward
 from ..rewards.inputs import reward_inputs
 from ..rollout.config import RolloutConfig
 from ..rollout.generation import Generator, HFGenerator, get_eos_token_ids
+from ..rollout.metrics import RoundFailures, failure_line
 from ..rollout.seam import RolloutSeam, Runs
 from ..trajectory import Trajectory
+
+logger = logging.getLogger(__name__)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -99,14 +103,16 @@ def score_rollout(
     ``completion_ids``, every dataset column but the prompt as a list, and what the rollout adds: ``trajectory``,
     ``environments`` for TRL's ``environment_factory``, ``agent_output`` for agents), through the guard training
     uses (:func:`~trl_agentic.rewards.guard.guard_reward`): a value that is not a finite number is ``None``, and a
-    function that raises costs the completions it raises on, not the evaluation."""
+    function that raises costs the completions it raises on, not the evaluation. A run whose environment (or agent)
+    failed is unscorable (``None``), as in training: it counts as a failure."""
     trajectories, environments = runs
     prompts, completions, extras = reward_inputs(seam, rows, trajectories, environments, processing_class)
     columns = {key: [row.get(key) for row in rows] for key in rows[0] if key != prompt_column} if rows else {}
     for key in extras[0] if extras else ():
         columns[key] = [extra[key] for extra in extras]
-    return guard_reward(reward_func)(prompts=prompts, completions=completions,
-                                     completion_ids=[t.completion_ids for t in trajectories], **columns)
+    rewards = guard_reward(reward_func)(prompts=prompts, completions=completions,
+                                        completion_ids=[t.completion_ids for t in trajectories], **columns)
+    return [None if t.env_failed else r for t, r in zip(trajectories, rewards)]  # as in training: unscorable
 
 
 def evaluate(
@@ -187,12 +193,15 @@ def evaluate(
         trajectories += done[0]
         rewards += score_rollout(reward_func, seam, chunk, done, processing_class, prompt_column)
     seam.close()
+    line = failure_line("evaluation", len(trajectories), [RoundFailures.of(trajectories)], " and count as failures")
+    if line is not None:
+        logger.warning(line)
     return _report(rows, samples_per_row, list(k), success_threshold, trajectories, rewards), trajectories
 
 
 def _calls(info: dict[str, Any]) -> int:
     """Tool calls of one turn: the names in its ``tool``."""
-    return len(info.get("tool") or [])
+    return len(read_info(info).tool)
 
 
 def _report(rows, n, ks, success_threshold, trajectories, rewards) -> EvaluationReport:

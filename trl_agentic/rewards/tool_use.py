@@ -34,6 +34,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..environments.base import read_info
 from ..environments.tag_protocol import ANY_TOOL_TAGS, TagProtocol
 from .base import RewardFunction, Sample
 from .text import strip_blocks
@@ -74,8 +75,8 @@ _ANY_BLOCK = re.compile(r"<([A-Za-z_][\w-]*)>(.*?)</\1>", re.DOTALL)
 def _calls_from_trajectory(sample: Sample, think_tag: str | None) -> list[ToolCall]:
     trajectory = sample.trajectory
     calls = []
-    for action, info in zip(trajectory.actions, trajectory.turn_infos):
-        names, invalid, unknown = info.get("tool") or [], bool(info.get("invalid")), bool(info.get("unknown_tool"))
+    for action, info in zip(trajectory.actions, map(read_info, trajectory.turn_infos)):
+        names, invalid, unknown = info.tool, bool(info.invalid), bool(info.unknown_tool)
         name = names[-1] if names else None  # a tag environment calls one tool per turn
         if name is None and not (invalid or unknown):
             continue  # a turn without a call (e.g. the final answer)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Iterable
 
 import torch
 
-from ..trajectory import Trajectory
+from ..environments.base import read_info
+from ..trajectory import ENV_FAILURES, Trajectory
 
 EVENT_KEYS = ("env_error", "env_timeout", "observation_truncated", "env_close_error")
 INFO_FLAGS = ("invalid", "tool_error", "tool_timeout", "unknown_tool")
@@ -31,12 +34,12 @@ def rollout_sums(trajectories: Iterable[Trajectory]) -> Counter:
         sums["truncated"] += int(t.truncated)
         sums["agent_tokens"] += t.num_agent_tokens
         sums["observation_tokens"] += t.num_observation_tokens
-        for info in t.turn_infos:
-            for flag in INFO_FLAGS:  # a bool, or a count (several native tool calls in one turn)
-                sums[flag] += int(info.get(flag) or 0)
-            sums["native_tool_calls"] += int(info.get("tool_calls") or 0)
-            sums["tool_turns"] += int("tool" in info)
-            for tool in info.get("tool") or []:
+        for info in map(read_info, t.turn_infos):
+            for flag in INFO_FLAGS:  # a count (several native tool calls in one turn)
+                sums[flag] += getattr(info, flag)
+            sums["native_tool_calls"] += info.tool_calls
+            sums["tool_turns"] += int(info.reports_tools)
+            for tool in info.tool:
                 sums[f"tool_calls/{tool}"] += 1
         for event in EVENT_KEYS:
             sums[event] += t.events.get(event, 0)
@@ -82,3 +85,35 @@ def logprob_gap(trainer_logps: torch.Tensor, sampling_logps: torch.Tensor, mask:
         return 0.0, 0.0
     delta = (trainer_logps.float() - sampling_logps.float()).abs()[mask]
     return delta.mean().item(), delta.max().item()
+
+
+@dataclass
+class RoundFailures:
+    """This process's failed runs of a round: how many ended with each failing stop reason, and the first error."""
+
+    counts: Counter
+    first_error: str | None
+
+    @classmethod
+    def of(cls, runs: Sequence[Trajectory]) -> "RoundFailures":
+        failed = [t for t in runs if t.stop_reason in ENV_FAILURES]
+        return cls(Counter(t.stop_reason for t in failed), failed[0].error if failed else None)
+
+
+def failure_line(label: str, runs: int, everyone: Sequence[RoundFailures], cost: str = "") -> str | None:
+    """One line, headed ``label``, naming the failed runs of a round over every process (``runs``: the runs of the
+    round over every process) and what they ``cost``, or ``None`` when none failed."""
+    counts: Counter = Counter()
+    for failures in everyone:
+        counts.update(failures.counts)
+    if not counts:
+        return None
+    error = next((f.first_error for f in everyone if f.first_error), "(no message)")
+    kinds = ", ".join(f"{reason} {n}" for reason, n in sorted(counts.items()))
+    failed = sum(counts.values())
+    return f"{label}: {failed} of {runs} trajectories failed{cost} ({kinds}); e.g. {_short(error)}"
+
+
+def _short(text: str, limit: int = 300) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

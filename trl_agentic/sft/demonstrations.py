@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..environments.base import EnvironmentFactory, StepResult
+from ..environments.base import EnvironmentFactory, StepResult, read_info
 from ..environments.tag_protocol import SEARCH_R1_TAGS, TagProtocol
 from ..rollout.config import RolloutConfig
 from ..rollout.engine import RolloutEngine
@@ -149,10 +149,10 @@ def _check_replay(t: Trajectory, turns: list[list[int]], actions: Sequence[str],
     engine stops there, and the encoder adds the end-of-turn id with the observation (masked)."""
     if t.env_failed:
         raise DemonstrationError(f"the environment failed during the demonstration: {t.error}")
-    for k, info in enumerate(t.turn_infos):
-        if info.get("tool_error") or info.get("tool_timeout"):
+    for k, info in enumerate(map(read_info, t.turn_infos)):
+        if info.tool_error or info.tool_timeout:
             observation = (t.observations[k] if k < len(t.observations) else None) or ""
-            tools = " and ".join(info.get("tool") or ["tool"])  # info["tool"]: the names of the turn's calls
+            tools = " and ".join(info.tool or ["tool"])  # the names of the turn's calls
             raise DemonstrationError(
                 f"the {tools} call of action {k} failed during the replay "
                 f"({' '.join(observation.split())[:120]!r}); a demonstration would teach that error: fix the tool "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from ..environments.base import read_info
 from ..environments.tag_environment import TagEnvironment
 from ..environments.tag_protocol import TagProtocol
 
@@ -87,7 +88,7 @@ def lookup_success(completions: list[Any], value: list[str], trajectory: list[An
     """The task's outcome: 1.0 when the agent called ``<lookup>`` and then answered the row's value, else 0.0."""
     rewards = []
     for t, expected in zip(trajectory, value):
-        called = any("lookup" in (info.get("tool") or []) for info in t.turn_infos)
+        called = any("lookup" in read_info(info).tool for info in t.turn_infos)
         answered = t.stop_reason == "terminated" and t.turn_infos[-1].get("answer") == str(expected)
         rewards.append(float(called and answered))
     return rewards

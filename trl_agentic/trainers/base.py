@@ -46,6 +46,7 @@ from ..kinds.choice import RolloutChoice, SeamParts, choose_rollout
 from ..rewards.inputs import reward_inputs
 from ..rollout.config import RolloutConfig
 from ..rollout.generation import Generator, HFGenerator
+from ..rollout.metrics import failure_line
 from ..rollout.pipeline import (
     AsyncRollouts,
     CopyWeights,
@@ -79,7 +80,7 @@ from .round_metrics import (
     table_rows,
     total_sums,
 )
-from .run_health import RunHealth, failure_line
+from .run_health import RunHealth
 
 logger = logging.getLogger(__name__)
 
@@ -461,7 +462,8 @@ class AgenticTrainer(GRPOTrainerBoundary):
         self.log_round_table(*table_rows([v.table for v in everyone]), round_.rewards_per_func)
         round_.sums = total_sums(everyone)
         if self.model.training:
-            line = failure_line(self.state.global_step + 1, round_.sums["count"], [v.failures for v in everyone])
+            line = failure_line(f"step {self.state.global_step + 1}", round_.sums["count"],
+                                [v.failures for v in everyone], " and train nothing")
             if line is not None and self.accelerator.is_main_process:
                 logger.warning(line)
             refusal = next((v.refusal for v in everyone if v.refusal), None)

@@ -20,11 +20,10 @@ from typing import Any
 import torch
 
 from ..rollout.audit import unsampled_trained
-from ..rollout.metrics import logprob_gap
+from ..rollout.metrics import RoundFailures, logprob_gap
 from ..rollout.seam import RolloutSeam
 from .loss_metrics import LossMetrics
 from .round import Round
-from .run_health import RoundFailures
 
 
 @dataclass
@@ -70,7 +69,7 @@ class RoundValues:
         clipped: Per training row, whether its trajectory did not end on its own (TRL's clipped completions).
         unsampled_trained: Trained positions the model did not sample (the mask audit).
         sampling: With vLLM's sampling log-probs, its gaps; else ``None``.
-        failures: The runs whose environment or agent failed (:class:`~trl_agentic.trainers.run_health.RoundFailures`).
+        failures: The runs whose environment or agent failed (:class:`~trl_agentic.rollout.metrics.RoundFailures`).
         refusal: The message of a request the rollout's endpoint refused among the runs (agents), or ``None``.
         table: The round's rows of the completions table (:class:`RoundTable`).
         algorithm: The algorithm's own sums, each summed over processes (PPO's moments), by name.

@@ -3,8 +3,9 @@
 Two readers of a round's values, both pure over what every process gathered (so every rank decides the same; the
 trainer prints on the main process only):
 
-- :func:`failure_line`: the trajectories of a round whose environment or agent failed (they train nothing: each
-  costs its own row), counted by stop reason, with one error quoted: one line per round that has any.
+- :func:`~trl_agentic.rollout.metrics.failure_line`: the trajectories of a round whose environment or agent failed
+  (they train nothing: each costs its own row), counted by stop reason, with one error quoted: one line per round
+  that has any.
 - :class:`RunHealth`: warnings for a run that trains on nothing although nothing fails, each given once per run
   after ``window`` rounds in a row:
 
@@ -19,46 +20,12 @@ trainer prints on the main process only):
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 
-from ..trajectory import ENV_FAILURES, Trajectory
+from ..trajectory import ENV_FAILURES
 
 BUDGET_STOPS = ("max_tokens", "max_turns")
 """Stop reasons of a trajectory cut by a budget (``env_truncated`` is the environment's own limit)."""
-
-
-@dataclass
-class RoundFailures:
-    """This process's failed runs of a round: how many ended with each failing stop reason, and the first error."""
-
-    counts: Counter
-    first_error: str | None
-
-    @classmethod
-    def of(cls, runs: Sequence[Trajectory]) -> "RoundFailures":
-        failed = [t for t in runs if t.stop_reason in ENV_FAILURES]
-        return cls(Counter(t.stop_reason for t in failed), failed[0].error if failed else None)
-
-
-def failure_line(step: int, runs: int, everyone: Sequence[RoundFailures]) -> str | None:
-    """One line naming the failed runs of a round over every process (``runs``: the runs of the round over every
-    process), or ``None`` when none failed."""
-    counts: Counter = Counter()
-    for failures in everyone:
-        counts.update(failures.counts)
-    if not counts:
-        return None
-    error = next((f.first_error for f in everyone if f.first_error), "(no message)")
-    kinds = ", ".join(f"{reason} {n}" for reason, n in sorted(counts.items()))
-    failed = sum(counts.values())
-    return (f"step {step}: {failed} of {runs} trajectories failed and train nothing ({kinds}); e.g. "
-            f"{_short(error)}")
-
-
-def _short(text: str, limit: int = 300) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class RunHealth:
