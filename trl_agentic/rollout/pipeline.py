@@ -207,30 +207,33 @@ class Rollouts:
 
 class SyncSource:
     """Depth 0: each round's rows rolled out now through ``seam`` (the trainer's generator), after ``before(version)``
-    (vLLM's weights brought up to date). Nothing runs ahead; nothing to check or stop.
+    when given (vLLM's weights brought up to date). Nothing runs ahead; nothing to check or stop.
 
     Args:
         seam: The trainer's rollout seam.
-        before: Called with the round's version before it rolls out (the trainer's ``push_vllm_weights``).
+        before: Called with the round's version before it rolls out (the trainer's ``push_vllm_weights``), or
+            ``None``.
         behaviour: Whether the seam's generator returns behaviour log-probs to correct against (the trainer's own
-            rounds under a pipeline: :meth:`AsyncRollouts.now`).
+            rounds under a pipeline: :attr:`AsyncRollouts.present`).
     """
 
     off_policy = False
 
-    def __init__(self, seam: RolloutSeam, before: Callable[[int], None] = lambda version: None,
+    def __init__(self, seam: RolloutSeam, before: Callable[[int], None] | None = None,
                  behaviour: bool = False) -> None:
         self.seam, self.before, self.behaviour = seam, before, behaviour
 
-    def next(self, rows: list[dict[str, Any]], model: torch.nn.Module, version: int) -> Rollouts:
-        """A training round's rollouts: :meth:`now`."""
-        return self.now(rows, version)
-
-    def now(self, rows: list[dict[str, Any]], version: int) -> Rollouts:
-        """``rows`` rolled out now, with the weights of ``version``."""
-        self.before(version)
+    def rollouts(self, rows: list[dict[str, Any]], model: torch.nn.Module, version: int,
+                 ahead: bool = True) -> Rollouts:
+        """``rows`` rolled out now, with the weights of ``version`` (``model`` and ``ahead``: unused at depth 0)."""
+        if self.before is not None:
+            self.before(version)
         runs, environments = self.seam.run(rows)
         return Rollouts(rows, runs, environments, version, self.behaviour)
+
+    def callbacks(self) -> list[TrainerCallback]:
+        """Nothing runs ahead: no callback."""
+        return []
 
     def push_weights(self, push: Callable[[], None]) -> None:
         """Run ``push`` (vLLM's weights change): nothing generates meanwhile."""
@@ -340,9 +343,17 @@ class AsyncRollouts:
         rollouts.metrics = self.metrics(rollouts, version)
         return rollouts
 
-    def now(self, rows: list[dict[str, Any]], version: int) -> Rollouts:
-        """``rows`` rolled out now by the trainer's own generator (:attr:`present`), the jobs ahead kept."""
-        return self.present.now(rows, version)
+    def rollouts(self, rows: list[dict[str, Any]], model: torch.nn.Module, version: int,
+                 ahead: bool = True) -> Rollouts:
+        """A training round's rollouts (``ahead``: :meth:`next`), or ``rows`` rolled out now by the trainer's own
+        generator (:attr:`present`: an evaluation, dynamic sampling's extra rounds), the jobs ahead kept."""
+        if ahead:
+            return self.next(rows, model, version)
+        return self.present.rollouts(rows, model, version)
+
+    def callbacks(self) -> list[TrainerCallback]:
+        """:class:`SourceCallback`: failures raised after each optimizer step, the jobs stopped when training ends."""
+        return [SourceCallback(self)]
 
     def push_weights(self, push: Callable[[], None]) -> None:
         """Run ``push`` (vLLM's server's one set of weights changes) where no job of any process generates: every
@@ -443,10 +454,9 @@ class AsyncRollouts:
 
 class SourceCallback(TrainerCallback):
     """After every optimizer step, raises the failure of work a rollout source runs ahead, if some failed meanwhile;
-    when training ends, stops that work (its samples are discarded, never trained). Nothing, for a
-    :class:`SyncSource`."""
+    when training ends, stops that work (its samples are discarded, never trained)."""
 
-    def __init__(self, source: SyncSource | AsyncRollouts) -> None:
+    def __init__(self, source: AsyncRollouts) -> None:
         self.source = source
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

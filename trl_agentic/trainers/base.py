@@ -53,7 +53,6 @@ from ..rollout.pipeline import (
     PolicyCopy,
     Rollouts,
     ServerWeights,
-    SourceCallback,
     StoppableGenerator,
     SyncSource,
     generator_core,
@@ -137,7 +136,8 @@ class AgenticTrainer(GRPOTrainerBoundary):
                                                       self.accelerator.num_processes > 1))
             self.set_trl_attributes(None)
             self.rollout_source = self._rollout_source(choice, settings)
-            self.add_callback(SourceCallback(self.rollout_source))
+            for callback in self.rollout_source.callbacks():
+                self.add_callback(callback)
         if (self.beta != 0.0 and getattr(self.args, "kl_estimator", "k3") != "k3") or self.off_policy:
             self._check_clipped_loss_settings()
 
@@ -160,7 +160,8 @@ class AgenticTrainer(GRPOTrainerBoundary):
         or, with ``use_vllm=True`` (server mode), vLLM's server, sent this process's prompts, its weights pushed
         between jobs (:meth:`push_vllm_weights`)."""
         args = self.args
-        present = SyncSource(self.rollout_seam, self.push_vllm_weights, behaviour=bool(args.max_staleness))
+        present = SyncSource(self.rollout_seam, self.push_vllm_weights if self.use_vllm else None,
+                             behaviour=bool(args.max_staleness))
         if not args.max_staleness:
             return present
         reason = refusal(None if self.use_vllm else sharding_of(self.accelerator.state),
@@ -247,15 +248,12 @@ class AgenticTrainer(GRPOTrainerBoundary):
 
     def rollout(self, rows: list[dict[str, Any]], ahead: bool = True) -> Rollouts:
         """1. The round's rollouts, from the rollout source (:mod:`~trl_agentic.rollout.pipeline`): a training
-        round's (``ahead``) from its ``next`` (with ``max_staleness=D``, the rollouts of the rows of D rounds
-        earlier, fewer while the pipeline fills, ``rows``' started ahead), an evaluation's or dynamic sampling's
-        extra round's from its ``now``; with them TRL's ``trainer.environments`` (:meth:`set_trl_attributes`),
-        and the source's metrics logged."""
-        source, step = self.rollout_source, self.state.global_step
-        if ahead and self.model.training:
-            rollouts = source.next(rows, self.accelerator.unwrap_model(self.model), step)
-        else:
-            rollouts = source.now(rows, step)
+        round's (``ahead``: with ``max_staleness=D``, the rollouts of the rows of D rounds earlier, fewer while the
+        pipeline fills, ``rows``' started ahead), or an evaluation's or dynamic sampling's extra round's, rolled out
+        now; with them TRL's ``trainer.environments`` (:meth:`set_trl_attributes`), and the source's metrics
+        logged."""
+        rollouts = self.rollout_source.rollouts(rows, self.accelerator.unwrap_model(self.model), self.state.global_step,
+                                                ahead and self.model.training)
         self.set_trl_attributes(rollouts.environments)
         self.log_metrics(rollouts.metrics)
         return rollouts
