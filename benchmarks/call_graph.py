@@ -46,12 +46,11 @@ def _frame_owner(frame):
 
 
 def record_step(trainer_name: str, max_staleness: int) -> set[tuple[str, str]]:
+    from datasets import Dataset
     from transformers import TrainerCallback
 
     from trl_agentic import AgenticGRPOConfig, AgenticGRPOTrainer, AgenticPPOConfig, AgenticPPOTrainer
     from trl_agentic.toy import LookupEnvironment, build_tiny_model, build_tokenizer, lookup_reward, make_lookup_dataset
-
-    from datasets import Dataset
 
     pairs: set[tuple[str, str]] = set()
 
