@@ -161,7 +161,7 @@ def build(qwen, tmp_path, kind, case, trainer_name):
     args = config_class(output_dir=str(tmp_path / "out"), per_device_train_batch_size=per_step,
                         num_generations=2 if trainer_name == "grpo" else 1, shuffle_dataset=False,
                         max_completion_length=256, max_tokens_per_turn=64, max_turns=3, rollout_mode="chat",
-                        env_timeout=0.6, reward_timeout=0.3, max_steps=2, learning_rate=1e-3, report_to="none",
+                        env_timeout=1.0, reward_timeout=0.5, max_steps=2, learning_rate=1e-3, report_to="none",
                         use_cpu=True, bf16=False, seed=0, save_strategy="no", logging_steps=1,
                         trajectory_dir=str(tmp_path / "trajectories"))
     rollout = {"environment": {"environment": HostileEnvironment}, "tools": {"tools": [probe]},
