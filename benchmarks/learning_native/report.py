@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.learning_native.run import ROW_NAMES, STAGES  # noqa: E402
+from benchmarks.learning_native.run import ROW_NAMES, STAGES, TOOL_KEYS  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DROPPED = ("examples", "messages", "transfer_examples")
@@ -73,20 +73,24 @@ def _stage_name(stage: str, reports: list[dict[str, Any]]) -> str:
     return _row_name(stage, reports, ROW_NAMES)
 
 
-COLUMNS = (("transfer EM", "transfer_em"), ("searches", "mean_searches"),
-           ("malformed calls", "malformed_per_trajectory"), ("turns", "mean_turns"), ("minutes", "seconds"))
+def columns(task: str = "search") -> tuple[tuple[str, str], ...]:
+    """The table's columns after EM: the transfer task's EM, the task's tool calls (searches, calculations),
+    malformed calls, turns, minutes."""
+    tool = TOOL_KEYS[task]
+    return (("transfer EM", "transfer_em"), (tool, f"mean_{tool}"), ("malformed calls", "malformed_per_trajectory"),
+            ("turns", "mean_turns"), ("minutes", "seconds"))
 
 
-def table(results: Path = RESULTS) -> str:
+def table(results: Path = RESULTS, task: str = "search") -> str:
     """The markdown table of the collected runs (module docstring)."""
-    headers = ["stage", "runs", "held-out EM", "EM per run", *(header for header, _ in COLUMNS)]
+    headers = ["stage", "runs", "held-out EM", "EM per run", *(header for header, _ in columns(task))]
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for stage, reports in load(results).items():
         if not reports:
             continue
         cells = [_stage_name(stage, reports), ", ".join(r["run"] for r in reports),
                  _mean_sd([r["em"] for r in reports]), ", ".join(f"{r['em']:.2f}" for r in reports)]
-        for _, key in COLUMNS:
+        for _, key in columns(task):
             values = [r[key] / (60 if key == "seconds" else 1) for r in reports if r.get(key) is not None]
             cells.append(_mean_sd(values) if len(values) == len(reports) else "")
         lines.append("| " + " | ".join(cells) + " |")
@@ -126,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=("collect", "table", "plot"))
     parser.add_argument("runs", nargs="*", type=Path, help="collect: run folders (run.py's --out)")
     parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--task", choices=tuple(TOOL_KEYS), default="search", help="table: the task's tool column")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "learning_native_em.png", help="plot: the PNG")
     args = parser.parse_args(argv)
     if args.command == "collect":
@@ -134,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         for path in collect(args.runs, args.results):
             print(path)
     elif args.command == "table":
-        print(table(args.results))
+        print(table(args.results, args.task))
     else:
         print(plot(args.results, args.out))
     return 0
