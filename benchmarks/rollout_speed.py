@@ -382,11 +382,11 @@ def build_side(name: str, args: argparse.Namespace, workdir: str, steps: int) ->
     # the rollout: TRL's _generate (prompts in), our trainers' rollout stage (rows in)
     rollout, step = (trainer._generate if name == "trl" else trainer.rollout), trainer.training_step
 
-    def timed_rollout(batch: list[Any]) -> Any:
+    def timed_rollout(batch: list[Any], *ahead: bool) -> Any:  # ours: (rows, ahead)
         log.clear()
         shared = getattr(getattr(trainer, "generator", None), "shared_tokens", 0)
         start, cpu = time.perf_counter(), time.process_time()
-        out = rollout(batch)
+        out = rollout(batch, *ahead)
         # what the rows share, prefilled once by our generator before a call (outside generate: in the loop's time)
         shared = getattr(getattr(trainer, "generator", None), "shared_tokens", 0) - shared
         timings["rollout_s"].append(time.perf_counter() - start)
@@ -404,8 +404,8 @@ def build_side(name: str, args: argparse.Namespace, workdir: str, steps: int) ->
         timings["prefilled_per_trajectory"].append((sum(log.prefilled) + shared) / len(batch))
         if name == "trl":  # TRL's _generate returns prompt_ids, completion_ids, tool_mask, ...
             side.generated.append(tuple(out[:3]))
-        else:  # our rollout stage returns the runs (and TRL's environments)
-            runs = out[0]
+        else:  # our rollout stage returns the round's Rollouts
+            runs = out.runs
             side.generated.append(([t.prompt_ids for t in runs], [t.completion_ids for t in runs],
                                    [t.env_mask for t in runs]))
         return out

@@ -70,6 +70,7 @@ def commands(tmp: Path, data: Path, model: Path, adapter: Path) -> dict[str, lis
                                 ["benchmarks/learning_native/report.py", "plot", "--results", str(tmp / "results"),
                                  "--out", str(tmp / "em.png")]],
         "cpu_bf16": [["benchmarks/cpu_bf16.py", "--batch", "1", "--length", "4"]],
+        "call_graph": [["benchmarks/call_graph.py", "--trainer", "ppo", "--json", str(tmp / "call_graph.json")]],
         "async_rollouts": [["benchmarks/async_rollouts.py", "--loads", "4", "--steps", "5", "--batch", "4",
                             "--turns", "1", "--hidden", "32", "--layers", "1", "--probe-seconds", "3",
                             "--generator", "thread", "process", "--max-staleness", "1", "2", "--json", str(tmp / "async.json")]],
@@ -419,6 +420,22 @@ def test_cpu_bf16(runs):
     """One forward and backward in float32 and under bfloat16 autocast, each timed."""
     (out,) = outputs(runs, "cpu_bf16")
     assert re.search(rf"^ +float32: {NUMBER} s$", out, re.M) and re.search(rf"^bfloat16 autocast: {NUMBER} s$", out, re.M)
+
+
+def test_call_graph(runs):
+    """One line with the step's caller -> callee pairs and files; the pairs in ``--json`` include the reader's path
+    from TRL's call to the rollout source (docs/design.md, "One training step")."""
+    (out,) = outputs(runs, "call_graph")
+    match = re.search(r"^ppo, max_staleness 0: one step goes through (\d+) caller -> callee pairs of the library's "
+                      r"functions, over (\d+) files$", out, re.M)
+    assert match, out
+    path = Path(runs["call_graph"].result()[0].args[-1])
+    pairs = {tuple(p) for p in json.loads(path.read_text())["pairs"]}
+    assert len(pairs) == int(match.group(1)) and len(json.loads(path.read_text())["files"]) == int(match.group(2))
+    assert {("compat.py:GRPOTrainerBoundary._generate_and_score_completions",
+             "trainers/ppo.py:AgenticPPOTrainer.training_batch"),
+            ("trainers/ppo.py:AgenticPPOTrainer.training_batch", "trainers/base.py:AgenticTrainer.generation_round"),
+            ("trainers/base.py:AgenticTrainer.rollout", "rollout/pipeline.py:SyncSource.rollouts")} <= pairs
 
 
 def test_async_rollouts(runs):

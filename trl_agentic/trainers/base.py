@@ -160,8 +160,7 @@ class AgenticTrainer(GRPOTrainerBoundary):
         or, with ``use_vllm=True`` (server mode), vLLM's server, sent this process's prompts, its weights pushed
         between jobs (:meth:`push_vllm_weights`)."""
         args = self.args
-        present = SyncSource(self.rollout_seam, self.push_vllm_weights if self.use_vllm else None,
-                             behaviour=bool(args.max_staleness))
+        present = SyncSource(self.rollout_seam, self.push_vllm_weights, behaviour=bool(args.max_staleness))
         if not args.max_staleness:
             return present
         reason = refusal(None if self.use_vllm else sharding_of(self.accelerator.state),
