@@ -458,3 +458,29 @@ def test_arithmetic_stages_run_end_to_end_on_a_local_model(tmp_path, tool_model_
     assert sft["demonstrations"] == 4 and sft["trained_tokens"] > 0
     grpo = json.loads((out / "grpo" / "report.json").read_text())
     assert grpo["trainer"] == "AgenticGRPOTrainer" and grpo["curves"]["calculations"][0] is not None
+
+
+def test_arithmetic_agent_runs_the_calculator_and_returns_its_reply():
+    """The arithmetic task as an OpenAI SDK agent (``--interface agent``): the ``calculate`` schema is offered, the
+    call runs, its result goes back as a tool message, and the agent returns the reply."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from benchmarks.learning_native import arithmetic
+
+    class Message(SimpleNamespace):
+        def model_dump(self, exclude_none=True):
+            return {"role": "assistant", "content": self.content}
+
+    call = SimpleNamespace(id="c1", function=SimpleNamespace(name="calculate", arguments='{"expression": "6 * 7"}'))
+    replies = iter([Message(content="", tool_calls=[call]), Message(content="42", tool_calls=None)])
+    requests = []
+
+    async def create(**request):
+        requests.append(request)
+        return SimpleNamespace(choices=[SimpleNamespace(message=next(replies))])
+
+    client = SimpleNamespace(chat=SimpleNamespace(completions=SimpleNamespace(create=create)))
+    reply = asyncio.run(arithmetic.calculator_agent(3)(client, [{"role": "user", "content": "6 times 7?"}]))
+    assert reply == "42" and [t["function"]["name"] for t in requests[0]["tools"]] == ["calculate"]
+    assert requests[1]["messages"][-1] == {"role": "tool", "tool_call_id": "c1", "name": "calculate", "content": "42"}

@@ -178,36 +178,11 @@ def tool_schemas(interface: str) -> list[Callable[..., Any]]:
 
 
 def calculator_agent(max_turns: int) -> Callable[..., Any]:
-    """The task as an agent of the OpenAI SDK: ``async def agent(client, prompt, **row)`` calls the model with the
-    ``calculate`` schema, runs each call, and returns the reply (the last message without a tool call; ``None``
-    when the turns run out)."""
-    import json
+    """The task as an agent of the OpenAI SDK (``task.tool_loop_agent``): the ``calculate`` tool, and the agent
+    returns its reply (``None`` when the turns ran out inside a call)."""
+    from benchmarks.learning_native.task import tool_loop_agent
 
-    from transformers.utils import get_json_schema
-
-    schemas = [get_json_schema(method) for method in tool_schemas("agent")]
-
-    async def agent(client: Any, prompt: list[dict[str, Any]], **row: Any) -> str | None:
-        environment = CalculatorEnvironment()
-        messages = [dict(message) for message in prompt]
-        for _ in range(max_turns):
-            reply = await client.chat.completions.create(model="policy", messages=messages, tools=schemas)
-            message = reply.choices[0].message
-            messages.append(message.model_dump(exclude_none=True))
-            if not message.tool_calls:
-                return message.content
-            for call in message.tool_calls:
-                try:
-                    if call.function.name != "calculate":
-                        raise ValueError(f"unknown tool {call.function.name!r}")
-                    result = environment.calculate(**json.loads(call.function.arguments))
-                except Exception as exc:  # noqa: BLE001 - the model reads the error, as in TRL's loop
-                    result = json.dumps({"error": str(exc)})
-                messages.append({"role": "tool", "tool_call_id": call.id, "name": call.function.name,
-                                 "content": result})
-        return None
-
-    return agent
+    return tool_loop_agent(CalculatorEnvironment, max_turns, lambda environment, reply: reply)
 
 
 def demonstration(row: dict[str, Any]) -> list[dict[str, Any]]:

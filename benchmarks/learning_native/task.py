@@ -110,40 +110,53 @@ def tool_schemas(interface: str, tool: Any) -> list[Callable[..., Any]]:
     return [search_function(tool)]
 
 
-def search_agent(tool: Any, max_turns: int) -> Callable[..., Any]:
-    """The environment interface as an agent of the OpenAI SDK (module docstring): ``async def agent(client,
-    prompt, **row)`` calls the model with the tools' JSON schemas, runs each tool call on a
-    :class:`SearchEnvironment` and returns the answer it received (``None`` without one)."""
+def tool_loop_agent(make_environment: Callable[[], Any], max_turns: int,
+                    result: Callable[[Any, str | None], Any]) -> Callable[..., Any]:
+    """An environment's tools as an agent of the OpenAI SDK, in TRL's loop: ``async def agent(client, prompt,
+    **row)`` calls the model with the JSON schemas of a fresh environment's tool methods (as transformers derives
+    them), runs each call on that environment (an error is the model's to read, as in TRL's loop), stops at a reply
+    without a tool call or after ``max_turns`` model calls, and returns ``result(environment, reply)`` (the last
+    reply's content, ``None`` when the turns ran out inside a call)."""
     import asyncio
     import json
 
     from transformers.utils import get_json_schema
 
-    schemas = [get_json_schema(method) for method in tool_schemas("agent", tool)]
+    from trl_agentic.environments.native_tools import tool_methods
 
-    async def agent(client: Any, prompt: list[dict[str, Any]], **row: Any) -> str | None:
-        environment = SearchEnvironment(tool)
-        methods = {"search": environment.search, "answer": environment.answer}
-        messages = [dict(message) for message in prompt]
+    schemas = [get_json_schema(method) for method in tool_methods(make_environment())]
+
+    async def agent(client: Any, prompt: list[dict[str, Any]], **row: Any) -> Any:
+        environment = make_environment()
+        methods = {method.__name__: method for method in tool_methods(environment)}
+        messages, reply = [dict(message) for message in prompt], None
         for _ in range(max_turns):
-            reply = await client.chat.completions.create(model="policy", messages=messages, tools=schemas)
-            message = reply.choices[0].message
+            response = await client.chat.completions.create(model="policy", messages=messages, tools=schemas)
+            message = response.choices[0].message
             messages.append(message.model_dump(exclude_none=True))
             if not message.tool_calls:
+                reply = message.content
                 break
             for call in message.tool_calls:
                 method = methods.get(call.function.name)
                 try:
                     if method is None:
                         raise ValueError(f"unknown tool {call.function.name!r}")
-                    result = await asyncio.to_thread(method, **json.loads(call.function.arguments))
+                    output = await asyncio.to_thread(method, **json.loads(call.function.arguments))
                 except Exception as exc:  # noqa: BLE001 - the model reads the error, as in TRL's loop
-                    result = json.dumps({"error": str(exc)})
+                    output = json.dumps({"error": str(exc)})
                 messages.append({"role": "tool", "tool_call_id": call.id, "name": call.function.name,
-                                 "content": result})
-        return environment.submitted
+                                 "content": output})
+        return result(environment, reply)
 
     return agent
+
+
+def search_agent(tool: Any, max_turns: int) -> Callable[..., Any]:
+    """The environment interface as an agent of the OpenAI SDK (module docstring, :func:`tool_loop_agent`): it
+    returns the answer the environment received (``None`` without one)."""
+    return tool_loop_agent(functools.partial(SearchEnvironment, tool), max_turns,
+                           lambda environment, reply: environment.submitted)
 
 
 # -- reading a rollout's messages ------------------------------------------------------------------------------
