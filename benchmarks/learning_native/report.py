@@ -3,14 +3,16 @@
     python benchmarks/learning_native/report.py collect runs/native/s0 runs/native/s1 ... [--results DIR]
     python benchmarks/learning_native/report.py table [--results DIR]
     python benchmarks/learning_native/report.py plot [--results DIR] [--out docs/learning_native_em.png]
+    python benchmarks/learning_native/report.py docs --task arithmetic --results benchmarks/learning_native/results_arithmetic
 
 ``collect`` copies each run folder's ``<stage>/report.json`` (``run.py`` writes the command, the commit and the
 machine into it) to ``<results>/<run folder name>/<stage>.json``, without the held-out conversations; the results
 are committed, the run folders are not. ``table`` prints one row per stage over every collected run that has it:
 the runs (seeds), held-out EM mean and standard deviation and each run's, EM on the transfer task (the other
 generator's questions, ``--transfer``), searches, malformed calls and turns per trajectory, and minutes.
-``docs/benchmarks.md`` carries that output verbatim between ``<!-- native-table -->`` markers
-(``tests/test_learning_native.py`` checks that they agree), so the docs cannot drift from the runs. ``plot`` draws
+``docs/benchmarks.md`` carries that output verbatim between ``<!-- native-table -->`` markers (the arithmetic task's
+between ``<!-- arithmetic-table -->``; ``docs`` writes it there; ``tests/test_learning_native.py`` checks that they
+agree), so the docs cannot drift from the runs. ``plot`` draws
 held-out EM per stage with each run's point, beside the transfer task's.
 """
 
@@ -97,7 +99,42 @@ def table(results: Path = RESULTS, task: str = "search") -> str:
     return "\n".join(lines)
 
 
-def plot(results: Path = RESULTS, path: Path = ROOT / "docs" / "learning_native_em.png") -> Path:
+MARKERS = {"search": "native-table", "arithmetic": "arithmetic-table"}
+"""The markers in ``docs/benchmarks.md`` between which each task's table stands."""
+DOCS = ROOT / "docs" / "benchmarks.md"
+
+
+def _split_docs(text: str, task: str) -> tuple[str, str, str] | None:
+    """``text`` around ``task``'s markers: before (with the opening marker's line), between, after (from the closing
+    marker's line); ``None`` without them."""
+    start, end = f"<!-- {MARKERS[task]} -->\n", f"<!-- /{MARKERS[task]} -->"
+    if start not in text:
+        return None
+    head, rest = text.split(start, 1)
+    between, tail = rest.split(end, 1)
+    return head + start, between.removesuffix("\n"), end + tail
+
+
+def table_in_docs(task: str = "search", docs: Path = DOCS) -> str | None:
+    """The table ``docs`` carries between ``task``'s markers (``""`` when they hold none), or ``None`` without
+    them."""
+    parts = _split_docs(docs.read_text(encoding="utf-8"), task)
+    return None if parts is None else parts[1]
+
+
+def write_docs(results: Path, task: str, docs: Path = DOCS) -> None:
+    """Put :func:`table` of ``results`` between ``task``'s markers in ``docs`` (which must have them)."""
+    parts = _split_docs(docs.read_text(encoding="utf-8"), task)
+    if parts is None:
+        raise SystemExit(f"{docs} has no <!-- {MARKERS[task]} --> marker")
+    docs.write_text(parts[0] + table(results, task) + "\n" + parts[2], encoding="utf-8")
+
+
+PLOT_TITLES = {"search": ("held-out two-hop questions", "transfer task (other generator)"),
+               "arithmetic": ("held-out word problems", "transfer (other stories, never trained on)")}
+
+
+def plot(results: Path = RESULTS, path: Path = ROOT / "docs" / "learning_native_em.png", task: str = "search") -> Path:
     """Held-out EM per stage, each run a point and the mean a bar; the transfer task beside it."""
     import matplotlib
 
@@ -106,8 +143,7 @@ def plot(results: Path = RESULTS, path: Path = ROOT / "docs" / "learning_native_
 
     by_stage = {stage: reports for stage, reports in load(results).items() if reports}
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
-    for ax, key, title in ((axes[0], "em", "held-out two-hop questions"),
-                           (axes[1], "transfer_em", "transfer task (other generator)")):
+    for ax, key, title in zip(axes, ("em", "transfer_em"), PLOT_TITLES[task]):
         for x, (stage, reports) in enumerate(by_stage.items()):
             values = [r[key] for r in reports if r.get(key) is not None]
             if values:
@@ -127,7 +163,7 @@ def plot(results: Path = RESULTS, path: Path = ROOT / "docs" / "learning_native_
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=("collect", "table", "plot"))
+    parser.add_argument("command", choices=("collect", "table", "plot", "docs"))
     parser.add_argument("runs", nargs="*", type=Path, help="collect: run folders (run.py's --out)")
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--task", choices=tuple(TOOL_KEYS), default="search", help="table: the task's tool column")
@@ -140,8 +176,11 @@ def main(argv: list[str] | None = None) -> int:
             print(path)
     elif args.command == "table":
         print(table(args.results, args.task))
+    elif args.command == "docs":
+        write_docs(args.results, args.task)
+        print(f"{DOCS}: the {args.task} table of {args.results}")
     else:
-        print(plot(args.results, args.out))
+        print(plot(args.results, args.out, args.task))
     return 0
 
 
