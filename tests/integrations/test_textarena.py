@@ -102,7 +102,7 @@ def test_what_cannot_train_is_refused_in_one_line():
 
 
 def test_the_recipe_trains_a_game_end_to_end(tmp_path):
-    """recipes/textarena.py with its config, on the tiny model, offline: evaluated before, trained two steps,
+    """recipes/textarena_games.py with its config, on the tiny model, offline: evaluated before, trained two steps,
     evaluated after, saved."""
     import json
     import os
@@ -119,8 +119,8 @@ def test_the_recipe_trains_a_game_end_to_end(tmp_path):
              "--num_generations", "4", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1",
              "--max_turns", "3", "--max_tokens_per_turn", "16", "--max_completion_length", "256",
              "--output_dir", str(out)]
-    proc = subprocess.run([sys.executable, "recipes/textarena.py", "--config",
-                           "recipes/configs/textarena_grpo.yaml", *flags], cwd=root, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "recipes/textarena_games.py", "--config",
+                           "recipes/configs/textarena_games_grpo.yaml", *flags], cwd=root, capture_output=True, text=True,
                           timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(root)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())

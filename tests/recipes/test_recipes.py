@@ -118,6 +118,22 @@ def test_configs_hold_the_papers_settings(recipe, algo, expected):
         assert training.per_device_train_batch_size * training.gradient_accumulation_steps * 8 == 256 * group
 
 
+def test_no_recipe_shadows_a_module_the_package_imports():
+    """``python recipes/<name>.py`` puts recipes/ first on sys.path: a recipe named like a package the library imports
+    (recipes/textarena.py) is imported in its place (``module 'textarena' has no attribute 'make'``)."""
+    import ast
+
+    imported = set()
+    for path in (REPO / "trl_agentic").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                imported.add(node.module.split(".")[0])
+    assert {"textarena", "verifiers", "trl", "torch"} <= imported
+    assert not {p.stem for p in RECIPES.glob("*.py")} & imported
+
+
 def test_config_keys_are_all_known():
     for path in CONFIGS.glob("*.yaml"):
         if path.stem.startswith("rft_"):  # recipes/rft.py has its own parser: tests/recipes/test_rft.py

@@ -5,14 +5,14 @@ The game is ``trl_agentic.integrations.textarena`` (one game per trajectory, res
 reward when it ends); the rows are game seeds: ``num_games`` for training from seed 0, ``eval_games`` held out from
 seed 1,000,000. Settings come from a YAML config and TRL's flags (flags override the YAML); ``--help`` lists them::
 
-    python recipes/textarena.py --config recipes/configs/textarena_grpo.yaml
-    python recipes/textarena.py --config recipes/configs/textarena_grpo.yaml --game_id Mastermind-v0 \\
+    python recipes/textarena_games.py --config recipes/configs/textarena_games_grpo.yaml
+    python recipes/textarena_games.py --config recipes/configs/textarena_games_grpo.yaml --game_id Mastermind-v0 \\
         --model_name_or_path Qwen/Qwen2.5-1.5B-Instruct --algo ppo
 
 Offline, a tiny random model for a first look (``python -c "from trl_agentic.toy import save_tiny_model;
 save_tiny_model('tiny-qwen2')"``)::
 
-    python recipes/textarena.py --config recipes/configs/textarena_grpo.yaml --model_name_or_path tiny-qwen2 \\
+    python recipes/textarena_games.py --config recipes/configs/textarena_games_grpo.yaml --model_name_or_path tiny-qwen2 \\
         --max_steps 2 --eval_games 4 --output_dir outputs/textarena-tiny
 """
 
@@ -64,4 +64,4 @@ def main(script_args, training_args, model_args) -> None:
 
 
 if __name__ == "__main__":
-    raise SystemExit(run(main, TextArenaScriptArguments, prog="python recipes/textarena.py"))
+    raise SystemExit(run(main, TextArenaScriptArguments, prog="python recipes/textarena_games.py"))
