@@ -389,14 +389,19 @@ def test_report_collects_runs_and_builds_the_table_and_plot(tmp_path):
                 "em": em + bonus, "transfer_em": 0.1, "mean_searches": 2.0, "malformed_per_trajectory": 0.0,
                 "mean_turns": 4.0, "seconds": 600.0, "examples": [["x"]], "demonstrations": 48, "epochs": 2,
                 "steps": 16, "trajectories_per_step": 16, "samples": 256, "commit": "abc"}))
+    agent = tmp_path / "runs" / "s0_agent" / "grpo"  # the agent interface's run: a row of its own, not a seed
+    agent.mkdir(parents=True)
+    (agent / "report.json").write_text((tmp_path / "runs" / "s0" / "grpo" / "report.json").read_text()
+                                       .replace('"em": 0.7', '"interface": "agent", "em": 0.9'))
     results = tmp_path / "results"
-    written = report.collect([tmp_path / "runs" / "s0", tmp_path / "runs" / "s1"], results)
-    assert len(written) == 4 and "examples" not in json.loads(written[0].read_text())
+    written = report.collect([tmp_path / "runs" / name for name in ("s0", "s1", "s0_agent")], results)
+    assert len(written) == 5 and "examples" not in json.loads(written[0].read_text())
     table = report.table(results).splitlines()
     assert table[0].startswith("| stage | runs | held-out EM | EM per run | transfer EM |")
-    sft, grpo = table[2], table[3]
+    sft, grpo, grpo_agent = table[2:]
     assert "| s0, s1 | 0.60 ± 0.14 | 0.50, 0.70 | 0.10 ± 0.00 |" in sft
     assert "AgenticGRPOTrainer (16 steps x 16 trajectories)" in grpo and "| 0.80 ± 0.14 |" in grpo
+    assert "trajectories), through an OpenAI SDK agent (agent=) | s0_agent | 0.90 ± 0.00 |" in grpo_agent
     assert report.plot(results, tmp_path / "em.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

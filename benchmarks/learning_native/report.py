@@ -52,14 +52,23 @@ def collect(outs: list[Path], results: Path = RESULTS) -> list[Path]:
     return written
 
 
+def row_key(stage: str, report: dict[str, Any]) -> str:
+    """The table row of a stage's report: the stage, with the interface when it is not ``environment_factory``
+    (``"grpo, agent"``: the same trainer through an OpenAI SDK agent is a row of its own, not another seed)."""
+    interface = report.get("interface", "environment")
+    return stage if interface == "environment" else f"{stage}, {interface}"
+
+
 def load(results: Path = RESULTS) -> dict[str, list[dict[str, Any]]]:
-    """The collected reports per stage, runs in name order."""
-    by_stage: dict[str, list[dict[str, Any]]] = {stage: [] for stage in STAGES}
-    for run in sorted(p for p in results.iterdir() if p.is_dir()) if results.exists() else []:
-        for stage in STAGES:
+    """The collected reports per row (``row_key``), in the order of the stages, runs in name order."""
+    by_row: dict[str, list[dict[str, Any]]] = {}
+    runs = sorted(p for p in results.iterdir() if p.is_dir()) if results.exists() else []
+    for stage in STAGES:
+        for run in runs:
             if (path := run / f"{stage}.json").exists():
-                by_stage[stage].append({**json.loads(path.read_text()), "run": run.name})
-    return by_stage
+                report = {**json.loads(path.read_text()), "run": run.name}
+                by_row.setdefault(row_key(stage, report), []).append(report)
+    return by_row
 
 
 def _mean_sd(values: list[float]) -> str:
@@ -69,10 +78,16 @@ def _mean_sd(values: list[float]) -> str:
     return f"{statistics.fmean(values):.2f} ± {sd:.2f}"
 
 
-def _stage_name(stage: str, reports: list[dict[str, Any]]) -> str:
+def _stage_name(row: str, reports: list[dict[str, Any]]) -> str:
     from benchmarks.learning.run import _row_name
 
-    return _row_name(stage, reports, ROW_NAMES)
+    stage, _, interface = row.partition(", ")
+    name = _row_name(stage, reports, ROW_NAMES)
+    return f"{name}, through {INTERFACE_NAMES[interface]}" if interface else name
+
+
+INTERFACE_NAMES = {"tools": "TRL's tools=", "agent": "an OpenAI SDK agent (agent=)"}
+"""How a row names an interface other than ``environment_factory=`` (``run.py --interface``)."""
 
 
 def columns(task: str = "search") -> tuple[tuple[str, str], ...]:
@@ -87,10 +102,8 @@ def table(results: Path = RESULTS, task: str = "search") -> str:
     """The markdown table of the collected runs (module docstring)."""
     headers = ["stage", "runs", "held-out EM", "EM per run", *(header for header, _ in columns(task))]
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    for stage, reports in load(results).items():
-        if not reports:
-            continue
-        cells = [_stage_name(stage, reports), ", ".join(r["run"] for r in reports),
+    for row, reports in load(results).items():
+        cells = [_stage_name(row, reports), ", ".join(r["run"] for r in reports),
                  _mean_sd([r["em"] for r in reports]), ", ".join(f"{r['em']:.2f}" for r in reports)]
         for _, key in columns(task):
             values = [r[key] / (60 if key == "seconds" else 1) for r in reports if r.get(key) is not None]
@@ -141,15 +154,15 @@ def plot(results: Path = RESULTS, path: Path = ROOT / "docs" / "learning_native_
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    by_stage = {stage: reports for stage, reports in load(results).items() if reports}
+    by_row = load(results)
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
     for ax, key, title in zip(axes, ("em", "transfer_em"), PLOT_TITLES[task]):
-        for x, (stage, reports) in enumerate(by_stage.items()):
+        for x, reports in enumerate(by_row.values()):
             values = [r[key] for r in reports if r.get(key) is not None]
             if values:
                 ax.bar(x, statistics.fmean(values), color="#cfd8e3", width=0.6)
                 ax.scatter([x] * len(values), values, color="#1f4e79", zorder=3, s=18)
-        ax.set_xticks(range(len(by_stage)), list(by_stage), rotation=30, ha="right")
+        ax.set_xticks(range(len(by_row)), list(by_row), rotation=30, ha="right")
         ax.set_title(title)
         ax.set_ylim(0, 1)
     axes[0].set_ylabel("exact match (greedy)")
