@@ -68,7 +68,9 @@ def commands(tmp: Path, data: Path, model: Path, adapter: Path) -> dict[str, lis
                                  str(tmp / "results")],
                                 ["benchmarks/learning_native/report.py", "table", "--results", str(tmp / "results")],
                                 ["benchmarks/learning_native/report.py", "plot", "--results", str(tmp / "results"),
-                                 "--out", str(tmp / "em.png")]],
+                                 "--out", str(tmp / "em.png")],
+                                ["benchmarks/learning_native/report.py", "curves", "--results", str(tmp / "results"),
+                                 "--out", str(tmp / "curves.png")]],
         "cpu_bf16": [["benchmarks/cpu_bf16.py", "--batch", "1", "--length", "4"]],
         "call_graph": [["benchmarks/call_graph.py", "--trainer", "ppo", "--json", str(tmp / "call_graph.json")]],
         "async_rollouts": [["benchmarks/async_rollouts.py", "--loads", "4", "--steps", "5", "--batch", "4",
@@ -370,8 +372,9 @@ def test_learning_native_model(runs):
 def test_learning_native_run(runs):
     """The transfer task (``make_transfer_task.py``); the stages through TRL's interface (``environment_factory``),
     scored on both tasks: a report, the held-out conversations and a line each, the table; ``report.py``'s
-    collected results, their table and plot."""
-    made, out, collected, table, plotted = outputs(runs, "learning_native_run")
+    collected results, their table, plot and curves."""
+    made, out, collected, table, plotted, drawn = outputs(runs, "learning_native_run")
+    assert drawn.strip().endswith("curves.png")
     assert made.startswith("wrote ") and "test.jsonl" in made
     folder = Path(runs["learning_native_run"].result()[1].args[runs["learning_native_run"].result()[1].args.index(
         "--out") + 1])

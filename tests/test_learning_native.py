@@ -388,7 +388,9 @@ def test_report_collects_runs_and_builds_the_table_and_plot(tmp_path):
             (folder / "report.json").write_text(json.dumps({
                 "em": em + bonus, "transfer_em": 0.1, "mean_searches": 2.0, "malformed_per_trajectory": 0.0,
                 "mean_turns": 4.0, "seconds": 600.0, "examples": [["x"]], "demonstrations": 48, "epochs": 2,
-                "steps": 16, "trajectories_per_step": 16, "samples": 256, "commit": "abc"}))
+                "steps": 16, "trajectories_per_step": 16, "samples": 256, "commit": "abc",
+                **({"curves": {"step": [1, 2], "reward": [0.1, em], "seconds": [60.0, 62.0]}, "seconds_per_step": 62.0}
+                   if stage == "grpo" else {})}))
     agent = tmp_path / "runs" / "s0_agent" / "grpo"  # the agent interface's run: a row of its own, not a seed
     agent.mkdir(parents=True)
     (agent / "report.json").write_text((tmp_path / "runs" / "s0" / "grpo" / "report.json").read_text()
@@ -402,7 +404,9 @@ def test_report_collects_runs_and_builds_the_table_and_plot(tmp_path):
     assert "| s0, s1 | 0.60 ± 0.14 | 0.50, 0.70 | 0.10 ± 0.00 |" in sft
     assert "AgenticGRPOTrainer (16 steps x 16 trajectories)" in grpo and "| 0.80 ± 0.14 |" in grpo
     assert "trajectories), through an OpenAI SDK agent (agent=) | s0_agent | 0.90 ± 0.00 |" in grpo_agent
+    assert "| 62.00 ± 0.00 |" in grpo and "| 4.00 ± 0.00 |  | 10.00 ± 0.00 |" in sft  # s per step: RL stages only
     assert report.plot(results, tmp_path / "em.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert report.curves(results, tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_the_docs_table_is_the_committed_results_table():

@@ -3,6 +3,7 @@
     python benchmarks/learning_native/report.py collect runs/native/s0 runs/native/s1 ... [--results DIR]
     python benchmarks/learning_native/report.py table [--results DIR]
     python benchmarks/learning_native/report.py plot [--results DIR] [--out docs/learning_native_em.png]
+    python benchmarks/learning_native/report.py curves --results DIR --out docs/learning_arithmetic_reward.png
     python benchmarks/learning_native/report.py docs --task arithmetic --results benchmarks/learning_native/results_arithmetic
 
 ``collect`` copies each run folder's ``<stage>/report.json`` (``run.py`` writes the command, the commit and the
@@ -13,7 +14,8 @@ generator's questions, ``--transfer``), searches, malformed calls and turns per 
 ``docs/benchmarks.md`` carries that output verbatim between ``<!-- native-table -->`` markers (the arithmetic task's
 between ``<!-- arithmetic-table -->``; ``docs`` writes it there; ``tests/test_learning_native.py`` checks that they
 agree), so the docs cannot drift from the runs. ``plot`` draws
-held-out EM per stage with each run's point, beside the transfer task's.
+held-out EM per stage with each run's point, beside the transfer task's; ``curves`` the RL stages' sampled reward and
+seconds per step, one line per run.
 """
 
 from __future__ import annotations
@@ -92,10 +94,10 @@ INTERFACE_NAMES = {"tools": "TRL's tools=", "agent": "an OpenAI SDK agent (agent
 
 def columns(task: str = "search") -> tuple[tuple[str, str], ...]:
     """The table's columns after EM: the transfer task's EM, the task's tool calls (searches, calculations),
-    malformed calls, turns, minutes."""
+    malformed calls, turns, an RL stage's seconds per optimizer step (the median), the stage's minutes."""
     tool = TOOL_KEYS[task]
     return (("transfer EM", "transfer_em"), (tool, f"mean_{tool}"), ("malformed calls", "malformed_per_trajectory"),
-            ("turns", "mean_turns"), ("minutes", "seconds"))
+            ("turns", "mean_turns"), ("s per step", "seconds_per_step"), ("minutes", "seconds"))
 
 
 def table(results: Path = RESULTS, task: str = "search") -> str:
@@ -174,13 +176,41 @@ def plot(results: Path = RESULTS, path: Path = ROOT / "docs" / "learning_native_
     return path
 
 
+def curves(results: Path, path: Path) -> Path:
+    """The sampled reward and the seconds of each optimizer step of every RL report, one line per run, one colour
+    per row (``row_key``): the learning curves of the committed runs beside their cost."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    rows = [(row, reports) for row, reports in load(results).items() if any("curves" in r for r in reports)]
+    for colour, (row, reports) in enumerate(rows):
+        for i, report in enumerate(r for r in reports if "curves" in r):
+            c = report["curves"]
+            for ax, key in zip(axes, ("reward", "seconds")):
+                ax.plot(c["step"][: len(c[key])], c[key], color=f"C{colour}", alpha=0.8, label=row if i == 0 else None)
+    for ax, title in zip(axes, ("sampled reward (mean of the step's samples)", "seconds per optimizer step")):
+        ax.set_title(title)
+        ax.set_xlabel("step")
+    axes[0].legend(fontsize=8)
+    fig.suptitle("SmolLM2-135M-Instruct, native tool calls: RL stages (one line per run)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=("collect", "table", "plot", "docs"))
+    parser.add_argument("command", choices=("collect", "table", "plot", "curves", "docs"))
     parser.add_argument("runs", nargs="*", type=Path, help="collect: run folders (run.py's --out)")
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--task", choices=tuple(TOOL_KEYS), default="search", help="table: the task's tool column")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "learning_native_em.png", help="plot: the PNG")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "learning_native_em.png",
+                        help="plot, curves: the PNG")
     args = parser.parse_args(argv)
     if args.command == "collect":
         if not args.runs:
@@ -192,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "docs":
         write_docs(args.results, args.task)
         print(f"{DOCS}: the {args.task} table of {args.results}")
+    elif args.command == "curves":
+        print(curves(args.results, args.out))
     else:
         print(plot(args.results, args.out, args.task))
     return 0
