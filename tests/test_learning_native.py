@@ -464,6 +464,7 @@ def test_arithmetic_stages_run_end_to_end_on_a_local_model(tmp_path, tool_model_
     assert sft["demonstrations"] == 4 and sft["trained_tokens"] > 0
     grpo = json.loads((out / "grpo" / "report.json").read_text())
     assert grpo["trainer"] == "AgenticGRPOTrainer" and grpo["curves"]["calculations"][0] is not None
+    assert grpo["curves"]["mask_audit"] == [0.0]  # trained positions the model did not sample, per step
 
 
 def test_arithmetic_agent_runs_the_calculator_and_returns_its_reply():

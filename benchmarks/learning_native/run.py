@@ -305,11 +305,14 @@ def reward_funcs(task: NativeTask | ArithmeticTask) -> list[Any]:
 def step_curves(log_history: list[dict[str, Any]], seconds: list[float],
                 metrics: tuple[str, ...] = native_task.METRICS) -> dict[str, list]:
     """Per optimizer step: the sampled reward, the ``metrics`` per trajectory (the task's tool calls, malformed
-    calls, turns: the metric reward functions' means) and the step's wall-clock seconds."""
+    calls, turns: the metric reward functions' means), our trainers' mask audit (trained positions the model did not
+    sample, ``agentic/mask_audit``: must be 0; ``None`` under TRL's GRPOTrainer, which has none) and the step's
+    wall-clock seconds."""
     rows = [log for log in log_history if "reward" in log and "step" in log]
     curves = {"step": [log["step"] for log in rows], "reward": [log["reward"] for log in rows]}
     for key in metrics:
         curves[key] = [log.get(f"rewards/{key}/mean") for log in rows]
+    curves["mask_audit"] = [log.get("agentic/mask_audit") for log in rows]
     curves["seconds"] = seconds
     return curves
 
