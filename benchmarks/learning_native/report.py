@@ -149,6 +149,18 @@ PLOT_TITLES = {"search": ("held-out two-hop questions", "transfer task (other ge
                "arithmetic": ("held-out word problems", "transfer (other stories, never trained on)")}
 
 
+def _save(fig: Any, title: str, path: Path) -> Path:
+    """Title ``fig`` (the model and ``title``), write it to ``path`` as a PNG and close it."""
+    import matplotlib.pyplot as plt
+
+    fig.suptitle(f"SmolLM2-135M-Instruct, native tool calls: {title}")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path
+
+
 def plot(results: Path = RESULTS, path: Path = ROOT / "docs" / "learning_native_em.png", task: str = "search") -> Path:
     """Held-out EM per stage, each run a point and the mean a bar; the transfer task beside it."""
     import matplotlib
@@ -168,12 +180,7 @@ def plot(results: Path = RESULTS, path: Path = ROOT / "docs" / "learning_native_
         ax.set_title(title)
         ax.set_ylim(0, 1)
     axes[0].set_ylabel("exact match (greedy)")
-    fig.suptitle("SmolLM2-135M-Instruct, native tool calls: EM per stage (bars: mean; points: runs)")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-    return path
+    return _save(fig, "EM per stage (bars: mean; points: runs)", path)
 
 
 def curves(results: Path, path: Path) -> Path:
@@ -195,12 +202,7 @@ def curves(results: Path, path: Path) -> Path:
         ax.set_title(title)
         ax.set_xlabel("step")
     axes[0].legend(fontsize=8)
-    fig.suptitle("SmolLM2-135M-Instruct, native tool calls: RL stages (one line per run)")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-    return path
+    return _save(fig, "RL stages (one line per run)", path)
 
 
 def main(argv: list[str] | None = None) -> int:
