@@ -10,7 +10,8 @@
 machine into it) to ``<results>/<run folder name>/<stage>.json``, without the held-out conversations; the results
 are committed, the run folders are not. ``table`` prints one row per stage over every collected run that has it:
 the runs (seeds), held-out EM mean and standard deviation and each run's, EM on the transfer task (the other
-generator's questions, ``--transfer``), searches, malformed calls and turns per trajectory, and minutes.
+generator's questions, ``--transfer``), searches, malformed calls and turns per trajectory, an RL stage's seconds
+per step, and minutes.
 ``docs/benchmarks.md`` carries that output verbatim between ``<!-- native-table -->`` markers (the arithmetic task's
 between ``<!-- arithmetic-table -->``; ``docs`` writes it there; ``tests/test_learning_native.py`` checks that they
 agree), so the docs cannot drift from the runs. ``plot`` draws
@@ -211,8 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("runs", nargs="*", type=Path, help="collect: run folders (run.py's --out)")
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--task", choices=tuple(TOOL_KEYS), default="search", help="table: the task's tool column")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "learning_native_em.png",
-                        help="plot, curves: the PNG")
+    parser.add_argument("--out", type=Path, help="plot, curves: the PNG (default docs/learning_native_em.png, "
+                                                 "docs/learning_native_reward.png)")
     args = parser.parse_args(argv)
     if args.command == "collect":
         if not args.runs:
@@ -225,9 +226,9 @@ def main(argv: list[str] | None = None) -> int:
         write_docs(args.results, args.task)
         print(f"{DOCS}: the {args.task} table of {args.results}")
     elif args.command == "curves":
-        print(curves(args.results, args.out))
+        print(curves(args.results, args.out or ROOT / "docs" / "learning_native_reward.png"))
     else:
-        print(plot(args.results, args.out, args.task))
+        print(plot(args.results, args.out or ROOT / "docs" / "learning_native_em.png", args.task))
     return 0
 
 
