@@ -71,11 +71,11 @@ def _mask_audit_must_be_zero(monkeypatch):
     sample) fails that test."""
     from trl_agentic.compat import GRPOTrainerBoundary
 
-    original = GRPOTrainerBoundary.log_metric
+    original = GRPOTrainerBoundary.add_metrics
 
-    def checked(self, name, value):
-        if name == "agentic/mask_audit":
-            assert value == 0, f"agentic/mask_audit = {value}: trained positions the model did not sample"
-        return original(self, name, value)
+    def checked(self, metrics):
+        value = metrics.get("agentic/mask_audit", 0)
+        assert value == 0, f"agentic/mask_audit = {value}: trained positions the model did not sample"
+        return original(self, metrics)
 
-    monkeypatch.setattr(GRPOTrainerBoundary, "log_metric", checked)
+    monkeypatch.setattr(GRPOTrainerBoundary, "add_metrics", checked)

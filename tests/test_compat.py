@@ -48,8 +48,9 @@ def test_trl_attributes_we_read_have_the_values_we_assume(tiny_model_dir, tokeni
     assert trainer.max_completion_length == 64 and trainer.aux_loss_enabled is False
     assert trainer.ref_model is not None and trainer.processing_class is tokenizer
     assert (trainer._step, trainer._buffered_inputs) == (0, None)
-    trainer.log_metric("agentic/probe", 1.0)
+    trainer.add_metrics({"agentic/probe": 1.0})
     assert trainer._metrics["train"]["agentic/probe"] == [1.0]
+    trainer.log_metrics("train", {"train_loss": 0.5})  # transformers' Trainer.log_metrics(split, metrics)
     from trl.trainer.utils import (  # noqa: F401 - the boundary's _prepare_inputs uses them
         shuffle_sequence_dict,
         split_pixel_values_by_grid,

@@ -52,7 +52,7 @@ def test_trainer_uses_vllm_seam_once_per_turn_and_syncs_once_per_step(tiny_model
     trainer.vllm_importance_sampling_correction = True
     trainer.model.train()
     logged = {}
-    trainer.log_metric = lambda name, value: logged.setdefault(name, value)
+    trainer.add_metrics = lambda metrics: [logged.setdefault(name, value) for name, value in metrics.items()]
     batch = trainer._generate_and_score_completions([trainer.train_dataset[i] for i in range(4)])
     assert fake.syncs == 1  # TRL's _generate syncs before our rollout, once per step
     assert [c["n"] for c in fake.calls] == [4, 4, 4]  # one batched call per turn

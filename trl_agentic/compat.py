@@ -9,7 +9,7 @@ default TRL's, :meth:`~GRPOTrainerBoundary.trl_loss`), ``extra_parameters()`` (a
 model), ``reshuffle_each_pass`` (PPO's new permutation per epoch) and ``group_by_length`` (micro-batches of rows of
 similar length, each cut to its own width); and the services a round of our own needs:
 TRL's reward functions (``trl_rewards``), log-probs computed as TRL computes them (``policy_logps``,
-``reference_logps``, ``logps_and_entropies``) and TRL's logging (``log_metric``, ``count_tokens``,
+``reference_logps``, ``logps_and_entropies``) and TRL's logging (``add_metrics``, ``count_tokens``,
 ``take_round_logs``, ``log_round_table``, ``log_completion_columns``).
 
 What it relies on, with the place in trl 1.16.0 (``trl/trainer/grpo_trainer.py`` unless named):
@@ -28,7 +28,7 @@ TRL internal                                           used for
                                                         ``_buffered_inputs`` (l. 951) and ``trl.trainer.utils``'
                                                         ``split_tensor_dict``, ``shuffle_sequence_dict``,
                                                         ``(un)split_pixel_values_by_grid``
-``_metrics`` (l. 1080)                                  ``log_metric``, ``count_tokens`` (TRL's ``num_tokens``,
+``_metrics`` (l. 1080)                                  ``add_metrics``, ``count_tokens`` (TRL's ``num_tokens``,
                                                         l. 2293): averaged and logged with TRL's metrics
 ``_logs``, ``_pending_extra_logs``, ``_pending_metrics``  ``take_round_logs``, ``log_round_table``: TRL's completions
 (l. 1088-1098)                                          table and the reward functions' ``log_extra`` / ``log_metric``
@@ -133,7 +133,9 @@ class TRLBatch:
 
     @property
     def loss_mask(self) -> torch.Tensor:
-        return self.completion_mask * self.env_mask
+        """``completion_mask * tool_mask``: the positions the loss trains on (sampled tokens only)."""
+        completion, env = self.data["completion_mask"], self.data.get("tool_mask")
+        return completion * (torch.ones_like(completion) if env is None else env)
 
     def input_ids(self) -> torch.Tensor:
         return torch.cat([self.prompt_ids, self.completion_ids], dim=1)
@@ -540,9 +542,11 @@ class GRPOTrainerBoundary(GRPOTrainer):
         """transformers' ``Trainer.end()`` (what TRL's scripts call last), as :meth:`end_training`."""
         self.end_training()
 
-    def log_metric(self, name: str, value: float) -> None:
-        """Append a metric for the current mode; TRL averages and logs it with its own metrics."""
-        self._metrics["train" if self.model.training else "eval"][name].append(value)
+    def add_metrics(self, metrics: dict[str, float]) -> None:
+        """Append metrics for the current mode, once each; TRL averages and logs them with its own."""
+        logged = self._metrics["train" if self.model.training else "eval"]
+        for name, value in metrics.items():
+            logged[name].append(value)
 
     def log_completion_columns(self, columns: dict[str, list[Any]]) -> None:
         """Add columns (one value per completion of this process's round) to TRL's completions table: what TRL

@@ -258,11 +258,7 @@ def _settle_threadsafe(loop: asyncio.AbstractEventLoop, future: asyncio.Future, 
 
 def wake_caller() -> None:
     """End the wait of :func:`serve_caller_jobs` (a job that does nothing)."""
-    _caller_jobs.queue.put(_nothing)
-
-
-def _nothing() -> None:
-    pass
+    _caller_jobs.queue.put(lambda: None)
 
 
 def serve_caller_jobs(seconds: float) -> float:

@@ -100,9 +100,13 @@ def test_every_request_refused_stops_the_run_at_the_first_round(tiny_model_dir, 
 
 def test_a_round_with_a_model_call_is_not_stopped_by_refusals():
     """One request refused beside one that reached the model, or refusals with the check off: the run goes on."""
-    from trl_agentic.trainers.checks import DegenerateStepMonitor
+    from trl_agentic.trainers.run_health import RunHealth
 
-    assert DegenerateStepMonitor(3, None).observe_refusals(1, 5, "bad") is None
-    assert DegenerateStepMonitor(0, None).observe_refusals(0, 5, "bad") is None
-    assert DegenerateStepMonitor(3, None).observe_refusals(0, 0, None) is None
-    assert "e.g. bad;" in DegenerateStepMonitor(3, None).observe_refusals(0, 5, "bad")
+    def stop(max_degenerate_steps, reached_model, refused, refusal):
+        sums = {"count": 2, "reached_model": reached_model, "refused": refused}
+        return RunHealth(0, "", max_degenerate_steps, None).observe("step 1", sums, [], refusal, False, {})[1]
+
+    assert stop(3, 1, 5, "bad") is None
+    assert stop(0, 0, 5, "bad") is None
+    assert stop(3, 0, 0, None) is None
+    assert "e.g. bad;" in stop(3, 0, 5, "bad")

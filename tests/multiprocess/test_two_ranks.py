@@ -38,7 +38,7 @@ DATA_COLLECTIVES = {
 """The collective calls a round's data needs, each in one named place."""
 TRL_COLLECTIVES = {"compat.py:trl_loss", "base.py:train", "compat.py:end_training"}
 """TRL's loss (its own metrics), transformers' training loop and the end of a run."""
-ROUND_LOGGING, STEP_LOGGING = "base.py:gather_round_values", "loss_metrics.py:flush"
+ROUND_LOGGING, STEP_LOGGING = "base.py:gather_round_values", "metrics.py:flush"
 
 
 def check_collectives(ranks, our_loss):

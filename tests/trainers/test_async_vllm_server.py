@@ -137,14 +137,15 @@ def test_each_run_was_sampled_by_the_weights_of_its_version(server, tiny_model_d
     versions.trainer = trainer
     trainer.add_callback(versions)
     trained = []
-    original = trainer._generation_round
+    original = trainer.rollout
 
-    def recording(rollouts):
+    def recording(rows, ahead=True):
+        rollouts = original(rows, ahead)
         if trainer.model.training:
             trained.extend(rollouts.runs)
-        return original(rollouts)
+        return rollouts
 
-    trainer._generation_round = recording
+    trainer.rollout = recording
     trainer.train()
 
     assert_rounds_behind(trainer, STEPS, BATCH)

@@ -1,6 +1,6 @@
 """A run that can only train on nothing fails at construction, or stops after ``max_degenerate_steps`` rounds, with
-one line that names the fix (trl_agentic/kinds/checks.py, trl_agentic/trainers/checks.py). Each case here let ``train()`` run to the end at loss 0
-(or fail deep inside TRL) before the checks existed."""
+one line that names the fix (trl_agentic/kinds/checks.py, trl_agentic/trainers/run_health.py). Each case here let
+``train()`` run to the end at loss 0 (or fail deep inside TRL) before the checks existed."""
 
 from __future__ import annotations
 
@@ -174,16 +174,6 @@ def test_max_degenerate_steps_zero_trains_to_the_end(tiny_model_dir, tokenizer, 
                        dataset=Dataset.from_list(rows), rewards=any_reward, max_steps=2, max_degenerate_steps=0)
     trainer.train()
     assert trainer.state.global_step == 2
-
-
-def test_monitor_counts_rounds_in_a_row():
-    from trl_agentic.trainers.checks import DegenerateStepMonitor
-
-    monitor = DegenerateStepMonitor(2, None)
-    assert monitor.observe([True, True], []) is None
-    assert monitor.observe([True, False], []) is None  # one scorable completion: the count starts again
-    assert monitor.observe([True, True], []) is None
-    assert "2 generation rounds in a row" in monitor.observe([True, True], [])
 
 
 def test_max_degenerate_steps_is_validated(tmp_path):

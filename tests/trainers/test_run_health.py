@@ -44,33 +44,71 @@ def _sums(count=4, tool_turns=4, calls=0, **stops):
     return sums
 
 
+def _health(window, budgets):
+    return RunHealth(window, budgets, max_degenerate_steps=3, trajectory_dir=None)
+
+
+def _warnings(health, sums, metrics):
+    """The warnings of a round without failed trajectories or refusals."""
+    lines, stop = health.observe("step 1", sums, [], None, False, metrics)
+    assert stop is None
+    return lines
+
+
 def test_each_warning_comes_once_after_the_window_and_resets_when_the_run_recovers():
-    health = RunHealth(3, "max_completion_length=4, max_tokens_per_turn=4, max_turns=3")
+    health = _health(3, "max_completion_length=4, max_tokens_per_turn=4, max_turns=3")
     flat = {"reward": 0.0, "reward_std": 0.0, "frac_reward_zero_std": 1.0}
-    assert health.observe(_sums(), flat) == [] and health.observe(_sums(), flat) == []
-    third = health.observe(_sums(), flat)
+    assert _warnings(health, _sums(), flat) == [] and _warnings(health, _sums(), flat) == []
+    third = _warnings(health, _sums(), flat)
     assert [w.split(" ")[:3] for w in third] == [["every", "group's", "rewards"], ["no", "trajectory", "called"]]
     assert "(all 0)" in third[0] and "SFT" in third[0] and "chat template" in third[1]
-    assert health.observe(_sums(), flat) == []  # once per run
-    cut = RunHealth(2, "max_completion_length=4, max_tokens_per_turn=4, max_turns=3")
+    assert _warnings(health, _sums(), flat) == []  # once per run
+    cut = _health(2, "max_completion_length=4, max_tokens_per_turn=4, max_turns=3")
     spread = {"reward": 0.5, "reward_std": 0.5, "frac_reward_zero_std": 0.0}
-    assert cut.observe(_sums(calls=4, max_tokens=3, env_error=1), spread) == []
-    assert cut.observe(_sums(calls=4, terminated=4), spread) == []  # the run recovered: the count starts again
-    assert cut.observe(_sums(calls=4, max_tokens=3, env_error=1), spread) == []
-    warnings = cut.observe(_sums(calls=4, max_tokens=3, env_error=1), spread)
+    assert _warnings(cut, _sums(calls=4, max_tokens=3, env_error=1), spread) == []
+    assert _warnings(cut, _sums(calls=4, terminated=4), spread) == []  # the run recovered: the count starts again
+    assert _warnings(cut, _sums(calls=4, max_tokens=3, env_error=1), spread) == []
+    warnings = _warnings(cut, _sums(calls=4, max_tokens=3, env_error=1), spread)
     assert len(warnings) == 1 and warnings[0].startswith("every trajectory was cut by a budget for 2 rounds in a row "
                                                          "(max_tokens 3)")
     assert "max_completion_length=4, max_tokens_per_turn=4" in warnings[0]
 
 
 def test_no_warning_without_tools_or_with_a_spread_or_when_everything_failed():
-    health = RunHealth(1, "")
-    assert health.observe(_sums(tool_turns=0), {"reward_std": 0.3, "frac_reward_zero_std": 0.0}) == []
+    health = _health(1, "")
+    assert _warnings(health, _sums(tool_turns=0), {"reward_std": 0.3, "frac_reward_zero_std": 0.0}) == []
     # every trajectory failed: the failure line and the degenerate-run check speak for that round
-    assert health.observe(_sums(env_error=4), {"reward_std": 0.0, "frac_reward_zero_std": 1.0}) == []
-    assert RunHealth(0, "").observe(_sums(), {"reward_std": 0.0}) == []  # 0: never warn
-    one_sample = RunHealth(1, "").observe(_sums(calls=4), {"reward": 1.0, "reward_std": 0.0})  # PPO: no groups
+    assert _warnings(health, _sums(env_error=4), {"reward_std": 0.0, "frac_reward_zero_std": 1.0}) == []
+    assert _warnings(_health(0, ""), _sums(), {"reward_std": 0.0}) == []  # 0: never warn
+    one_sample = _warnings(_health(1, ""), _sums(calls=4), {"reward": 1.0, "reward_std": 0.0})  # PPO: no groups
     assert len(one_sample) == 1 and one_sample[0].startswith("every group's rewards were equal (all 1)")
+
+
+def test_a_round_says_its_failed_trajectories_first_and_warns_in_the_same_read():
+    health = _health(1, "")
+    failed = Trajectory(prompt_ids=[1], stop_reason="env_error", error="Env.step raised ValueError: bad")
+    lines, stop = health.observe("step 2", _sums(calls=4, terminated=3, env_error=1),
+                                 [RoundFailures.of([failed])], None, False, {"reward": 1.0, "reward_std": 0.0})
+    assert stop is None and len(lines) == 2
+    assert lines[0] == ("step 2: 1 of 4 trajectories failed and train nothing (env_error 1); e.g. Env.step raised "
+                        "ValueError: bad")
+    assert lines[1].startswith("every group's rewards were equal (all 1)")
+
+
+def test_unscorable_rounds_in_a_row_stop_the_run():
+    health = RunHealth(1, "", max_degenerate_steps=2, trajectory_dir="runs/t")
+    failed = Trajectory(prompt_ids=[1], stop_reason="env_timeout", error="Env.reset took longer than 1 s")
+    everyone = [RoundFailures.of([]), RoundFailures.of([failed])]
+    observe = lambda unscorable: health.observe("step 1", _sums(), everyone, None, unscorable, {})[1]  # noqa: E731
+    assert observe(True) is None
+    assert observe(False) is None  # one scorable completion: the count starts again
+    assert observe(True) is None
+    assert observe(True) == ("stopped after 2 generation rounds in a row in which no completion could be scored "
+                             "(every trajectory ended env_timeout; the first error: Env.reset took longer than 1 s); "
+                             "the trajectories are in runs/t/trajectories-rank*.jsonl; max_degenerate_steps=0 turns "
+                             "this check off")
+    never = RunHealth(1, "", max_degenerate_steps=0, trajectory_dir=None)
+    assert never.observe("step 1", _sums(), [], None, True, {})[1] is None
 
 
 # -- through a training run --------------------------------------------------------------------------------------

@@ -86,13 +86,9 @@ class TagEnvironment(Environment):
         self.invalid_message = invalid_message
         self.tool_timeout = tool_timeout
         self._pattern = self.protocol.action_pattern()
+        self.stop_strings: list[str] = self.protocol.stop_strings  # each tool's closing tag and the answer's
         self._sessions: dict[str, Any] = {}
         self.answer: str | None = None
-
-    @property
-    def stop_strings(self) -> list[str]:
-        """Closing tags after which generation stops: each tool's and the answer's."""
-        return self.protocol.stop_strings
 
     def reset(self, **row: Any) -> str | None:
         self.answer = None

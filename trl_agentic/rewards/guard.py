@@ -101,19 +101,15 @@ class _Guard:
         return f"{type(self).__name__}({self.func!r})"
 
 
-def _keywords(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """A call's arguments by name: TRL passes keywords only; ``prompts`` and ``completions`` may come first by
-    position."""
-    return {**dict(zip(("prompts", "completions"), args)), **kwargs}
-
-
-def _batch_size(kwargs: dict[str, Any]) -> int:
-    """How many completions a call scores: ``len(completions)``, or the length of its first list argument (a TRL
-    environment reward called with ``environments=`` alone)."""
+def _arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """A call's arguments by name (TRL passes keywords only; ``prompts`` and ``completions`` may come first by
+    position) and how many completions it scores: ``len(completions)``, or the length of its first list argument (a
+    TRL environment reward called with ``environments=`` alone)."""
+    kwargs = {**dict(zip(("prompts", "completions"), args)), **kwargs}
     for value in (kwargs.get("completions"), *kwargs.values()):
         if isinstance(value, Sequence) and not isinstance(value, str):
-            return len(value)
-    return 0
+            return kwargs, len(value)
+    return kwargs, 0
 
 
 def _single(one: Any) -> Any:
@@ -151,8 +147,7 @@ class GuardedReward(_Guard):
     """A synchronous TRL reward function whose bad values become ``None`` (see the module docstring)."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> list[float | None]:
-        kwargs = _keywords(args, kwargs)
-        n = _batch_size(kwargs)
+        kwargs, n = _arguments(args, kwargs)
         try:
             values = _within(self.timeout, lambda: self.func(**kwargs))
         except Exception as exc:  # retry one completion at a time: only the ones it still fails on are lost
@@ -170,8 +165,7 @@ class AsyncGuardedReward(_Guard):
     """An ``async`` TRL reward function whose bad values become ``None`` (see the module docstring)."""
 
     async def __call__(self, *args: Any, **kwargs: Any) -> list[float | None]:
-        kwargs = _keywords(args, kwargs)
-        n = _batch_size(kwargs)
+        kwargs, n = _arguments(args, kwargs)
         try:
             values = await self._within(self.func(**kwargs))
         except Exception as exc:

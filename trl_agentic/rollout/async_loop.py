@@ -59,14 +59,6 @@ _current: _Loop | None = None
 _lock = threading.Lock()
 
 
-def _get_loop() -> _Loop:
-    global _current
-    with _lock:
-        if _current is None or not _current.thread.is_alive() or _current.loop.is_closed():
-            _current = _Loop()
-        return _current
-
-
 def _abandon(stale: _Loop) -> None:
     """Forget ``stale`` so that the next call starts a fresh loop; stop it if it still answers."""
     global _current
@@ -94,7 +86,11 @@ class Submitted:
 def submit(coro: Coroutine[Any, Any, Any], timeout: float = BLOCK_AFTER_S) -> Submitted:
     """Start ``coro`` on the background loop; :func:`wait` collects it. A coroutine that holds the loop for more
     than ``min(timeout, BLOCK_AFTER_S)`` seconds counts as blocking it."""
-    handle = _get_loop()
+    global _current
+    with _lock:  # the background loop, a fresh one if the last died or was abandoned
+        if _current is None or not _current.thread.is_alive() or _current.loop.is_closed():
+            _current = _Loop()
+        handle = _current
     handle.watchdog.block_after = min(timeout, BLOCK_AFTER_S)
     return Submitted(asyncio.run_coroutine_threadsafe(coro, handle.loop), handle, time.monotonic())
 

@@ -46,7 +46,7 @@ from ..environments.base import EnvironmentFactory, check_environment_factory, c
 from ..environments.native_tools import native_tools, parse_turn
 from ..trajectory import StopReason, Trajectory
 from .config import RolloutConfig
-from .env_calls import EnvFailure, PendingCalls, call_all, start_all
+from .env_calls import EnvFailure, PendingCalls, call_all
 from .generation import Generator, HFGenerator, cut_at_stop, generation_session, get_eos_token_ids
 from .observations import ObservationEncoder, is_conversational
 
@@ -226,7 +226,7 @@ class RolloutEngine:
             else:
                 stepping.append(i)
         actions = [self._action(trajectories[i], envs[i]) for i in stepping]
-        calls = start_all([envs[i] for i in stepping], "step", actions, self.config.env_timeout)
+        calls = PendingCalls([envs[i] for i in stepping], "step", actions, self.config.env_timeout)
         return _Steps(stepping, ends, calls)
 
     def _finish_steps(self, trajectories, steps: _Steps, timing: dict[str, float]) -> list[int]:

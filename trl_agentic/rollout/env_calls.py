@@ -93,19 +93,15 @@ _UNFINISHED = object()
 """A call's result before it finishes."""
 
 
-def _env_name(env: Any) -> str:
-    return type(env).__name__
-
-
 async def call_one(env: Any, method: Method, arg: Any, timeout: float) -> Any:
     """Call ``env.<method>`` and validate its result; returns the result, or an :class:`EnvFailure`."""
-    name = f"{_env_name(env)}.{method}"
+    name = f"{type(env).__name__}.{method}"
     try:
         result = await _invoke(env, method, arg, timeout)
         if method == "reset":
-            return check_reset_result(result, _env_name(env))
+            return check_reset_result(result, type(env).__name__)
         if method == "step":
-            return check_step_result(result, _env_name(env))
+            return check_step_result(result, type(env).__name__)
         return None
     except asyncio.TimeoutError:
         return EnvFailure("env_timeout", f"{name} took longer than env_timeout={timeout} s")
@@ -121,15 +117,17 @@ async def call_one(env: Any, method: Method, arg: Any, timeout: float) -> Any:
 
 
 class PendingCalls:
-    """Environment calls started by :func:`start_all`; :meth:`results` waits for them (at most the per-call timeout
-    plus a few seconds after their start) and gives each validated result or an :class:`EnvFailure`, in order.
-    ``seconds`` is the wall time from the start until the last call finished."""
+    """``method`` started on every environment concurrently (``args[i]`` for ``envs[i]``), returning at once: the
+    calls run on the background loop while the caller goes on (e.g. generating for other trajectories).
+    :meth:`results` waits for them (at most the per-call timeout plus a few seconds after their start) and gives
+    each validated result or an :class:`EnvFailure`, in order. ``seconds`` is the wall time from the start until the
+    last call finished."""
 
     def __init__(self, envs: list[Any], method: Method, args: list[Any], timeout: float) -> None:
         self.method, self.timeout = method, timeout
         skipped = [method == "close" and not hasattr(env, "close") for env in envs]
         self._results: list[Any] = [None if skip else _UNFINISHED for skip in skipped]
-        self._names = [f"{_env_name(env)}.{method}" for env in envs]
+        self._names = [f"{type(env).__name__}.{method}" for env in envs]
         self._blocks: dict[int, Block] = {}  # written by the loop's watchdog thread
         self.seconds = 0.0
         self._submitted = None
@@ -171,15 +169,9 @@ class PendingCalls:
         return self._results
 
 
-def start_all(envs: list[Any], method: Method, args: list[Any], timeout: float) -> PendingCalls:
-    """Start ``method`` on every environment concurrently (``args[i]`` for ``envs[i]``) and return at once; the
-    calls run on the background loop while the caller goes on (e.g. generating for other trajectories)."""
-    return PendingCalls(envs, method, args, timeout)
-
-
 def call_all(envs: list[Any], method: Method, args: list[Any], timeout: float) -> list[Any]:
     """Call ``method`` on every environment concurrently and return, in order, each validated result or an
     :class:`EnvFailure`. The whole batch waits at most ``timeout`` plus a few seconds: a call not finished by then
     (the loop was blocked) is an ``env_timeout``. Environments without ``close`` are skipped for
     ``method="close"``."""
-    return start_all(envs, method, args, timeout).results()
+    return PendingCalls(envs, method, args, timeout).results()

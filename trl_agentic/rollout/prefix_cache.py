@@ -241,8 +241,9 @@ class PrefixCache:
         differ = np.flatnonzero(~common)
         length = min(int(differ[0]) if differ.size else shortest, shortest - 1)
         stages, covered = [], 0
-        if length - self._cached(arrays[0][:length]) >= minimum:
-            stages.append([arrays[0][:length].tolist()])
+        head = arrays[0][:length]
+        if length - self._longest(head, len(head))[1] >= minimum:  # what the cache holds of it
+            stages.append([head.tolist()])
             covered = length
         repeated: dict[bytes, np.ndarray] = {}
         seen: set[bytes] = set()
@@ -252,7 +253,7 @@ class PrefixCache:
                 repeated[key] = ids
             seen.add(key)
         grouped = [ids[:-1].tolist() for ids in repeated.values()
-                   if len(ids) - 1 - max(covered, self._cached(ids[:-1])) >= minimum]
+                   if len(ids) - 1 - max(covered, self._longest(ids[:-1], len(ids) - 1)[1]) >= minimum]
         if grouped:
             stages.append(grouped)
         return stages
@@ -270,10 +271,6 @@ class PrefixCache:
             if common > best_len:
                 best, best_len = entry, common
         return best, best_len
-
-    def _cached(self, ids: np.ndarray) -> int:
-        """How many of ``ids`` the cache holds (the longest common prefix with any entry)."""
-        return self._longest(ids, len(ids))[1]
 
     def _match(self, ids: np.ndarray) -> tuple[_Entry | None, int]:
         """The entry sharing the longest prefix with ``ids``, and how many ids it can give (at most ``len - 1``)."""

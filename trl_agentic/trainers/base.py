@@ -13,16 +13,17 @@ bottom in one file each:
 4. :meth:`~AgenticTrainer.add_logps`: the model forwards a round needs (old, reference and vLLM's log-probs);
 5. the algorithm's advantages (the sibling's own);
 6. :meth:`~AgenticTrainer.round_metrics` (computed from values gathered in one call,
-   :meth:`~AgenticTrainer.gather_round_values`) and the sibling's, logged once (:meth:`~AgenticTrainer.log_metrics`),
-   then :meth:`~AgenticTrainer.record`.
+   :meth:`~AgenticTrainer.gather_round_values`) and the sibling's, logged once with what the run's health says of
+   the round (:meth:`~AgenticTrainer.log_round_metrics`), then :meth:`~AgenticTrainer.record`.
 
 State: built once per run (in ``__init__``, the kind of rollout chosen once by
 :func:`~trl_agentic.kinds.choice.choose_rollout`): the rollout settings
 (:class:`~trl_agentic.rollout.config.RolloutConfig`), the generator (transformers' ``generate`` with its stop-criteria
 cache, or TRL's vLLM backend), the rollout seam (the engine, :class:`~trl_agentic.rollout.engine.RolloutEngine`, with
-its observation encoder's template probes, or the agents' endpoint), the degenerate-run monitor.
-Per round: everything in :class:`~trl_agentic.trainers.round.Round`. Across rounds: only the global step whose
-weights vLLM holds, and the monitor's count of unscorable rounds in a row.
+its observation encoder's template probes, or the agents' endpoint), the rollout source, the run's health
+(:class:`~trl_agentic.trainers.run_health.RunHealth`). Per round: everything in
+:class:`~trl_agentic.trainers.round.Round`. Per optimizer step: the loss-side metrics. Across rounds: only the global
+step whose weights vLLM holds, and the health's counts of rounds in a row.
 """
 
 from __future__ import annotations
@@ -46,7 +47,6 @@ from ..kinds.choice import RolloutChoice, SeamParts, choose_rollout
 from ..rewards.inputs import reward_inputs
 from ..rollout.config import RolloutConfig
 from ..rollout.generation import Generator, HFGenerator
-from ..rollout.metrics import failure_line
 from ..rollout.pipeline import (
     AsyncRollouts,
     CopyWeights,
@@ -64,21 +64,10 @@ from ..rollout.seam import RolloutSeam
 from ..rollout.vllm import TRLVLLMGenerator, VLLMServerGenerator
 from ..trackers import trajectory_columns
 from ..trajectory import Trajectory, save_trajectories
-from .checks import DegenerateStepMonitor, DegenerateTrainingError, keyword_arguments
+from .checks import DegenerateTrainingError, keyword_arguments
 from .config import AgenticConfig
-from .loss_metrics import LossMetrics
-from .round import Round, pad, row_advantages, row_count, training_rows, trl_completion_rows, values_of_rows
-from .round_metrics import (
-    RoundTable,
-    RoundValues,
-    add_sampling_values,
-    metrics_of_round,
-    round_values,
-    sampling_values,
-    summed,
-    table_rows,
-    total_sums,
-)
+from .metrics import LossMetrics, RoundTable, RoundValues, add_sampling_values, round_values, sampling_values, summarize
+from .round import Round, pad, row_advantages, training_rows, trl_completion_rows, values_of_rows
 from .run_health import RunHealth
 
 logger = logging.getLogger(__name__)
@@ -125,16 +114,22 @@ class AgenticTrainer(GRPOTrainerBoundary):
                              "without them the trainer is TRL's GRPOTrainer: pass max_staleness=0")
         if choice is not None:
             self._check_agentic_args()
-            self.degenerate_monitor = DegenerateStepMonitor(self.args.max_degenerate_steps, self.args.trajectory_dir)
             settings = choice.trainer_config(self.args.rollout_config(), self.processing_class)
             self.health = RunHealth(self.args.health_warning_rounds,
                                     f"max_completion_length={settings.max_completion_length}, max_tokens_per_turn="
-                                    f"{settings.max_tokens_per_turn}, max_turns={settings.max_turns}")
+                                    f"{settings.max_tokens_per_turn}, max_turns={settings.max_turns}",
+                                    self.args.max_degenerate_steps, self.args.trajectory_dir)
+            pad_id = self.processing_class.pad_token_id
+            self.pad_id = pad_id if pad_id is not None else self.eos_token_ids[0]  # the batch's and padding rows' id
             self.generator = self._generator(settings)
             self.rollout_seam = choice.seam(SeamParts(self.processing_class, settings, self.generator,
                                                       self.eos_token_ids, self._sync_any, self._sync_max,
                                                       self.accelerator.num_processes > 1))
-            self.set_trl_attributes(None)
+            # TRL's public attributes our rollout stands in for (TRL's tool loop never runs): ``tools``, what TRL's
+            # __init__ would hold (TRL's tools and every environment's methods; [] without them, TRL's value), and
+            # ``environments``, this process's environment instances of the round (TRL's environment_factory; None
+            # without one, TRL's value), which TRL's reward call also reads: each round's set by rollout()
+            self.tools, self.environments = self.rollout_seam.tools, None
             self.rollout_source = self._rollout_source(choice, settings)
             for callback in self.rollout_source.callbacks():
                 self.add_callback(callback)
@@ -198,14 +193,6 @@ class AgenticTrainer(GRPOTrainerBoundary):
             if self.rollout_source is not None:
                 self.rollout_source.stop()
 
-    def set_trl_attributes(self, environments: list[Any] | None) -> None:
-        """The one place TRL's public attributes that our rollout stands in for are set (TRL's tool loop never
-        runs): ``tools``, what TRL's ``__init__`` would hold (TRL's tools and every environment's methods; ``[]``
-        without them, TRL's value), and ``environments``, this process's environment instances of the round
-        (TRL's ``environment_factory``; ``None`` without one, TRL's value), which TRL's reward call also reads."""
-        self.tools = self.rollout_seam.tools
-        self.environments = environments
-
     def _check_trl_config(self, args: Any) -> None:
         """Without rollouts the trainer is TRL's: settings that only act on rollouts are refused."""
 
@@ -236,37 +223,29 @@ class AgenticTrainer(GRPOTrainerBoundary):
     # -- the stages of a round -----------------------------------------------------------------------------------
     def generation_round(self, rows: list[dict[str, Any]], ahead: bool = True) -> Round:
         """Stages 1-4 of a round (module docstring): rollout, rewards, training rows and batch, log-probs. The
-        batch's advantages are left at 0 for the sibling's step to set. A round in which nothing could be scored
-        counts towards ``max_degenerate_steps`` (:class:`~trl_agentic.trainers.checks.DegenerateStepMonitor`)."""
+        batch's advantages are left at 0 for the sibling's step to set. A round that raises ends training: the rollout
+        source is stopped first, so that nothing runs ahead."""
         rollouts = self.rollout(rows, ahead)
         try:
-            return self._generation_round(rollouts)
+            prompts, completions, run_rewards = self.score(rollouts.rows, rollouts.runs, rollouts.environments)
+            round_ = self.build_round(rollouts, run_rewards, prompts, completions)
+            self.add_logps(round_.batch, rollouts.behaviour)
+            return round_
         except BaseException:
-            self.rollout_source.stop()  # a round that raises ends training: stop what runs ahead
+            self.rollout_source.stop()
             raise
 
     def rollout(self, rows: list[dict[str, Any]], ahead: bool = True) -> Rollouts:
         """1. The round's rollouts, from the rollout source (:mod:`~trl_agentic.rollout.pipeline`): a training
         round's (``ahead``: with ``max_staleness=D``, the rollouts of the rows of D rounds earlier, fewer while the
         pipeline fills, ``rows``' started ahead), or an evaluation's or dynamic sampling's extra round's, rolled out
-        now; with them TRL's ``trainer.environments`` (:meth:`set_trl_attributes`), and the source's metrics
-        logged."""
+        now; with them TRL's ``trainer.environments`` (this process's environment instances of the round), and the
+        source's metrics logged."""
         rollouts = self.rollout_source.rollouts(rows, self.accelerator.unwrap_model(self.model), self.state.global_step,
                                                 ahead and self.model.training)
-        self.set_trl_attributes(rollouts.environments)
-        self.log_metrics(rollouts.metrics)
+        self.environments = rollouts.environments
+        self.add_metrics(rollouts.metrics)
         return rollouts
-
-    def _generation_round(self, rollouts: Rollouts) -> Round:
-        prompts, completions, run_rewards = self.score(rollouts.rows, rollouts.runs, rollouts.environments)
-        round_ = self.build_round(rollouts, run_rewards, prompts, completions)
-        self.add_logps(round_.batch, rollouts.behaviour)
-        if self.model.training:
-            stop = self.degenerate_monitor.observe(torch.isnan(run_rewards).all(dim=1).tolist(), rollouts.runs)
-            if stop is not None:
-                self.record(round_)
-                raise DegenerateTrainingError(stop)
-        return round_
 
     def push_vllm_weights(self, version: int) -> None:
         """vLLM's weights brought up to the policy's (TRL's ``sync_weights``), marked as ``version`` (the global
@@ -306,8 +285,7 @@ class AgenticTrainer(GRPOTrainerBoundary):
         row and the processes have as many runs), and TRL's batch of them (:meth:`build_batch`)."""
         rows, runs = rollouts.rows, rollouts.runs
         multiple = self.args.steps_per_generation if self.model.training else 1
-        count = row_count(sum(len(t.training_rows()) for t in runs), self._sync_max, multiple)
-        trajectories, owners = training_rows(runs, count, self._pad_id())
+        trajectories, owners = training_rows(runs, self._sync_max, multiple, self.pad_id)
         offset = self.accelerator.process_index * len(runs)
         local_rewards = run_rewards[offset: offset + len(runs)]
         row_rewards = values_of_rows(local_rewards, owners, torch.nan)
@@ -331,12 +309,12 @@ class AgenticTrainer(GRPOTrainerBoundary):
         tool_mask``. Padding and masks only."""
         device, multiple = self.accelerator.device, self.pad_to_multiple_of
         completion_ids, env_mask, logprobs = trl_completion_rows(
-            trajectories, self._pad_id(), self.args.mask_observations, self.args.mask_truncated_trajectories)
+            trajectories, self.pad_id, self.args.mask_observations, self.args.mask_truncated_trajectories)
         prompt_ids = [t.prompt_ids for t in trajectories]
         data: dict[str, Any] = {
-            "prompt_ids": pad(prompt_ids, self._pad_id(), "left", multiple).to(device),
+            "prompt_ids": pad(prompt_ids, self.pad_id, "left", multiple).to(device),
             "prompt_mask": pad([[1] * len(p) for p in prompt_ids], 0, "left", multiple).to(device),
-            "completion_ids": pad(completion_ids, self._pad_id(), "right", multiple).to(device),
+            "completion_ids": pad(completion_ids, self.pad_id, "right", multiple).to(device),
             "completion_mask": pad([[1] * len(c) for c in completion_ids], 0, "right", multiple).to(device),
             "advantages": torch.zeros(len(trajectories), device=device),
         }
@@ -441,44 +419,39 @@ class AgenticTrainer(GRPOTrainerBoundary):
     # -- metrics ------------------------------------------------------------------------------------------------
     def round_metrics(self, round_: Round, algorithm: dict[str, torch.Tensor] | None = None
                       ) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
-        """A round's metrics that do not depend on the algorithm, over all processes
-        (:func:`~trl_agentic.trainers.round_metrics.metrics_of_round`: the rollout's, TRL's lengths, the mask audit,
-        vLLM's sampling gaps), TRL's completions table with the reward functions' ``log_extra`` columns and
-        ``log_metric`` metrics (:meth:`log_round_table`), and the ``algorithm``'s sums over every process (returned
-        beside the metrics), all from this process's values
-        (:func:`~trl_agentic.trainers.round_metrics.round_values`) gathered in one call
-        (:meth:`gather_round_values`); the round's tokens are added to TRL's ``num_tokens``. In training, the failed
-        trajectories are named in one line, and a round of agents whose every request the endpoint refused stops
-        the run (:meth:`~trl_agentic.trainers.checks.DegenerateStepMonitor.observe_refusals`)."""
+        """A round over every process, from this process's values
+        (:func:`~trl_agentic.trainers.metrics.round_values`) gathered in one call (:meth:`gather_round_values`)
+        and summarized (:func:`~trl_agentic.trainers.metrics.summarize`, kept as ``round_.summary``): returns
+        its metrics that do not depend on the algorithm (the rollout's, TRL's lengths, the mask audit, vLLM's
+        sampling gaps) and the ``algorithm``'s sums over every process. TRL's completions table, with the reward
+        functions' ``log_extra`` columns and ``log_metric`` metrics, is logged (:meth:`log_round_table`) and the
+        round's tokens are added to TRL's ``num_tokens``."""
         table = RoundTable(round_.prompts, round_.completions, row_advantages(round_.batch).tolist(),
                            *self.take_round_logs())
         local = round_values(round_, self.rollout_seam, self.args.mask_observations, table, algorithm or {})
-        everyone = self.gather_round_values(local)
-        metrics, tokens = metrics_of_round(everyone, self.rollout_seam, self.accelerator.device)
-        self.count_tokens(tokens)
-        self.log_round_table(*table_rows([v.table for v in everyone]), round_.rewards_per_func)
-        round_.sums = total_sums(everyone)
-        if self.model.training:
-            line = failure_line(f"step {self.state.global_step + 1}", round_.sums["count"],
-                                [v.failures for v in everyone], " and train nothing")
-            if line is not None and self.accelerator.is_main_process:
-                logger.warning(line)
-            refusal = next((v.refusal for v in everyone if v.refusal), None)
-            stop = self.degenerate_monitor.observe_refusals(int(round_.sums["reached_model"]),
-                                                            int(round_.sums["refused"]), refusal)
-            if stop is not None:
-                raise DegenerateTrainingError(stop)
-        return metrics, summed(everyone)
+        round_.summary = summarize(self.gather_round_values(local), self.rollout_seam, self.accelerator.device)
+        self.count_tokens(round_.summary.tokens)
+        self.log_round_table(*round_.summary.table, round_.rewards_per_func)
+        return round_.summary.metrics, round_.summary.algorithm
 
     def log_round_metrics(self, round_: Round, metrics: dict[str, float]) -> None:
-        """Log a round's metrics (:meth:`log_metrics`) and, in training, give them with the round's rollout counts
-        to the run's health (:class:`~trl_agentic.trainers.run_health.RunHealth`), whose warnings the main process
-        prints."""
-        self.log_metrics(metrics)
-        if self.model.training:
-            for warning in self.health.observe(round_.sums, metrics):
-                if self.accelerator.is_main_process:
-                    logger.warning(warning)
+        """Log a round's metrics (TRL averages and logs them with its own) and, in training, read the round with
+        them (:meth:`~trl_agentic.trainers.run_health.RunHealth.observe`): its failed trajectories in one line and
+        the run's health warnings, printed by the main process, and the stop of a run that trains on nothing
+        (``max_degenerate_steps`` rounds in a row with no scorable completion, or a round of agents whose every
+        request the endpoint refused; the round's trajectories are recorded before)."""
+        self.add_metrics(metrics)
+        if not self.model.training:
+            return
+        summary = round_.summary
+        unscorable = bool(torch.isnan(round_.run_rewards).all())
+        lines, stop = self.health.observe(f"step {self.state.global_step + 1}", summary.sums, summary.failures,
+                                          summary.refusal, unscorable, metrics)
+        if self.accelerator.is_main_process:
+            for line in lines:
+                logger.warning(line)
+        if stop is not None:
+            raise DegenerateTrainingError(stop)
 
     def gather_round_values(self, local: RoundValues) -> list[RoundValues]:
         """The one collective call of a round's metrics: every process's values, in rank order. Every rank calls it
@@ -498,20 +471,11 @@ class AgenticTrainer(GRPOTrainerBoundary):
         metrics["reward_std"] = nanstd(rewards).item()
         return metrics
 
-    def log_metrics(self, metrics: dict[str, float]) -> None:
-        """Log a round's metrics, once; TRL averages and logs them with its own."""
-        for name, value in metrics.items():
-            self.log_metric(name, value)
-
     # -- helpers ------------------------------------------------------------------------------------------------
     def combined_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
         """The weighted sum of the reward functions per row (NaN-skipping; NaN where no function scored):
         :func:`~trl_agentic.algorithms.advantages.combined_rewards`."""
         return combined_rewards(rewards_per_func, self.reward_weights, 1)
-
-    def _pad_id(self) -> int:
-        pad_id = self.processing_class.pad_token_id
-        return pad_id if pad_id is not None else self.eos_token_ids[0]
 
     def _generator(self, settings: RolloutConfig) -> Generator:
         if self.use_vllm:
@@ -596,9 +560,9 @@ class AgenticTrainer(GRPOTrainerBoundary):
     def after_loss(self) -> None:
         """After each micro-batch's loss: once the optimizer step's last micro-batch has run (``sync_gradients``;
         in evaluation, every call), the loss-side metrics of every process, gathered in one call
-        (:meth:`~trl_agentic.trainers.loss_metrics.LossMetrics.flush`), logged."""
+        (:meth:`~trl_agentic.trainers.metrics.LossMetrics.flush`), logged."""
         if not self.model.training or self.accelerator.sync_gradients:
-            self.log_metrics(self.loss_metrics.flush(self.accelerator.gather, self.accelerator.device))
+            self.add_metrics(self.loss_metrics.flush(self.accelerator.gather, self.accelerator.device))
 
     def _check_clipped_loss_settings(self) -> None:
         """:meth:`clipped_loss` implements TRL's clipped loss types and none of TRL's loss extras: refuse, before

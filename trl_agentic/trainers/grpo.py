@@ -125,7 +125,8 @@ class AgenticGRPOTrainer(AgenticTrainer):
         5. GRPO's group-relative advantages (:meth:`advantages`), one per run, given to its rows;
         6. dynamic sampling (``zero_variance_groups="dynamic_sampling"``): more rounds until enough groups have a
            reward spread (:meth:`dynamic_sampling`);
-        7. the metrics, logged once; TRL's completions table; the trajectories to ``trajectory_dir``.
+        7. TRL's completions table; the trajectories to ``trajectory_dir``; the metrics, logged once, with what the
+           run's health says of the round (which may stop the run).
         """
         if self.rollout_seam is None:
             return super().training_batch(rows)
@@ -176,8 +177,8 @@ class AgenticGRPOTrainer(AgenticTrainer):
                 break
             round_ = self.generation_round(self._sample_more_rows(len(rows), extra), ahead=False)
             metrics = self.advantages(round_)
-            self.log_round_metrics(round_, metrics)
             self.record(round_)
+            self.log_round_metrics(round_, metrics)
             rounds.append(round_.batch)
             keeps.append(~self.groups_without_spread(round_))
         picked = pick_groups(keeps, needed)

@@ -260,7 +260,8 @@ class AgenticPPOTrainer(AgenticTrainer):
            turn, ``advantage_mode="turn"``, with the environment's turn rewards): ``A, R = GAE(r, V; gamma, lam)``,
            ``A`` whitened over the agent tokens of all processes;
         8. the adaptive KL coefficient's update (``target_kl``);
-        9. the metrics, logged once; TRL's completions table; the trajectories to ``trajectory_dir``.
+        9. TRL's completions table; the trajectories to ``trajectory_dir``; the metrics, logged once, with what the
+           run's health says of the round (which may stop the run).
 
         The sampling-time log-probs cost a forward pass over the batch. TRL computes them when the policy moves
         before the batch is trained on (``num_iterations > 1`` or several mini-batches); otherwise they equal the
@@ -292,8 +293,8 @@ class AgenticPPOTrainer(AgenticTrainer):
             if self.kl_controller is not None and self.model.training:
                 self.kl_coef = self.kl_controller.update(metrics["ppo/kl_per_sequence"],
                                                          self.args.generation_batch_size)
-        self.log_round_metrics(round_, metrics)
         self.record(round_)
+        self.log_round_metrics(round_, metrics)
         return batch
 
     def scores(self, round_: Round) -> torch.Tensor:

@@ -19,7 +19,33 @@ from typing import Any
 import torch
 
 from ..algorithms.masked import masked_sum
+from ..rollout.metrics import RoundFailures
 from ..trajectory import Trajectory
+
+
+@dataclass
+class RoundSummary:
+    """A round over every process, from every process's values
+    (:func:`~trl_agentic.trainers.metrics.summarize`).
+
+    Attributes:
+        metrics: The round's metrics that do not depend on the algorithm.
+        tokens: The round's prompt and completion tokens (TRL's ``num_tokens``).
+        sums: The rollout seam's counts summed over every process.
+        failures: Every process's failed runs (:class:`~trl_agentic.rollout.metrics.RoundFailures`), in rank order.
+        refusal: The message of a request the endpoint refused, from the first process that has one, or ``None``.
+        table: TRL's completions table over every process (:func:`~trl_agentic.trainers.metrics.table_rows`).
+        algorithm: The algorithm's sums (:attr:`~trl_agentic.trainers.metrics.RoundValues.algorithm`) summed over
+            every process, in rank order.
+    """
+
+    metrics: dict[str, float]
+    tokens: int
+    sums: Counter
+    failures: list[RoundFailures]
+    refusal: str | None
+    table: tuple[list[Any], list[Any], list[float], dict[str, list[Any]], dict[str, float]]
+    algorithm: dict[str, torch.Tensor]
 
 
 @dataclass
@@ -44,8 +70,8 @@ class Round:
             run's; a padding row's: empty).
         completions: This process's completions per training row, as the reward functions received them (a
             segment's: its own messages).
-        sums: The rollout's counts summed over every process (set with the round's metrics:
-            :meth:`~trl_agentic.trainers.base.AgenticTrainer.round_metrics`), or ``None`` before.
+        summary: The round over every process (:class:`RoundSummary`, set with
+            its metrics: :meth:`~trl_agentic.trainers.base.AgenticTrainer.round_metrics`), or ``None`` before.
     """
 
     rows: list[dict[str, Any]]
@@ -57,7 +83,7 @@ class Round:
     batch: Any
     prompts: list[Any]
     completions: list[Any]
-    sums: Counter | None = None
+    summary: RoundSummary | None = None
 
 
 def values_of_rows(per_run: torch.Tensor, owners: Sequence[int], fill: float = 0.0) -> torch.Tensor:
@@ -75,23 +101,20 @@ def padding_row(token_id: int) -> Trajectory:
     return Trajectory(prompt_ids=[token_id], stop_reason="env_error", error=PADDING_ERROR)
 
 
-def training_rows(runs: Sequence[Trajectory], count: int, token_id: int) -> tuple[list[Trajectory], list[int]]:
+def training_rows(runs: Sequence[Trajectory], gather_max: Callable[[int], int], multiple: int,
+                  token_id: int) -> tuple[list[Trajectory], list[int]]:
     """The training rows of every run (:meth:`~trl_agentic.Trajectory.training_rows`: the run itself, or an agent
-    run's segments), in order, then padding rows up to ``count``; and each row's run index (-1 for padding)."""
+    run's segments), in order, then padding rows (:func:`padding_row` of ``token_id``) up to the most rows of any
+    process (``gather_max`` of this process's count) rounded up to ``multiple``; and each row's run index (-1 for
+    padding)."""
     out, owners = [], []
     for i, run in enumerate(runs):
         for row in run.training_rows():
             out.append(row)
             owners.append(i)
-    if len(out) > count:
-        raise ValueError(f"{len(out)} segments do not fit in {count} rows")
+    count = math.ceil(max(1, gather_max(len(out))) / multiple) * multiple
     pad_rows = count - len(out)
     return out + [padding_row(token_id) for _ in range(pad_rows)], owners + [-1] * pad_rows
-
-
-def row_count(local_rows: int, gather_max: Callable[[int], int], multiple: int) -> int:
-    """Training rows per process: the most rows of any process (``gather_max``), rounded up to ``multiple``."""
-    return math.ceil(max(1, gather_max(local_rows)) / multiple) * multiple
 
 
 def pad(rows: Sequence[Sequence[float]], value: float, side: str, multiple: int | None,

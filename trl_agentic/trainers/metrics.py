@@ -1,19 +1,27 @@
-"""A round's metrics and completions table, computed from values gathered in one collective call.
+"""What the trainers log, each from one collective call: a round's metrics and completions table, gathered once
+per round, and the loss-side metrics, gathered once per optimizer step.
 
-:func:`round_values` reads this process's values off a round (:class:`RoundValues`: the rollout's counts, the
-lengths, the mask audit's count, vLLM's sampling gaps, the rows of TRL's completions table and what the reward
+A round: :func:`round_values` reads this process's values off a round (:class:`RoundValues`: the rollout's counts,
+the lengths, the mask audit's count, vLLM's sampling gaps, the rows of TRL's completions table and what the reward
 functions logged, :class:`RoundTable`, and the algorithm's own sums, PPO's moments); the trainer gathers every
 process's in one collective call (:meth:`~trl_agentic.trainers.base.AgenticTrainer.gather_round_values`), the only
-one of a round's logging; :func:`metrics_of_round` computes the metrics from them. Each metric is computed from the
-gathered values as before with one gather per value: the same tensors, on the same device, so the figures (TRL's
-among them) are equal bit for bit.
+one of a round's logging; :func:`summarize` computes the round over every process from them (:class:`RoundSummary`:
+its metrics, counts, failures, completions table and the algorithm's sums).
+
+An optimizer step: our losses (:meth:`~trl_agentic.trainers.base.AgenticTrainer.clipped_loss`, PPO's value loss)
+compute, per micro-batch, terms logged over every process: means over the trained tokens (entropy, clip ratio, KL),
+means over micro-batches (the value loss), the off-policy weights' extremes. Each micro-batch adds its sums to a
+:class:`LossMetrics` on its own process; when the optimizer step's last micro-batch has run, :meth:`LossMetrics.flush`
+gathers every process's sums in one call (the same names, in the same order, on every process: every process runs
+the same losses) and returns the metrics, which the trainer logs once per step. A mean over trained tokens is then
+over every trained token of the step, on every process: ``sum_{micro-batches, processes} m_t x_t / sum m_t``.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,8 +30,7 @@ import torch
 from ..rollout.audit import unsampled_trained
 from ..rollout.metrics import RoundFailures, logprob_gap
 from ..rollout.seam import RolloutSeam
-from .loss_metrics import LossMetrics
-from .round import Round
+from .round import Round, RoundSummary
 
 
 @dataclass
@@ -135,10 +142,8 @@ def sampling_values(batch: Any) -> SamplingValues:
     return SamplingValues(gap=gap, correction=(delta_mean.cpu(), delta_max.cpu(), stats.cpu()))
 
 
-def metrics_of_round(everyone: Sequence[RoundValues], seam: RolloutSeam,
-                     device: torch.device) -> tuple[dict[str, float], int]:
-    """The metrics of a round from every process's values, in rank order (a pure function), and the round's prompt
-    and completion tokens (TRL's ``num_tokens``):
+def summarize(everyone: Sequence[RoundValues], seam: RolloutSeam, device: torch.device) -> RoundSummary:
+    """A round over every process from every process's values, in rank order (a pure function). Its metrics:
 
     - the rollout seam's own (``agentic/*``; TRL's ``tools/*``; ``agentic/agent/*``) from the summed counts;
     - TRL's length metrics (``grpo_trainer.py`` ``_generate``, l. 2276-2310): a completion's length counts its
@@ -151,11 +156,16 @@ def metrics_of_round(everyone: Sequence[RoundValues], seam: RolloutSeam,
       logprob_gap`) and ``_max``, and TRL's metrics (``grpo_trainer.py`` l. 2860-2897):
       ``sampling/sampling_logp_difference/{mean,max}`` (mean over processes of each process's mean, as TRL) and,
       with the correction, ``sampling/importance_sampling_ratio/{min,mean,max}``.
+
+    The figures are computed from the same tensors, on the same device, as with one gather per value, so that they
+    (TRL's among them) are equal bit for bit.
     """
-    metrics = seam.metrics(total_sums(everyone))
+    sums: Counter = Counter()
+    for values in everyone:
+        sums.update(values.sums)
+    metrics = seam.metrics(sums)
     lengths = torch.cat([v.lengths for v in everyone]).to(device).float()
     prompt_tokens = torch.cat([v.prompt_tokens for v in everyone]).to(device)
-    tokens = int((prompt_tokens.sum() + lengths.sum()).item())
     clipped = torch.cat([v.clipped for v in everyone]).to(device)
     terminated = lengths[~clipped] if (~clipped).any() else torch.zeros(1, device=device)
     metrics.update({
@@ -171,7 +181,63 @@ def metrics_of_round(everyone: Sequence[RoundValues], seam: RolloutSeam,
     sampling = [v.sampling for v in everyone if v.sampling is not None]
     if sampling:
         metrics.update(sampling_metrics(sampling, device))
-    return metrics, tokens
+    first = everyone[0].algorithm
+    return RoundSummary(
+        metrics=metrics,
+        tokens=int((prompt_tokens.sum() + lengths.sum()).item()),
+        sums=sums,
+        failures=[v.failures for v in everyone],
+        refusal=next((v.refusal for v in everyone if v.refusal), None),
+        table=table_rows([v.table for v in everyone]),
+        algorithm={name: sum((v.algorithm[name] for v in everyone[1:]), first[name]) for name in first},
+    )
+
+
+class LossMetrics:
+    """Sums of the loss-side metrics since the last :meth:`flush` (module docstring). Each name is one kind: a mean
+    (sums and counts), a maximum or a minimum."""
+
+    def __init__(self) -> None:
+        self._means: dict[str, list[float]] = {}
+        self._maxima: dict[str, float] = {}
+        self._minima: dict[str, float] = {}
+
+    def clear(self) -> None:
+        self._means, self._maxima, self._minima = {}, {}, {}
+
+    def mean(self, name: str, total: torch.Tensor | float, count: torch.Tensor | float) -> None:
+        """Add ``total`` over ``count`` items to the mean ``name``."""
+        sums = self._means.setdefault(name, [0.0, 0.0])
+        sums[0] += float(total)
+        sums[1] += float(count)
+
+    def maximum(self, name: str, value: torch.Tensor | float) -> None:
+        self._maxima[name] = max(self._maxima.get(name, float("-inf")), float(value))
+
+    def minimum(self, name: str, value: torch.Tensor | float) -> None:
+        self._minima[name] = min(self._minima.get(name, float("inf")), float(value))
+
+    def flush(self, gather: Callable[[torch.Tensor], torch.Tensor], device: torch.device) -> dict[str, float]:
+        """Every process's sums gathered in one call (``gather``: accelerate's, concatenating a 1-D tensor of every
+        process), as metrics; the sums start again. Nothing to gather (no loss of ours ran): no call, ``{}``."""
+        means, maxima, minima = sorted(self._means), sorted(self._maxima), sorted(self._minima)
+        if not (means or maxima or minima):
+            return {}
+        local = torch.tensor([*(v for n in means for v in self._means[n]), *(self._maxima[n] for n in maxima),
+                              *(self._minima[n] for n in minima)], dtype=torch.float64, device=device)
+        everyone = gather(local).view(-1, local.numel()).cpu()
+        self.clear()
+        metrics = {}
+        for k, name in enumerate(means):
+            total, count = everyone[:, 2 * k].sum().item(), everyone[:, 2 * k + 1].sum().item()
+            metrics[name] = total / count if count > 0 else float("nan")
+        offset = 2 * len(means)
+        for k, name in enumerate(maxima):
+            metrics[name] = everyone[:, offset + k].max().item()
+        offset += len(maxima)
+        for k, name in enumerate(minima):
+            metrics[name] = everyone[:, offset + k].min().item()
+        return metrics
 
 
 def add_sampling_values(metrics: LossMetrics, values: SamplingValues) -> None:
@@ -193,12 +259,6 @@ def add_sampling_values(metrics: LossMetrics, values: SamplingValues) -> None:
     metrics.maximum("sampling/importance_sampling_ratio/max", high if finite else -math.inf)
 
 
-def summed(everyone: Sequence[RoundValues]) -> dict[str, torch.Tensor]:
-    """The algorithm's sums (:attr:`RoundValues.algorithm`) summed over every process, in rank order."""
-    return {name: sum((v.algorithm[name] for v in everyone[1:]), everyone[0].algorithm[name])
-            for name in everyone[0].algorithm}
-
-
 def table_rows(everyone: Sequence[RoundTable]) -> tuple[list[Any], list[Any], list[float], dict[str, list[Any]],
                                                            dict[str, float]]:
     """Every process's completions table, in rank order: prompts, completions, advantages, each ``log_extra``
@@ -217,14 +277,6 @@ def table_rows(everyone: Sequence[RoundTable]) -> tuple[list[Any], list[Any], li
         total, count = stats.sum(dim=0).tolist()  # TRL's float32 sums per process, then over processes
         metrics[name] = total / count
     return prompts, completions, advantages, columns, metrics
-
-
-def total_sums(everyone: Sequence[RoundValues]) -> Counter:
-    """The rollout seam's counts summed over every process."""
-    total: Counter = Counter()
-    for values in everyone:
-        total.update(values.sums)
-    return total
 
 
 def sampling_metrics(everyone: Sequence[SamplingValues], device: torch.device) -> dict[str, float]:
