@@ -134,8 +134,7 @@ class TRLBatch:
     @property
     def loss_mask(self) -> torch.Tensor:
         """``completion_mask * tool_mask``: the positions the loss trains on (sampled tokens only)."""
-        completion, env = self.data["completion_mask"], self.data.get("tool_mask")
-        return completion * (torch.ones_like(completion) if env is None else env)
+        return self.data["completion_mask"] * self.env_mask
 
     def input_ids(self) -> torch.Tensor:
         return torch.cat([self.prompt_ids, self.completion_ids], dim=1)

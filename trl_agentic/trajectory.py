@@ -109,7 +109,7 @@ class Trajectory:
 
     @property
     def num_observation_tokens(self) -> int:
-        return len(self.env_mask) - int(sum(self.env_mask))
+        return len(self.env_mask) - self.num_agent_tokens
 
     def training_rows(self) -> list["Trajectory"]:
         """The sequences the loss trains on for this run: the run itself (an agent's run: its segments,

@@ -32,8 +32,9 @@ def rollout_sums(trajectories: Iterable[Trajectory]) -> Counter:
         sums["reached_model"] += int(any(row.turn_spans for row in t.training_rows()))
         sums["turns"] += t.num_turns
         sums["truncated"] += int(t.truncated)
-        sums["agent_tokens"] += t.num_agent_tokens
-        sums["observation_tokens"] += t.num_observation_tokens
+        agent_tokens = t.num_agent_tokens  # the rest of the completion is observations: env_mask summed once
+        sums["agent_tokens"] += agent_tokens
+        sums["observation_tokens"] += len(t.env_mask) - agent_tokens
         for info in map(read_info, t.turn_infos):
             for flag in INFO_FLAGS:  # a count (several native tool calls in one turn)
                 sums[flag] += getattr(info, flag)

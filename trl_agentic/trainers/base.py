@@ -13,8 +13,8 @@ bottom in one file each:
 4. :meth:`~AgenticTrainer.add_logps`: the model forwards a round needs (old, reference and vLLM's log-probs);
 5. the algorithm's advantages (the sibling's own);
 6. :meth:`~AgenticTrainer.round_metrics` (computed from values gathered in one call,
-   :meth:`~AgenticTrainer.gather_round_values`) and the sibling's, logged once with what the run's health says of
-   the round (:meth:`~AgenticTrainer.log_round_metrics`), then :meth:`~AgenticTrainer.record`.
+   :meth:`~AgenticTrainer.gather_round_values`) and the sibling's; :meth:`~AgenticTrainer.record`; then the metrics
+   logged once with what the run's health says of the round (:meth:`~AgenticTrainer.log_round_metrics`).
 
 State: built once per run (in ``__init__``, the kind of rollout chosen once by
 :func:`~trl_agentic.kinds.choice.choose_rollout`): the rollout settings
