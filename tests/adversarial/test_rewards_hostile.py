@@ -3,7 +3,9 @@
 
 import math
 
+import numpy as np
 import pytest
+import torch
 
 from trl_agentic.rewards import Component, CompositeReward
 from trl_agentic.rewards.guard import AsyncGuardedReward, GuardedReward, guard_reward
@@ -171,3 +173,166 @@ def test_library_rewards_score_non_text_completions_zero_in_one_line(caplog, rew
     (line,) = [r.getMessage() for r in caplog.records]
     assert line == (f"{reward.__name__} scored 3 of 5 completions 0.0: they are not text or a list of messages "
                     "(NoneType, dict, list; e.g. [12, 13])")
+
+
+# -- what a reward function returns (issue 58) ---------------------------------------------------------------------
+
+VALUES = [2.0, 0.0, 0.0, 2.0]
+RETURNS = {  # every one TRL's GRPOTrainer trains with: its _calculate_rewards iterates the return
+    "list": list,
+    "tuple": tuple,
+    "numpy array": lambda v: np.array(v),
+    "numpy float32 array": lambda v: np.array(v, dtype=np.float32),
+    "tensor": lambda v: torch.tensor(v),
+    "tensor that requires grad": lambda v: torch.tensor(v, requires_grad=True),
+    "generator": lambda v: (x for x in v),
+    "dict values": lambda v: dict(enumerate(v)).values(),
+}
+
+
+@pytest.mark.parametrize("kind", list(RETURNS))
+def test_rewards_are_taken_in_any_sequence_trl_takes(kind):
+    """Before: a numpy array, a tensor or a generator stopped training ("... it must return a list")."""
+    make = RETURNS[kind]
+    out = GuardedReward(lambda completions, **k: make(VALUES))(completions=["a", "b", "c", "d"])
+    assert out == VALUES and all(type(v) is float for v in out)
+
+
+@pytest.mark.parametrize("kind", ["numpy array", "tensor", "generator"])
+def test_sequences_keep_their_bad_values_per_completion(kind):
+    out = GuardedReward(lambda completions, **k: RETURNS[kind]([1.0, float("nan"), float("inf"), 0.5]))(
+        completions=["a", "b", "c", "d"])
+    assert out == [1.0, None, None, 0.5]
+
+
+def test_an_async_reward_may_return_a_tensor():
+    import asyncio
+
+    async def reward(completions, **kwargs):
+        return torch.tensor(VALUES)
+
+    assert asyncio.run(guard_reward(reward)(completions=["a", "b", "c", "d"])) == VALUES
+
+
+def test_a_retried_row_may_return_an_array():
+    """A function that raises on a batch is retried one completion at a time; each row's one-element array (or
+    generator) is its value. Before, only a one-element list counted."""
+    def picky(completions, **kwargs):
+        if len(completions) > 1:
+            raise ValueError("one at a time, please")
+        return np.array([len(completions[0])], dtype=np.int64)
+
+    assert GuardedReward(picky)(completions=["ab", "abc"]) == [2.0, 3.0]
+
+
+def test_a_generator_that_raises_is_retried_one_completion_at_a_time():
+    def reward(completions, **kwargs):
+        return (1.0 / (len(c) - 1) for c in completions)  # its code runs when it is read: "b" divides by zero
+
+    assert GuardedReward(reward)(completions=["ab", "b", "abc"]) == [1.0, None, 0.5]
+
+
+REFUSED = {  # TRL cannot read them, or reads them wrongly
+    "None (a forgotten return)": (None, "returned None for 4 completions"),
+    "a number": (2.0, "returned 2.0 for 4"),
+    "a 0-d array": (np.array(2.0), "returned array(2.) for 4"),
+    "a 0-d tensor": (torch.tensor(2.0), "returned tensor(2.) for 4"),
+    "a string of 4 characters": ("2002", "returned '2002' for 4"),
+    "a mapping (TRL reads its keys)": ({"a": 1.0, "b": 0.0, "c": 1.0, "d": 0.0}, "returned {'a': 1.0"),
+    "a set (no order)": ({1.0, 2.0, 3.0, 4.0}, "returned {1.0"),
+    "three values": (np.array([1.0, 2.0, 3.0]), "returned 3 values for 4 completions"),
+}
+
+
+@pytest.mark.parametrize("name", list(REFUSED))
+def test_a_return_that_is_not_one_value_per_completion_is_a_one_line_error(name):
+    value, said = REFUSED[name]
+    with pytest.raises(ValueError) as info:
+        GuardedReward(lambda completions, **k: value)(completions=["a", "b", "c", "d"])
+    message = str(info.value)
+    assert message.startswith(f"reward function '<lambda>' {said}") and "\n" not in message
+    assert message.endswith("return one number (or None) per completion, in a list, a tuple, a numpy array or a tensor")
+
+
+@pytest.mark.parametrize("kind", ["numpy array", "tensor", "generator"])
+def test_a_composite_component_may_return_any_sequence_trl_takes(kind):
+    reward = CompositeReward([Component("em", lambda completions, **k: RETURNS[kind](VALUES), outcome=True),
+                              Component("fmt", lambda completions, **k: [0.5] * len(completions), 0.5)])
+    assert reward(prompts=["p"] * 4, completions=["a", "b", "c", "d"]) == [2.25, 0.25, 0.25, 2.25]
+
+
+def _forgot_return(completions, **kwargs):
+    [0.5 for _ in completions]  # noqa: B018 - the bug: no return
+
+
+BROKEN = {
+    "None (a forgotten return)": (_forgot_return, "composite component 'fmt' returned None for 3 completions"),
+    "a number": (lambda completions, **k: 0.5, "composite component 'fmt' returned 0.5 for 3 completions"),
+    "one value too few": (lambda completions, **k: np.ones(len(completions) - 1),
+                          "composite component 'fmt' returned 2 values for 3 completions"),
+}
+
+
+@pytest.mark.parametrize("name", list(BROKEN))
+def test_a_composite_component_with_a_bad_return_is_named(name):
+    """Before: ``TypeError: object of type 'NoneType' has no len()``, which named no component."""
+    func, said = BROKEN[name]
+    reward = CompositeReward([Component("em", lambda completions, **k: [1.0] * len(completions), outcome=True),
+                              Component("fmt", func, 0.5)])
+    with pytest.raises(ValueError) as info:
+        reward(prompts=["p"] * 3, completions=["a", "b", "c"])
+    assert str(info.value).startswith(said) and "\n" not in str(info.value)
+
+
+def test_a_bad_component_return_costs_what_a_raising_component_costs(caplog):
+    """Under the guard our trainers put on every reward function, a component whose return is not one value per
+    completion costs what a component that raises costs: the batch is scored one completion at a time, and a
+    completion it fails on is unscorable; the one warning line names the component."""
+    import logging
+
+    def raising(completions, **kwargs):
+        raise ValueError("component 'fmt' broke")
+
+    def composite(fmt):
+        return CompositeReward([Component("em", lambda completions, **k: [1.0] * len(completions), outcome=True),
+                                Component("fmt", fmt, 0.5)])
+
+    completions = ["a", "b", "c"]
+    with caplog.at_level(logging.WARNING, logger="trl_agentic.rewards.guard"):
+        broken = GuardedReward(composite(_forgot_return))(prompts=["p"] * 3, completions=completions)
+        raised = GuardedReward(composite(raising))(prompts=["p"] * 3, completions=completions)
+    assert broken == raised == [None, None, None]
+    assert [r.getMessage() for r in caplog.records][0] == (
+        "reward function 'composite_reward' raised ValueError: composite component 'fmt' returned None for 3 "
+        "completions; return one number (or None) per completion, in a list, a tuple, a numpy array or a tensor; "
+        "scoring one completion at a time")
+    # a component that returns too few values for a batch but one for one completion costs nothing
+    short = composite(lambda completions, **k: [0.5])
+    assert GuardedReward(short)(prompts=["p"] * 3, completions=completions) == [1.25, 1.25, 1.25]
+
+
+def test_training_takes_an_array_reward_and_names_a_broken_component(tiny_model_dir, tokenizer, tmp_path, caplog):
+    """Issue 58 in a trainer: a reward function returning a numpy array trains as under TRL (before: ValueError,
+    the run stopped); a composite whose component forgot its ``return`` leaves its completions unscorable, in one
+    warning line naming the component (before: ``TypeError ... has no len()``, no name)."""
+    import logging
+
+    from helpers import EchoEnvironment, agentic_args, lookup_dataset
+
+    from trl_agentic import AgenticGRPOTrainer
+
+    def as_array(completions, trajectory, **kwargs):
+        return np.array([float(t.num_agent_tokens) for t in trajectory])
+
+    broken = CompositeReward([Component("fmt", _forgot_return, outcome=True)], name="broken_composite")
+    trainer = AgenticGRPOTrainer(model=tiny_model_dir, reward_funcs=[as_array, broken], args=agentic_args(tmp_path),
+                                 train_dataset=lookup_dataset(8), processing_class=tokenizer,
+                                 environment=lambda: EchoEnvironment(turns=1))
+    trainer.model.train()
+    with caplog.at_level(logging.WARNING, logger="trl_agentic.rewards.guard"):
+        round_ = trainer.generation_round([trainer.train_dataset[i] for i in range(4)])
+    tokens = torch.tensor([float(t.num_agent_tokens) for t in round_.runs])
+    assert torch.equal(round_.run_rewards[:, 0].cpu(), tokens)
+    assert round_.run_rewards[:, 1].isnan().all()
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "reward function 'broken_composite' raised ValueError: composite component 'fmt' returned None" in line

@@ -9,6 +9,12 @@ A component returning ``None`` (not applicable) for a completion contributes not
 number (NaN, inf, a string, ...) counts as ``None`` too (:func:`~trl_agentic.rewards.guard.as_reward`), and the
 count is logged as ``<metric_prefix>/<name>/invalid``. Each component is called
 once per batch, so each completion is scored once by each component.
+
+A component returns what a TRL reward function may (:func:`~trl_agentic.rewards.guard.reward_values`: a list, a
+tuple, a numpy array, a tensor, a generator). A return that is not one value per completion (``None``, a number, a
+count other than the batch's) raises a ``ValueError`` naming the component, as a component that raises does: under
+our trainers' guard (:class:`~trl_agentic.rewards.guard.GuardedReward`) the batch is then scored one completion at a
+time, and the completions the component still fails on are unscorable.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .base import RewardFunc
-from .guard import as_reward, invalid_values
+from .guard import as_reward, invalid_values, reward_values
 from .schedules import ConstantSchedule, LinearSchedule, Schedule, as_schedule, training_progress
 from .turns import Aggregation, TurnReward
 
@@ -129,9 +135,8 @@ class CompositeReward:
         log_extra: Callable[[str, list], None] | None = kwargs.get("log_extra")
         totals: list[float | None] = [None] * n
         for component in self.components:
-            raw = component.func(prompts=prompts, completions=completions, **kwargs)
-            if len(raw) != n:
-                raise ValueError(f"component {component.name!r} returned {len(raw)} rewards for {n} completions")
+            raw = reward_values(f"composite component {component.name!r}",
+                                component.func(prompts=prompts, completions=completions, **kwargs), n)
             clean = [as_reward(v) for v in raw]
             invalid = sum(1 for v, c in zip(raw, clean) if c is None and v is not None)
             message = invalid_values(f"composite component {component.name!r}", raw, clean)

@@ -1,6 +1,8 @@
 """Rewards that misbehave cost one completion, never the batch.
 
-TRL turns a reward of ``None`` into NaN: the completion is *unscorable* for that function, and a completion that
+A reward function returns one value per completion in anything TRL reads (``_calculate_rewards`` iterates the
+return): a list, a tuple, a numpy array, a tensor, a generator (:func:`reward_values`). TRL turns a reward of
+``None`` into NaN: the completion is *unscorable* for that function, and a completion that
 every function leaves unscorable gets advantage 0 and stays out of its group's baseline. :func:`as_reward` maps
 every other bad value to ``None`` too: a NaN or infinite number, a string, a tensor of more than one element, an
 object. :class:`GuardedReward` wraps a reward function with it (our trainers wrap every callable reward function),
@@ -21,7 +23,7 @@ import math
 import numbers
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
 from typing import Any, Callable
 
 logger = logging.getLogger(__name__)
@@ -41,6 +43,24 @@ def as_reward(value: Any) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def reward_values(what: str, values: Any, n: int) -> list[Any]:
+    """A reward function's return as the list of its ``n`` values, read as TRL reads it (``_calculate_rewards``
+    iterates it): a list, a tuple, a numpy array, a tensor (each element one value), a generator. A return TRL
+    cannot read, or reads wrongly, is a ``ValueError`` in one line naming ``what`` (e.g. ``"reward function
+    'em'"``): ``None`` (a forgotten ``return``), a number, a 0-d array, a string, a mapping (TRL would read its
+    keys), a set (in no set order), or a count other than ``n``."""
+    unordered = (str, bytes, Mapping, Set)
+    if isinstance(values, Iterable) and not isinstance(values, unordered) and getattr(values, "ndim", 1) != 0:
+        values = list(values)
+        if len(values) == n:
+            return values
+        got = f"{len(values)} values"
+    else:
+        got = _shortened(repr(values), 80)
+    raise ValueError(f"{what} returned {got} for {n} completions; return one number (or None) per completion, in a "
+                     "list, a tuple, a numpy array or a tensor")
+
+
 def invalid_values(what: str, raw: Sequence[Any], clean: Sequence[float | None]) -> str | None:
     """One line naming the values of ``raw`` that :func:`as_reward` refused (``clean`` is ``None`` where the raw
     value is not): how many of how many, their types and one example, and what to return instead; ``None`` when
@@ -49,11 +69,15 @@ def invalid_values(what: str, raw: Sequence[Any], clean: Sequence[float | None])
     if not bad:
         return None
     kinds = Counter(_kind(v) for v in bad)
-    example = repr(bad[0])
-    example = example if len(example) <= 60 else example[:57] + "..."
+    example = _shortened(repr(bad[0]), 60)
     types = ", ".join(f"{kind} x{n}" if len(kinds) > 1 else kind for kind, n in kinds.items())
     return (f"{what} returned {len(bad)} of {len(raw)} values that are not finite numbers ({types}; e.g. {example}): "
             "each counts as unscorable (None); return a float per completion (None skips one)")
+
+
+def _shortened(text: str, limit: int) -> str:
+    """``text``, cut to ``limit`` characters with ``...`` when longer."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _kind(value: Any) -> str:
@@ -75,9 +99,7 @@ class _Guard:
         self.__name__ = getattr(func, "__name__", type(func).__name__)
 
     def _clean(self, values: Any, n: int, kwargs: dict[str, Any]) -> list[float | None]:
-        if not isinstance(values, Sequence) or isinstance(values, str) or len(values) != n:
-            raise ValueError(f"reward function {self.__name__!r} returned {values!r:.80} for {n} completions; it must "
-                             "return a list with one number (or None) per completion")
+        values = reward_values(f"reward function {self.__name__!r}", values, n)
         rewards = [as_reward(v) for v in values]
         bad = sum(1 for v, r in zip(values, rewards) if r is None and v is not None)
         message = invalid_values(f"reward function {self.__name__!r}", values, rewards)
@@ -92,8 +114,7 @@ class _Guard:
         if isinstance(exc, RewardTimeout):
             logger.warning("reward function %r %s on a batch; scoring one completion at a time", self.__name__, exc)
             return
-        text = " ".join(str(exc).split())
-        text = text if len(text) <= 200 else text[:197] + "..."
+        text = _shortened(" ".join(str(exc).split()), 200)
         logger.warning("reward function %r raised %s: %s; scoring one completion at a time",
                        self.__name__, type(exc).__name__, text)
 
@@ -113,7 +134,17 @@ def _arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[dict[str,
 
 
 def _single(one: Any) -> Any:
-    return one[0] if isinstance(one, Sequence) and not isinstance(one, str) and len(one) == 1 else None
+    """The value of a one-completion call's return (:func:`reward_values`); ``None`` when it holds not one."""
+    try:
+        return reward_values("", one, 1)[0]
+    except ValueError:
+        return None
+
+
+def _drawn(values: Any) -> Any:
+    """A reward function's return, a generator's values drawn: its code runs here, within the call the guard times
+    and retries, not later when the values are read."""
+    return list(values) if isinstance(values, Iterator) else values
 
 
 class RewardTimeout(Exception):
@@ -149,13 +180,13 @@ class GuardedReward(_Guard):
     def __call__(self, *args: Any, **kwargs: Any) -> list[float | None]:
         kwargs, n = _arguments(args, kwargs)
         try:
-            values = _within(self.timeout, lambda: self.func(**kwargs))
+            values = _within(self.timeout, lambda: _drawn(self.func(**kwargs)))
         except Exception as exc:  # retry one completion at a time: only the ones it still fails on are lost
             self._warn_retry(exc)
             values = []
             for i in range(n):
                 try:
-                    values.append(_single(_within(self.timeout, lambda i=i: self.func(**_row(kwargs, i, n)))))
+                    values.append(_single(_within(self.timeout, lambda i=i: _drawn(self.func(**_row(kwargs, i, n))))))
                 except Exception:  # noqa: BLE001 - this completion stays unscorable
                     values.append(None)
         return self._clean(values, n, kwargs)
@@ -167,13 +198,13 @@ class AsyncGuardedReward(_Guard):
     async def __call__(self, *args: Any, **kwargs: Any) -> list[float | None]:
         kwargs, n = _arguments(args, kwargs)
         try:
-            values = await self._within(self.func(**kwargs))
+            values = _drawn(await self._within(self.func(**kwargs)))
         except Exception as exc:
             self._warn_retry(exc)
             values = []
             for i in range(n):
                 try:
-                    values.append(_single(await self._within(self.func(**_row(kwargs, i, n)))))
+                    values.append(_single(_drawn(await self._within(self.func(**_row(kwargs, i, n))))))
                 except Exception:  # noqa: BLE001
                     values.append(None)
         return self._clean(values, n, kwargs)
