@@ -136,6 +136,23 @@ def test_what_is_refused_says_what_to_pass():
         VerifiersReward()(["x"])
 
 
+def test_an_episode_of_several_agent_runs_is_refused_at_load():
+    """verifiers' best-of-n runs its one seat n times per episode (n traces): refused when wrapped, in one line, not
+    at every episode; one attempt (n=1) is one agent run and loads. Two seats (user-sim: an assistant and a modeled
+    user) are refused too."""
+    from trl_agentic.integrations.verifiers import VerifiersEnvironment
+
+    config = {"id": "best-of-n", "n": 2, **SUBPROCESS, "taskset": {"num_tasks": 4}}
+    with pytest.raises(ValueError, match=r"^BestOfNEnv runs its agent 2 times per episode \(best-of-n, n=2\); .*: "
+                                         r"drop the env id 'best-of-n' .* or set n=1$") as refused:
+        VerifiersEnvironment.load("tiny-arith", config=config)
+    assert "\n" not in str(refused.value)
+    assert len(VerifiersEnvironment.load("tiny-arith", config={**config, "n": 1}).rows()) == 4
+    with pytest.raises(ValueError, match=r"^UserSimEnv plays 2 agents \(assistant, user\); only single-agent"):
+        VerifiersEnvironment.load("tiny-arith", config={"id": "user-sim", "assistant": SUBPROCESS["agent"],
+                                                        "user": SUBPROCESS["agent"]})
+
+
 @pytest.mark.multiprocess
 def test_two_processes_train_a_verifiers_environment(tmp_path):
     """AgenticGRPOTrainer on two processes (accelerate, gloo): each process runs its own rows' episodes against its

@@ -27,6 +27,8 @@ What carries over, and how:
 - **Failures cost their trajectory.** An episode whose harness, task hook or scoring failed (``Episode.errors``,
   ``Trace.errors``) makes the agent raise :class:`VerifiersEpisodeError` with verifiers' own message: the trajectory
   ends with ``env_error`` (unscorable, no gradient), the other rollouts of the round go on.
+- **One agent per episode.** An environment whose episode plays several agents (several seats, or verifiers'
+  ``best-of-n`` with ``n > 1``) is refused when it is wrapped, in one line (:func:`_several_agents`).
 
 What does not carry over is listed in ``docs/trl-differences.md`` (verifiers' sampling settings, its retries, its
 multi-agent envs); ``docs/environments.md`` shows a whole run.
@@ -189,8 +191,8 @@ class VerifiersEnvironment:
             its batch; training's ``env_timeout`` bounds an episode that stops calling the model).
 
     Raises:
-        ValueError: ``env`` is not a verifiers ``Env``, or it plays several agents (multi-agent envs are not
-            supported: each trajectory would hold several agents' calls under one reward).
+        ValueError: ``env`` is not a verifiers ``Env``, or an episode of it plays several agents
+            (:func:`_several_agents`: each trajectory would hold several agents' calls under one reward).
     """
 
     def __init__(self, env: Any, model: str = "policy", request_timeout: float | None = None) -> None:
@@ -198,11 +200,9 @@ class VerifiersEnvironment:
         if not isinstance(env, vf.Env):
             raise ValueError(f"VerifiersEnvironment takes a verifiers.v1 Env, got {type(env).__name__}; load one with "
                              "VerifiersEnvironment.load('<environment id>')")
-        seats = [name for name, value in env.config if isinstance(value, vf.AgentConfig)]
-        if len(seats) != 1:
-            raise ValueError(f"{type(env).__name__} plays {len(seats)} agents ({', '.join(seats)}); only single-agent "
-                             "verifiers environments train here: each trajectory holds one agent's calls under its "
-                             "reward")
+        refusal = _several_agents(env)
+        if refusal is not None:
+            raise ValueError(refusal)
         self.env = env
         self.model = model
         self.request_timeout = request_timeout
@@ -272,6 +272,29 @@ class VerifiersEnvironment:
         if len(episode.traces) != 1:
             raise VerifiersEpisodeError(f"the verifiers episode ran {len(episode.traces)} agents; one is trained")
         return EpisodeResult.of(episode.traces[0])
+
+
+def _several_agents(env: Any) -> str | None:
+    """Why an episode of ``env`` plays more than one agent run, in one line that says what to pass instead, or
+    ``None`` when it plays one. Known from the environment's config, before any episode:
+
+    - several seats (``AgentConfig`` fields: a solver and a judge, an assistant and a simulated user);
+    - verifiers' ``best-of-n`` env with ``n > 1``: one seat run ``n`` times per episode.
+
+    A custom ``Env`` whose ``run()`` plays its one seat several times is only found at its first episode, which then
+    fails alone (:meth:`VerifiersEnvironment.result`)."""
+    vf = _vf()
+    seats = [name for name, value in env.config if isinstance(value, vf.AgentConfig)]
+    if len(seats) != 1:
+        return (f"{type(env).__name__} plays {len(seats)} agents ({', '.join(seats)}); only single-agent verifiers "
+                "environments train here: each trajectory holds one agent's calls under its reward")
+    from verifiers.v1.envs.best_of_n import BestOfNEnv
+
+    if isinstance(env, BestOfNEnv) and env.config.n > 1:
+        return (f"{type(env).__name__} runs its agent {env.config.n} times per episode (best-of-n, n={env.config.n}); "
+                "each trajectory holds one agent run under its reward: drop the env id 'best-of-n' (num_generations "
+                "already samples several attempts per task) or set n=1")
+    return None
 
 
 def _prompt_messages(data: Any) -> list[dict[str, str]]:
