@@ -67,6 +67,7 @@ from benchmarks.learning import run as learning  # noqa: E402
 from benchmarks.learning_native import arithmetic  # noqa: E402
 from benchmarks.learning_native import model as native_model  # noqa: E402
 from benchmarks.learning_native import task as native_task  # noqa: E402
+from benchmarks.long_horizon import walk  # noqa: E402
 
 MODEL = "runs/smollm2"
 STAGES = ("zero_shot", "sft", "trl_grpo", "grpo", "ppo", "rft", "grpo_unmasked")
@@ -82,7 +83,7 @@ ROW_NAMES = {
     "rft": "after SFT + RFT ({samples} samples, {kept} kept)",
     "grpo_unmasked": "after SFT + AgenticGRPOTrainer, observations unmasked ({budget})",
 }
-TOOL_KEYS = {"search": "searches", "arithmetic": "calculations"}
+TOOL_KEYS = {"search": "searches", "arithmetic": "calculations", "walk": "calls"}
 """Each task's tool-call metric (its reports' ``mean_<key>``, its curves' ``<key>``)."""
 
 
@@ -96,8 +97,9 @@ def columns(task: str = "search") -> tuple[tuple[str, str], ...]:
 def panels(task: str = "search") -> tuple[tuple[str, str], ...]:
     """The per-step curves plotted beside held-out EM for ``task``."""
     tool = TOOL_KEYS[task]
+    own = (("progress", "progress per step (the per-turn signal)"),) if task == "walk" else ()
     return (("reward", "sampled reward"), (tool, f"{tool} per trajectory"),
-            ("malformed", "malformed calls per trajectory"), ("turns", "turns per trajectory"))
+            ("malformed", "malformed calls per trajectory"), ("turns", "turns per trajectory"), *own)
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -113,14 +115,24 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--answer-malformed-tool-calls", action="store_true",
                    help="grpo: answer a tool call the response template cannot read with an error and let the model "
                         "retry (our option; TRL ends the rollout, the default): AgenticGRPOConfig instead of TRL's")
-    p.add_argument("--task", choices=("search", "arithmetic"), default="search",
+    p.add_argument("--task", choices=tuple(TOOL_KEYS), default="search",
                    help="search: --data's questions with a search tool; arithmetic: arithmetic.py's word problems "
-                        "with a calculator (generated from --data-seed; always also scored on the transfer generator)")
-    p.add_argument("--data-seed", type=int, default=0, help="arithmetic: the seed its question sets are drawn from")
-    p.add_argument("--train-size", type=int, default=2000, help="arithmetic: training problems")
+                        "with a calculator; walk: benchmarks/long_horizon/walk.py's grid walk (6-8 turns); the "
+                        "last two generated from --data-seed and always also scored on their transfer generator")
+    p.add_argument("--data-seed", type=int, default=0, help="arithmetic, walk: the seed the task's sets are drawn from")
+    p.add_argument("--train-size", type=int, default=2000, help="arithmetic, walk: training rows")
+    p.add_argument("--ppo-advantage-mode", choices=("token", "turn"), default="token",
+                   help="ppo: AgenticPPOConfig's advantage_mode (turn: GAE over turns, a value per turn)")
     p.add_argument("--reuse-sft", action="store_true",
                    help="sft: evaluate <out>/sft/adapter when an earlier run saved it, instead of training it again")
     return p
+
+
+def chat_budgets(args: argparse.Namespace) -> dict[str, Any]:
+    """The rollout budgets of evaluation, SFT replay and RFT's samples (the module docstring's ``--max-*``)."""
+    return dict(rollout_mode="chat", max_turns=args.max_turns,
+                max_tokens_per_turn=min(args.max_tokens_per_turn, args.max_completion_length),
+                max_completion_length=args.max_completion_length)
 
 
 class NativeTask(learning.Task):
@@ -129,9 +141,9 @@ class NativeTask(learning.Task):
     same factory or tools the trainers receive), and native tool-call demonstrations.
 
     What the stages read of a task (:class:`ArithmeticTask` has the same): ``metrics`` (the per-step metric keys,
-    the task's tool first), ``outcome_reward`` (what evaluation scores), ``final_reward`` (exact match of the
-    reply), ``train_rewards`` (the reward functions the trainers receive before the metrics; an environment's
-    ``get_reward`` comes after them)."""
+    the task's tool first), ``metric_functions`` (the reward functions of weight 0 that log them), ``outcome_reward``
+    (what evaluation scores), ``final_reward`` (exact match of the reply), ``train_rewards`` (the reward functions
+    the trainers receive before the metrics; an environment's ``get_reward`` comes after them)."""
 
     metrics = native_task.METRICS
 
@@ -152,11 +164,10 @@ class NativeTask(learning.Task):
         # what SFT replays its demonstrations in (the agent's are the environment's) and RFT samples
         self.environment = TRLEnvironments(**(factory if self.agent else self.trainer_kwargs))
         self.tools = native_task.tool_schemas(self.interface, self.search)
-        self.budgets = dict(rollout_mode="chat", max_turns=args.max_turns,
-                            max_tokens_per_turn=min(args.max_tokens_per_turn, args.max_completion_length),
-                            max_completion_length=args.max_completion_length)
+        self.budgets = chat_budgets(args)
         self.outcome_reward = native_task.outcome_reward(self.interface)
         self.final_reward = native_task.final_answer_em
+        self.metric_functions = native_task.metric_functions(self.metrics)
         self.train_rewards = {"tools": [native_task.final_answer_em],
                               "agent": [native_task.agent_answer_em]}.get(self.interface, [])
 
@@ -211,11 +222,10 @@ class ArithmeticTask:
             else {"agent": self.agent} if self.agent else factory)
         self.environment = TRLEnvironments(**(factory if self.agent else self.trainer_kwargs))
         self.tools = arithmetic.tool_schemas(self.interface)
-        self.budgets = dict(rollout_mode="chat", max_turns=args.max_turns,
-                            max_tokens_per_turn=min(args.max_tokens_per_turn, args.max_completion_length),
-                            max_completion_length=args.max_completion_length)
+        self.budgets = chat_budgets(args)
         self.outcome_reward = self.final_reward = arithmetic.final_number_em
         self.train_rewards = [arithmetic.agent_number_em if self.agent else arithmetic.final_number_em]
+        self.metric_functions = native_task.metric_functions(self.metrics)
 
     @staticmethod
     def prompt(row: dict[str, Any]) -> list[dict[str, str]]:
@@ -231,8 +241,48 @@ class ArithmeticTask:
                 for row in self.sft_train[:n]]
 
 
-def make_task(args: argparse.Namespace) -> NativeTask | ArithmeticTask:
-    return ArithmeticTask(args) if args.task == "arithmetic" else NativeTask(args)
+class WalkTask:
+    """``benchmarks/long_horizon/walk.py``'s grid walk through TRL's ``environment_factory`` (``--task walk``): the
+    sets drawn from ``--data-seed``, the environment class (its four step tools; its ``get_reward`` is the outcome
+    the trainers add with weight 1 and evaluation scores), shortest-walk demonstrations, and the per-turn signal
+    logged as a metric (``progress``, weight 0). ``transfer``: the same over the transfer generator's walks. The
+    attributes the stages read are :class:`NativeTask`'s."""
+
+    metrics = ("calls", "malformed", "turns", "progress")
+
+    def __init__(self, args: argparse.Namespace, generator: str = "train") -> None:
+        from trl_agentic.environments.trl_environments import TRLEnvironments
+
+        sets = walk.task_rows(args.train_size, args.test_size, args.data_seed)
+        self.train = self.sft_train = sets["train"]
+        self.test = sets["test"] if generator == "train" else sets["transfer"]
+        self.transfer = WalkTask(args, "transfer") if generator == "train" else None
+        self.interface, self.agent = args.interface, None
+        self.trainer_kwargs: dict[str, Any] = {"environment_factory": walk.WalkEnvironment}
+        self.environment = TRLEnvironments(**self.trainer_kwargs)
+        self.tools = walk.tool_schemas()
+        self.budgets = chat_budgets(args)
+        self.outcome_reward = self.environment.reward_functions()[0]  # get_reward, as the trainers score
+        self.final_reward = walk.walk_success
+        self.train_rewards: list[Any] = []
+        self.metric_functions = [*native_task.metric_functions(self.metrics[:-1]), walk.progress]
+
+    @staticmethod
+    def prompt(row: dict[str, Any]) -> list[dict[str, str]]:
+        return [{"role": "user", "content": f"{walk.INSTRUCTION}\n{row['question']}"}]
+
+    def rows(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Dataset rows: the prompt, and the columns ``reset`` reads (``walk.make_rows``)."""
+        return [{"prompt": self.prompt(r), **r} for r in rows]
+
+    def demonstrations(self, n: int) -> list[dict[str, Any]]:
+        """The first ``n`` training walks, worked along the shortest walk (``walk.demonstration``)."""
+        return [{**self.rows([row])[0], "completion": walk.demonstration(row), "tools": self.tools}
+                for row in self.sft_train[:n]]
+
+
+def make_task(args: argparse.Namespace) -> NativeTask | ArithmeticTask | WalkTask:
+    return {"arithmetic": ArithmeticTask, "walk": WalkTask}.get(args.task, NativeTask)(args)
 
 
 def evaluate_stage(model: Any, tokenizer: Any, task: NativeTask, args: argparse.Namespace) -> dict[str, Any]:
@@ -256,7 +306,7 @@ def evaluate_stage(model: Any, tokenizer: Any, task: NativeTask, args: argparse.
         other = evaluate_stage(model, tokenizer, task.transfer, args)
         transfer = {f"transfer_{key}": value for key, value in other.items() if key not in ("examples", "messages")}
     return {**transfer, "em": report.accuracy,
-            "final_em": sum(task.final_reward(messages, golds)) / count,
+            "final_em": sum(task.final_reward(messages, golden_answers=golds)) / count,
             f"mean_{task.metrics[0]}": sum(s[task.metrics[0]] for s in stats) / count,
             "mean_answers": sum(s["answers"] for s in stats) / count,
             "mean_turns": report.mean_turns,
@@ -298,8 +348,8 @@ def rl_config_values(task: NativeTask | ArithmeticTask, args: argparse.Namespace
     )
 
 
-def reward_funcs(task: NativeTask | ArithmeticTask) -> list[Any]:
-    return [*task.train_rewards, *native_task.metric_functions(task.metrics)]
+def reward_funcs(task: NativeTask | ArithmeticTask | WalkTask) -> list[Any]:
+    return [*task.train_rewards, *task.metric_functions]
 
 
 def step_curves(log_history: list[dict[str, Any]], seconds: list[float],
@@ -359,7 +409,8 @@ def run_rl(task: NativeTask, args: argparse.Namespace, name: str) -> dict[str, A
         values.update(num_generations=1)
         trainer_cls = AgenticPPOTrainer
         config = AgenticPPOConfig(**values, **chat, critic="shared", critic_learning_rate=args.critic_lr,
-                                  vf_coef=0.1, gamma=1.0, lam=args.lam, critic_warmup_steps=args.critic_warmup_steps)
+                                  vf_coef=0.1, gamma=1.0, lam=args.lam, critic_warmup_steps=args.critic_warmup_steps,
+                                  advantage_mode=args.ppo_advantage_mode)
     sft_adapter = args.out / "sft" / "adapter"
     curves: dict[str, list] = {"eval": []}
     seconds: list[float] = []
@@ -380,6 +431,7 @@ def run_rl(task: NativeTask, args: argparse.Namespace, name: str) -> dict[str, A
             "num_iterations": args.num_iterations, "samples": learning.sampled_batches(args) * per_step,
             "critic_warmup_steps": args.critic_warmup_steps, "train_reward": curves["reward"],
             "max_staleness": args.max_staleness if name == "grpo" else 0,
+            **({"advantage_mode": args.ppo_advantage_mode} if name == "ppo" else {}),
             "seconds_per_step": sorted(seconds)[len(seconds) // 2] if seconds else None, "curves": curves}
 
 
@@ -437,14 +489,17 @@ def main(argv: list[str] | None = None) -> int:
                          f"{', '.join(sorted(set(stages) - set(AGENT_STAGES)))}")
     if args.max_turns < 2:
         raise SystemExit(f"--max-turns {args.max_turns} leaves no turn after a tool call; pass at least 2")
+    if args.task == "walk" and args.interface != "environment":
+        raise SystemExit(f"--task walk runs through environment_factory alone (the walk's state is the environment's), "
+                         f"not --interface {args.interface}; pass --interface environment")
+    if args.task != "search" and args.transfer is not None:
+        raise SystemExit(f"--transfer is the search task's second question set; --task {args.task} is always also "
+                         "scored on its own transfer generator")
     if args.model == MODEL:
         native_model.prepare(Path(MODEL))  # once: SmolLM2 from its GGUF file, with the tool templates
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     learning.set_determinism(args.seed, args.threads, args.device)
     task = make_task(args)
-    if args.task == "arithmetic" and args.transfer is not None:
-        raise SystemExit("--transfer is the search task's second question set; --task arithmetic is always also scored "
-                         "on its own transfer generator")
     for stage in stages:
         start = time.perf_counter()
         learning.set_determinism(args.seed, args.threads, args.device)

@@ -1,0 +1,193 @@
+"""benchmarks/long_horizon/walk.py, the long-horizon task (issue 59): the generators, the walk's rules, the outcome
+and the per-turn signal, TRL's environment_factory contract, and the task through our engine and run.py's stages
+on a tiny model."""
+
+import json
+
+import pytest
+from helpers import native_call, scripted
+
+from benchmarks.learning_native import model as native_model
+from benchmarks.learning_native import run
+from benchmarks.long_horizon import walk
+
+
+def _row(start, item, goal, story="key"):
+    return {"question": "q", "story": story, "start": list(start), "item": list(item), "goal": list(goal),
+            "golden_answers": [f"({goal[0]}, {goal[1]})"]}
+
+
+def _walked(row, steps):
+    environment = walk.WalkEnvironment()
+    environment.reset(**row)
+    return environment, [getattr(environment, step)() for step in steps]
+
+
+# -- the generators ----------------------------------------------------------------------------------------------
+
+
+def test_sets_are_drawn_from_their_seed_and_held_out_worlds_are_not_trained_on():
+    sets = walk.task_rows(300, 40, seed=0)
+    assert sets == walk.task_rows(300, 40, seed=0)  # deterministic
+    assert sets["test"] != walk.task_rows(300, 40, seed=1)["test"]  # each data seed its own sets
+    trained = {walk.world_of(row) for row in sets["train"]}
+    train, transfer = walk.GENERATORS["train"], walk.GENERATORS["transfer"]
+    for name, generator in (("train", train), ("test", train), ("transfer", transfer)):
+        assert {row["story"] for row in sets[name]} == set(generator.stories)
+        for row in sets[name]:
+            start, item, goal = walk.world_of(row)
+            assert walk.distance(start, item) >= 2 and walk.distance(item, goal) >= 2
+            assert walk.MIN_MOVES <= len(walk.shortest_walk(row)) <= walk.MAX_MOVES
+            assert row["golden_answers"] == [f"({goal[0]}, {goal[1]})"]
+            assert f"({start[0]}, {start[1]})" in row["question"] and f"({item[0]}, {item[1]})" in row["question"]
+            assert f"({goal[0]}, {goal[1]})" not in row["question"] or goal in (start, item)  # the goal is not told
+    assert not trained & {walk.world_of(row) for row in sets["test"] + sets["transfer"]}
+    assert not set(train.stories) & set(transfer.stories)  # other stories, other wording
+    assert train.opening != transfer.opening and train.position != transfer.position
+
+
+# -- the walk, the outcome and the per-turn signal -----------------------------------------------------------------
+
+
+def test_the_shortest_walk_succeeds_in_at_least_six_turns_and_scores_progress_at_every_step():
+    for row in walk.task_rows(40, 20, seed=3)["test"]:
+        steps = walk.shortest_walk(row)
+        environment, observations = _walked(row, steps)
+        assert environment.get_reward() == 1.0 and observations[-1].endswith(walk.DONE)
+        assert environment._turn_rewards == [1.0] * len(steps)
+        messages = walk.demonstration(row)
+        assert len([m for m in messages if m["role"] == "assistant"]) >= 6  # the steps and the reply
+        assert walk.walk_success([messages]) == [1.0]
+        assert walk.walk_success([messages[:-2]]) == [0.0]  # one step short
+
+
+def test_the_goal_is_only_told_once_on_the_item_and_opens_only_with_it():
+    row = _row((0, 0), (2, 0), (2, 3))
+    environment, observations = _walked(row, ["north", "north", "north", "east", "east"])  # past the goal first
+    assert observations[2] == "You are at (0, 3)." and environment.get_reward() == 0.0
+    environment, observations = _walked(row, ["east", "east", "north", "north", "north"])
+    assert observations[:2] == ["You are at (1, 0).", "You are at (2, 0). You pick up the key. It says: the door is "
+                                                      "at (2, 3)."]
+    assert observations[2:4] == ["You are at (2, 1).", "You are at (2, 2)."]  # the position alone
+    assert observations[4] == f"You are at (2, 3). You open the door. {walk.DONE}" and environment.get_reward() == 1.0
+    transfer, said = _walked(_row((0, 0), (2, 0), (2, 3), story="map"), ["east", "east"])
+    assert said[1] == "Now at (2, 0). You unfold the map. The treasure is buried at (2, 3)."
+
+
+def test_per_turn_signal_is_progress_toward_the_current_target_not_the_outcome():
+    row = _row((0, 0), (2, 0), (2, 3))
+    # away (-1), wall (0), back (+1), on to the item (+1, +1, the pickup switches the target), toward the goal (+1)
+    environment, observations = _walked(row, ["north", "west", "south", "south", "east", "east", "north"])
+    assert observations[1] == "A wall. You are at (0, 1)." and observations[3] == "A wall. You are at (0, 0)."
+    assert environment._turn_rewards == [-1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 1.0]
+    assert environment._states == ["0,0,0", "0,1,0", "0,1,0", "0,0,0", "0,0,0", "1,0,0", "2,0,1"]
+    assert environment._state_key() == "2,1,1" and environment.get_reward() == 0.0  # progress, no outcome
+    environment, _ = _walked(row, walk.shortest_walk(row) + ["west"])
+    assert environment._turn_rewards[-1] == 0.0 and environment.get_reward() == 1.0  # a step after the end
+    environment.reset(**row)
+    assert (environment._turn_rewards, environment._states, environment.get_reward()) == ([], [], 0.0)
+
+
+def test_progress_metric_reads_the_environments():
+    row = _row((0, 0), (2, 0), (2, 3))
+    good, _ = _walked(row, walk.shortest_walk(row))
+    bad, _ = _walked(row, ["north", "north"])
+    assert walk.progress([[], [], []], environments=[good, bad, walk.WalkEnvironment()]) == [1.0, -1.0, 0.0]
+    assert walk.progress([[]]) == [None]
+
+
+# -- TRL's contract and our engine ---------------------------------------------------------------------------------
+
+
+def test_trl_sees_four_tools_and_the_outcome_as_get_reward():
+    from trl_agentic.environments.native_tools import check_tool_schema, tool_methods
+    from trl_agentic.environments.trl_environments import TRLEnvironments
+
+    assert [m.__name__ for m in tool_methods(walk.WalkEnvironment())] == ["east", "north", "south", "west"]
+    environments = TRLEnvironments(environment_factory=walk.WalkEnvironment)
+    assert [t.__name__ for t in environments.all_tools()] == ["east", "north", "south", "west"]
+    for tool in environments.all_tools():
+        check_tool_schema(tool)
+    assert [f.__name__ for f in environments.reward_functions()] == ["WalkEnvironment"]
+
+
+@pytest.fixture(scope="module")
+def walk_model_dir(tmp_path_factory):
+    """A tiny random Qwen2 with a toy ChatML tokenizer trained on the task's text, given SmolLM2's tool templates."""
+    from trl_agentic.toy import build_tiny_model, build_tokenizer
+
+    path = tmp_path_factory.mktemp("tiny-walk")
+    rows = walk.task_rows(40, 8, seed=0)
+    text = [walk.INSTRUCTION, native_model.CHATML_TOOLS_TEMPLATE, walk.REPLY]
+    for row in rows["train"] + rows["transfer"]:
+        text += [row["question"], *(str(m.get("content")) for m in walk.demonstration(row))]
+    text += [native_call(step) for step in walk.MOVES]
+    tokenizer = native_model.with_tool_template(build_tokenizer(text, vocab_size=1000))
+    build_tiny_model(tokenizer).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def test_the_shortest_walk_through_our_engine_is_scored_by_get_reward(walk_model_dir):
+    """A tiny model forced to play the shortest walk of a held-out row, rolled out by our engine with TRL's
+    environment_factory: the steps reach the environment, get_reward (the trainers' reward column) and the messages
+    agree on the outcome, the per-turn signal is +1 at every step, and the walk takes at least six turns."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trl_agentic.environments.trl_environments import TRLEnvironments
+    from trl_agentic.evaluate import evaluate
+
+    tokenizer = AutoTokenizer.from_pretrained(walk_model_dir)
+    task = run.WalkTask(run.make_parser().parse_args(["--task", "walk", "--train-size", "8", "--test-size", "1"]))
+    row = task.test[0]
+    steps = walk.shortest_walk(row)
+    model = scripted(AutoModelForCausalLM.from_pretrained(walk_model_dir), tokenizer,
+                     [native_call(step) for step in steps] + [walk.REPLY])
+    environments = TRLEnvironments(environment_factory=walk.WalkEnvironment)
+    budgets = dict(rollout_mode="chat", max_turns=10, max_tokens_per_turn=40, max_completion_length=800)
+    seen = {}
+
+    def outcome_and_signal(completions, environments, **kwargs):
+        seen["rewards"] = [list(e._turn_rewards) for e in environments]
+        return environments_reward(completions=completions, environments=environments, **kwargs)
+
+    environments_reward = environments.reward_functions()[0]
+    report, trajectories = evaluate(model, tokenizer, environments, task.rows([row]), outcome_and_signal, greedy=True,
+                                    show_progress=False, **budgets)
+    messages = trajectories[0].messages
+    assert report.accuracy == 1.0 and walk.walk_success([messages]) == [1.0]
+    assert [m["tool_calls"][0]["function"]["name"] for m in messages if m.get("tool_calls")] == steps
+    assert report.mean_turns == len(steps) + 1 >= 6
+    assert seen["rewards"] == [[1.0] * len(steps)]
+    for m in messages:  # every model turn is short: a step call is 24 tokens with SmolLM2's tokenizer
+        if m["role"] == "assistant" and m.get("tool_calls"):
+            assert m["tool_calls"][0]["function"]["arguments"] == {}
+
+
+def test_walk_stages_run_end_to_end_on_a_local_model(tmp_path, walk_model_dir):
+    """``--task walk`` through ``main``: zero-shot, SFT on shortest-walk demonstrations, TRL's GRPOTrainer and
+    AgenticGRPOTrainer with environment_factory (get_reward the trained reward), each scored on the held-out and
+    transfer walks, the per-turn signal logged at each step."""
+    out = tmp_path / "walk"
+    argv = ["--task", "walk", "--model", walk_model_dir, "--out", str(out), "--train-size", "16", "--test-size", "2",
+            "--eval-batch-size", "4", "--sft-demos", "4", "--sft-batch-size", "2", "--rl-steps", "1",
+            "--rl-prompts-per-step", "2", "--num-generations", "2", "--max-completion-length", "600",
+            "--max-tokens-per-turn", "24", "--max-turns", "9", "--lora-r", "2", "--eval-every", "0", "--threads", "1",
+            "--stages", "zero_shot,sft,trl_grpo,grpo"]
+    assert run.main(argv) == 0
+    for stage in ("zero_shot", "sft", "trl_grpo", "grpo"):
+        report = json.loads((out / stage / "report.json").read_text())
+        assert {"em", "final_em", "transfer_em", "mean_calls", "mean_turns"} <= set(report), stage
+    sft = json.loads((out / "sft" / "report.json").read_text())
+    assert sft["demonstrations"] == 4 and sft["trained_tokens"] > 0
+    for stage in ("trl_grpo", "grpo"):
+        curves = json.loads((out / stage / "report.json").read_text())["curves"]
+        assert curves["progress"][0] is not None and curves["turns"][0] is not None
+    assert json.loads((out / "grpo" / "report.json").read_text())["curves"]["mask_audit"] == [0.0]
+
+
+@pytest.mark.parametrize("argv, message", [(["--interface", "tools"], "--task walk runs through environment_factory"),
+                                           (["--transfer", "x"], "--task walk is always also scored")])
+def test_walk_refuses_other_interfaces_before_loading_anything(tmp_path, argv, message):
+    with pytest.raises(SystemExit, match=message):
+        run.main(["--task", "walk", "--out", str(tmp_path), "--model", "no/such/model", *argv])
