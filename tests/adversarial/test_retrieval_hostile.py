@@ -33,6 +33,7 @@ PASSAGES = [  # plain strings: documents {"id": position, "contents": text}
 ]
 QUERIES = {"capital of France": "0", "Germany largest city": "1", "Shakespeare tragedy": "2", "fifth planet": "3"}
 FIRST = {"id": "0", "contents": PASSAGES[0]}
+GOOD_QUERY = b'{"queries": ["fifth planet"], "topk": 1}'
 GOOD_ANSWER = json.dumps({"result": [[{"document": FIRST, "score": 1.5}]]}).encode()
 
 
@@ -78,18 +79,110 @@ MALFORMED = {
     "too many queries": _post(json.dumps({"queries": ["q"] * 5000}).encode()),
     "bad Content-Length": _post(b"{}", length="abc"),  # type: ignore[arg-type]
     "negative Content-Length": _post(b"{}", length=-5),
+    "conflicting Content-Lengths": _post(b"{}", extra="Content-Length: 3\r\n"),
     "bad chunk size": b"POST /retrieve HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n",
-    "header line of 70 kB": _post(b"{}", extra="X-Big: " + "a" * 70_000 + "\r\n"),
+    "bad chunk end": b"POST /retrieve HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}XY0\r\n\r\n",
+    "Transfer-Encoding gzip": b"POST /retrieve HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n{}",
+    "bad request line": b"GARBAGE\r\n\r\n",
+    "header line of 70 kB": _post(GOOD_QUERY, extra="X-Big: " + "a" * 70_000 + "\r\n"),
 }
 
 
 @pytest.mark.parametrize("name", list(MALFORMED))
-def test_malformed_requests_get_a_4xx_answer(bm25, name):
+def test_malformed_requests_get_a_one_line_json_4xx_answer(bm25, name):
+    """Before (issue 58): a bad Content-Length, chunk framing or request line got uvicorn's plain-text "Invalid HTTP
+    request received.", and a 70 kB head sent in one write was served."""
     with RetrievalServer(bm25, port=0) as server:
-        status, _ = _exchange(server.port, MALFORMED[name])
+        status, body = _exchange(server.port, MALFORMED[name])
         assert 400 <= status < 500, (name, status)
+        error = json.loads(body)["error"]
+        assert error and "\n" not in error
         # and the server still answers the next client
         assert RetrievalClient(server.url, timeout=5).search(["capital of France"], 1)[0][0]["document"]["id"] == "0"
+
+
+FRAMING = {  # what h11 could not read, named in the answer
+    "bad Content-Length": "malformed HTTP/1.1 request: bad Content-Length",
+    "conflicting Content-Lengths": "malformed HTTP/1.1 request: conflicting Content-Length headers",
+    "bad chunk size": "malformed HTTP/1.1 request: illegal chunk header",
+    "bad chunk end": "malformed HTTP/1.1 request: malformed chunk footer",
+    "bad request line": "malformed HTTP/1.1 request: illegal request line",
+}
+
+
+@pytest.mark.parametrize("name", list(FRAMING))
+def test_framing_errors_are_answered_as_the_other_errors(bm25, name):
+    with RetrievalServer(bm25, port=0) as server:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+            sock.sendall(MALFORMED[name])
+            response = http.client.HTTPResponse(sock)
+            response.begin()
+            body = response.read()
+    assert response.status == 400 and response.getheader("Content-Type") == "application/json"
+    assert response.getheader("Connection") == "close"
+    assert json.loads(body)["error"].startswith(FRAMING[name])
+
+
+HEAD_LIMIT = "over this server's limit of 16384 bytes; send shorter headers"
+
+
+def _head_of(size: int) -> bytes:
+    """A valid request for ``GOOD_QUERY`` whose head (up to and with its blank line) is ``size`` bytes."""
+    head = _post(GOOD_QUERY, extra="X-Pad: \r\n")[: -len(GOOD_QUERY)]
+    return _post(GOOD_QUERY, extra="X-Pad: " + "a" * (size - len(head)) + "\r\n")
+
+
+def test_a_head_is_limited_to_16_kib_however_it_arrives(bm25):
+    """Issue 58: h11 limits a head only while it is incomplete after a read, so a head of 70 kB sent in one write
+    was served. Now any head over 16 KiB gets 400 and a head of exactly 16 KiB is served."""
+    assert len(_head_of(16384)) - len(GOOD_QUERY) == 16384
+    with RetrievalServer(bm25, port=0) as server:
+        status, body = _exchange(server.port, _head_of(16384))
+        assert status == 200 and json.loads(body)["result"][0][0]["id"] == "3"
+        for size in (16385, 70_000):
+            status, body = _exchange(server.port, _head_of(size))
+            assert status == 400 and json.loads(body)["error"] == f"request head of {size} bytes is {HEAD_LIMIT}"
+
+
+def test_a_head_in_pieces_is_answered_before_it_ends(bm25):
+    """20 kB of a head whose end never comes: the answer comes without waiting for it."""
+    with RetrievalServer(bm25, port=0) as server:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+            sock.sendall(_head_of(70_000)[:20_000])
+            response = http.client.HTTPResponse(sock)
+            response.begin()
+            assert response.status == 400 and json.loads(response.read())["error"].endswith(HEAD_LIMIT)
+
+
+def test_a_client_still_sending_its_head_reads_the_answer(bm25):
+    """A 4 MB head sent in one call: the server answers after 16 KiB, then reads and drops the rest, so the client
+    finishes sending and reads the 400. Before, it was reset while sending."""
+    with RetrievalServer(bm25, port=0) as server:
+        status, body = _exchange(server.port, _head_of(4_000_000), timeout=20)
+        assert status == 400 and json.loads(body)["error"].endswith(HEAD_LIMIT)
+
+
+def test_after_an_error_answer_a_silent_connection_is_closed(bm25):
+    with RetrievalServer(bm25, port=0, idle_timeout=0.5) as server:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+            sock.sendall(MALFORMED["bad chunk size"])
+            assert _wait_closed(sock, within=4) < 3
+
+
+def test_the_server_stops_at_once_with_a_refused_request_open(bm25, caplog):
+    """A connection whose request was refused mid-body (bad chunk framing) is closed when the server stops; uvicorn
+    would wait its graceful-shutdown timeout for the refused request's answer."""
+    import logging
+
+    server = RetrievalServer(bm25, port=0, idle_timeout=30).start()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(MALFORMED["bad chunk size"])
+        response = http.client.HTTPResponse(sock)
+        response.begin()
+        assert response.status == 400
+        with caplog.at_level(logging.INFO, logger="uvicorn.error"):
+            server.stop()
+    assert not [r for r in caplog.records if "graceful shutdown exceeded" in r.getMessage()]
 
 
 def test_errors_are_one_line_json(bm25):

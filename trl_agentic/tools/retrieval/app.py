@@ -1,6 +1,6 @@
 """The HTTP side of :class:`~.server.RetrievalServer`, on FastAPI and uvicorn (Search-R1's own stack).
 
-Three pieces, each with one job:
+Two pieces, each with one job (the connection under them is :mod:`.protocol`'s):
 
 - :func:`build_app`: the FastAPI app. ``POST /retrieve`` (Search-R1's API), ``GET /health``, the OpenAPI page at
   ``/docs``. Every error is a one-line ``{"error": ...}`` with a 4xx/5xx status. A request's queries are searched
@@ -8,9 +8,6 @@ Three pieces, each with one job:
 - :class:`BodyGuard`: ASGI middleware that reads each request body before the app sees it, within a size limit
   (413 past it, after reading and discarding up to ``drain_bytes`` more so that the client gets the answer
   instead of a reset while it is still sending) and an idle timeout (408 when the body stalls).
-- :class:`IdleTimeoutH11Protocol`: uvicorn's h11 protocol whose idle timer also runs before a connection's first
-  request and while a request head arrives (uvicorn arms it only after a response), so a connection that sends
-  nothing, or half a head, is closed after ``timeout_keep_alive`` seconds.
 
 Imported only when a server is built: ``import trl_agentic.tools`` never loads fastapi or uvicorn.
 """
@@ -21,15 +18,13 @@ import asyncio
 import json
 from typing import Annotated, Any, Protocol
 
-import h11
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
-__all__ = ["build_app", "BodyGuard", "IdleTimeoutH11Protocol", "MAX_QUERIES", "MAX_TOPK", "DRAIN_BYTES"]
+__all__ = ["build_app", "BodyGuard", "error_body", "MAX_QUERIES", "MAX_TOPK", "DRAIN_BYTES"]
 
 MAX_QUERIES = 4096
 MAX_TOPK = 1000
@@ -162,8 +157,13 @@ def build_app(owner: _Owner, path: str = "/retrieve") -> FastAPI:
     return app
 
 
+def error_body(message: str) -> bytes:
+    """The body of every error answer: ``{"error": message}`` in one line of JSON."""
+    return json.dumps({"error": message}).encode("utf-8")
+
+
 async def _send_error(send: Any, status: int, message: str) -> None:
-    body = json.dumps({"error": message}).encode("utf-8")
+    body = error_body(message)
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
@@ -229,22 +229,3 @@ class BodyGuard:
             return await receive()  # the body is over: only a disconnect can come
 
         await self.app(scope, replay, send)
-
-
-class IdleTimeoutH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with its idle (keep-alive) timer also armed when a connection opens and after every
-    piece of a request head, not only after a response: a connection idle for ``timeout_keep_alive`` seconds before
-    its request is complete is closed. While a body arrives, :class:`BodyGuard` times it out instead."""
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._arm_idle_timer()
-
-    def data_received(self, data: bytes) -> None:
-        super().data_received(data)
-        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
-            self._arm_idle_timer()
-
-    def _arm_idle_timer(self) -> None:
-        self._unset_keepalive_if_required()
-        self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)

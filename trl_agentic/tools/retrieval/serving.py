@@ -6,12 +6,13 @@ With ``return_scores`` false (Search-R1's default) each inner list holds the doc
 ``{"result": [[{"id", "contents"}, ...], ...]}``. A missing or zero ``topk`` uses the server's default, as in
 Search-R1's ``retrieval_server.py``. ``GET /health`` answers ``{"status": "ok", "documents": N}``; the OpenAPI page
 is at ``/docs``. Errors are one-line ``{"error": ...}`` answers: 400 for a malformed request (any content type is
-read as JSON), 404/405 for a wrong path or method, 408 when a body stalls, 413 past the body limit, 500 when the
-retriever fails, 503 past ``max_connections``.
+read as JSON; a bad ``Content-Length`` or chunk framing, a request head over 16 KiB), 404/405 for a wrong path or
+method, 408 when a body stalls, 413 past the body limit, 500 when the retriever fails, 503 past
+``max_connections``.
 
-Limits (see :class:`RetrievalServer`): request bodies up to 16 MiB, at most 4096 queries and ``topk`` 1000 per
-request, idle connections closed after 5 s, a listen backlog of 2048. Needs ``pip install trl-agentic[retrieval]``
-(fastapi, uvicorn); importing this module does not import them.
+Limits (see :class:`RetrievalServer`): request heads up to 16 KiB, bodies up to 16 MiB, at most 4096 queries and
+``topk`` 1000 per request, idle connections closed after 5 s, a listen backlog of 2048. Needs
+``pip install trl-agentic[retrieval]`` (fastapi, uvicorn); importing this module does not import them.
 
 Bound to 127.0.0.1 by default: the server has no authentication, do not expose it. The command line is in
 :mod:`.server` (``python -m trl_agentic.tools.retrieval.server``).
@@ -87,7 +88,8 @@ class RetrievalServer:
         try:
             import uvicorn
 
-            from .app import BodyGuard, IdleTimeoutH11Protocol, build_app
+            from .app import BodyGuard, build_app
+            from .protocol import MAX_HEAD_BYTES, GuardedH11Protocol
         except ImportError as exc:
             raise ImportError(_HINT) from exc
         self.retriever = retriever
@@ -98,7 +100,8 @@ class RetrievalServer:
         app = BodyGuard(build_app(self, path), max_bytes=int(max_body_bytes), idle_timeout=float(idle_timeout))
         config = uvicorn.Config(
             app,
-            http=IdleTimeoutH11Protocol,
+            http=GuardedH11Protocol,
+            h11_max_incomplete_event_size=MAX_HEAD_BYTES,
             lifespan="off",
             log_config=None,
             access_log=False,
