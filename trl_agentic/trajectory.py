@@ -47,8 +47,14 @@ class Trajectory:
         observations: The observation text appended after each turn (``None`` where nothing was appended): in text
             mode the decoded observation tokens, in chat mode the message content (the chat template's role
             headers are in ``completion_ids`` only).
-        turn_rewards: ``StepResult.reward`` of each turn.
-        turn_infos: ``StepResult.info`` of each turn.
+        turn_rewards: The reward of each turn, from every kind of rollout: ``StepResult.reward`` (our
+            environments), ``_turn_reward()`` (TRL's environment classes that define it), the agent's
+            ``turn_rewards`` function (agents: :class:`~trl_agentic.agents.runner.Agent`); 0.0 where none was given.
+            Reward functions may read them (``TurnReward``); PPO's turn-level GAE and GiGPO add them to each turn's
+            reward (``docs/credit.md``).
+        turn_infos: ``StepResult.info`` of each turn; ``turn_infos[k]["state_key"]``, when the environment gives it
+            (``StepInfo.state_key``, TRL classes' ``_state_key()``), keys the state turn ``k`` led to: the state turn
+            ``k + 1`` starts from.
         stop_reason: Why the trajectory ended (:data:`StopReason`).
         prompt: The prompt (text or chat messages) with the text ``Environment.reset`` returned appended, as TRL
             appends it (to the last message's content): what reward functions receive as ``prompts``.

@@ -105,8 +105,9 @@ def turn_gae(
     return _skip_masked_gae(turn_rewards, turn_values, turn_mask, gamma, lam)
 
 
-def _add_at_last(rewards: torch.Tensor, scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``rewards`` plus each row's score at its last selected position (dropped for a row with none)."""
+def add_at_last(rewards: torch.Tensor, scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``rewards`` (B, T) plus each row's score (B,) at its last selected position of ``mask`` (dropped for a row with
+    none): the outcome on the last agent token, turn or step."""
     length = mask.shape[1]
     positions = torch.arange(length, device=mask.device).expand(mask.shape)
     # A row with no selected position (or T = 0) points at an extra column, cut off below.
@@ -138,7 +139,7 @@ def build_token_rewards(
     rewards = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
     if kl is not None:
         rewards = torch.where(mask.bool(), -beta * kl.detach().float(), rewards)
-    return _add_at_last(rewards, scores.detach(), mask)
+    return add_at_last(rewards, scores.detach(), mask)
 
 
 def build_turn_rewards(
@@ -173,4 +174,4 @@ def build_turn_rewards(
         rewards = torch.where(present, env_rewards.detach().float(), rewards)
     if kl is not None:
         rewards = rewards - beta * turns.turn_sum(kl.detach().float(), turn_ids, num_turns)
-    return _add_at_last(rewards, scores.detach(), present)
+    return add_at_last(rewards, scores.detach(), present)

@@ -38,6 +38,10 @@ class StepInfo(TypedDict, total=False):
         invalid: Calls, or a turn, the protocol could not read (a malformed tag or tool-call block).
         observation_truncated: Observations a tool shortened to fit its size limit.
         calls: Native: ``{"name", "arguments"}`` of each call, as parsed.
+        state_key: The environment state this step led to, as text equal for equal states (the board, a room's
+            name, a hash of what matters): the state the next turn starts from. GiGPO groups the steps of a group's
+            trajectories that start from equal keys (:mod:`trl_agentic.algorithms.gigpo`); without it a state is
+            keyed by the observation history (``AgenticGRPOConfig.gigpo_state_key``).
     """
 
     tool: list[str]
@@ -48,6 +52,7 @@ class StepInfo(TypedDict, total=False):
     invalid: int
     observation_truncated: int
     calls: list[dict[str, Any]]
+    state_key: str
 
 
 COUNT_KEYS = ("tool_calls", "tool_error", "tool_timeout", "unknown_tool", "invalid", "observation_truncated")
@@ -58,7 +63,7 @@ COUNT_KEYS = ("tool_calls", "tool_error", "tool_timeout", "unknown_tool", "inval
 class TurnInfo:
     """The keys of a turn's ``info`` the library reads, typed (:class:`StepInfo`; absent keys: none, 0).
     ``reports_tools``: the ``tool`` key is present (an environment that offers tools reports this turn's calls,
-    ``[]`` for none)."""
+    ``[]`` for none); ``state_key``: the key of the state the step led to, ``None`` when the environment gave none."""
 
     tool: tuple[str, ...] = ()
     reports_tools: bool = False
@@ -69,6 +74,7 @@ class TurnInfo:
     invalid: int = 0
     observation_truncated: int = 0
     calls: tuple[dict[str, Any], ...] = ()
+    state_key: str | None = None
 
 
 def read_info(info: Any, where: str = "StepResult.info") -> TurnInfo:
@@ -93,7 +99,11 @@ def read_info(info: Any, where: str = "StepResult.info") -> TurnInfo:
     if not isinstance(calls, (list, tuple)) or not all(isinstance(call, dict) for call in calls):
         raise EnvironmentOutputError(f"{where}['calls'] must be a list of {{'name', 'arguments'}} dicts, got "
                                      f"{calls!r:.80}")
-    return TurnInfo(tool=tuple(tool), reports_tools="tool" in info, calls=tuple(calls), **values)
+    state_key = info.get("state_key")
+    if state_key is not None and not isinstance(state_key, str):
+        raise EnvironmentOutputError(f"{where}['state_key'] must be text equal for equal states (a str), got "
+                                     f"{type(state_key).__name__}; pass str(key) or a hash of the state")
+    return TurnInfo(tool=tuple(tool), reports_tools="tool" in info, calls=tuple(calls), state_key=state_key, **values)
 
 
 @renamed_arguments({"done": "use terminated=True when the task ended (and truncated=True when the episode was cut "
@@ -107,8 +117,9 @@ class StepResult:
             chat mode also a list of messages (``{"role": "tool", "name": ..., "content": ...}``, what
             :class:`~trl_agentic.environments.native_tools.ToolCallEnvironment` returns; a content is text, or a list of content
             parts as a tool returned it), rendered together by the chat template.
-        reward: Turn-level reward of this action, a finite number (reward functions read it as
-            ``trajectory.turn_rewards``).
+        reward: Turn-level reward of this action, a finite number, kept as ``trajectory.turn_rewards``: reward
+            functions may read it (``TurnReward``), and PPO's turn-level GAE and GiGPO's step returns add it to the
+            turn's reward (``docs/credit.md``).
         terminated: The task reached a terminal state (an answer was given): no further turn.
         truncated: The environment cut the episode short for its own reason (a step limit of its own, a broken
             tool): no further turn. Budgets of the engine (``max_turns``, tokens) are recorded separately, in

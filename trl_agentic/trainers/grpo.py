@@ -15,16 +15,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from accelerate.utils import gather_object
 
 from ..algorithms.advantages import frac_reward_zero_std, group_advantages, zero_std_groups
+from ..algorithms.gigpo import anchor_groups, gigpo_advantages
 from ..algorithms.kl import KL_ESTIMATORS
 from ..compat import TRLBatch
 from .base import AgenticTrainer
 from .config import AgenticConfig
 from .round import Round, values_of_rows
+from .steps import STATE_KEYS, RunSteps, run_steps, step_tensors, token_values
 from .zero_variance import merge_rounds, pick_groups
 
 ZERO_VARIANCE_POLICIES = ("keep", "std_floor", "dynamic_sampling")
+GIGPO_STEP_REWARDS = ("turns_and_outcome", "turns")
 
 
 @dataclass
@@ -43,6 +47,13 @@ class AgenticGRPOConfig(AgenticConfig):
       (the ratio turns their expectation into E_pi[k] = KL(pi || pi_ref)); ``k2`` that of E_pi[r^2 / 2].
 
     Groups whose rewards are all equal (``zero_variance_groups``): :mod:`trl_agentic.trainers.zero_variance`.
+
+    Step-level credit (``gigpo=True``): GiGPO (Feng et al. 2025, arXiv 2505.10978) adds to GRPO's advantage
+    ``A_E(tau)`` a step-level one, ``A = A_E + gigpo_step_weight * A_S``, given to each turn's tokens: the steps of a
+    group's trajectories that start from the same state form a step group, and each step's discounted return
+    ``R_t = sum_{k >= t} gigpo_gamma^(k - t) r_k`` is compared with its group's (``F_norm``: the step group's std with
+    ``scale_rewards="group"``, 1 with ``"none"``). The math, the defaults and the state keys:
+    :mod:`trl_agentic.algorithms.gigpo`, ``docs/credit.md``.
     """
 
     kl_estimator: str = field(
@@ -60,6 +71,33 @@ class AgenticGRPOConfig(AgenticConfig):
     max_extra_generation_rounds: int = field(
         default=2, metadata={"help": "Dynamic sampling: most extra generation rounds per step."}
     )
+    gigpo: bool = field(
+        default=False,
+        metadata={"help": "GiGPO (arXiv 2505.10978): add a step-level advantage to GRPO's, A = A_E + gigpo_step_weight "
+                  "* A_S per turn, A_S each step's discounted return against those of the group's steps that start "
+                  "from the same state (a state no other step reached: A_S = 0). Normalised as scale_rewards says "
+                  "('group': by the step group's std; 'none': not divided). docs/credit.md."},
+    )
+    gigpo_step_weight: float = field(
+        default=1.0, metadata={"help": "GiGPO's omega: the weight of the step-level advantage (the paper's 1.0)."}
+    )
+    gigpo_gamma: float = field(
+        default=0.95,
+        metadata={"help": "GiGPO's discount of step returns, per turn: R_t = sum_k gamma^(k-t) r_k (the paper's "
+                  "runs: 0.95; 1.0 gives every step of a trajectory its whole return)."},
+    )
+    gigpo_state_key: str = field(
+        default="history",
+        metadata={"help": "GiGPO: how a state the environment gives no key for (StepInfo.state_key, a TRL class's "
+                  "_state_key()) is keyed: 'history', the exact prompt and every observation before the turn; "
+                  "'observation', the last observation alone (environments whose observation is their whole state)."},
+    )
+    gigpo_step_rewards: str = field(
+        default="turns_and_outcome",
+        metadata={"help": "GiGPO: what a step's reward r_k is: 'turns_and_outcome', the turn's own reward plus the "
+                  "reward functions' reward on the last turn (as PPO's turn-level GAE); 'turns', the turn rewards "
+                  "alone, for environments whose turn rewards already hold the outcome (TextArena's game reward)."},
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -70,6 +108,7 @@ class AgenticGRPOConfig(AgenticConfig):
                              f"{self.zero_variance_groups!r}")
         if self.zero_variance_groups == "std_floor" and self.scale_rewards != "group":
             raise ValueError("zero_variance_groups='std_floor' needs scale_rewards='group'")
+        self._check_gigpo_fields()
         if self.kl_estimator == "k1" and self.beta != 0.0 and not self.use_bias_correction_kl:
             warnings.warn(
                 "kl_estimator='k1' with use_bias_correction_kl=False has zero expected gradient as a GRPO loss term, "
@@ -77,6 +116,23 @@ class AgenticGRPOConfig(AgenticConfig):
                 "gradient is that of KL(pi||ref)), use 'k3' or 'k2', or put k1 in the reward with AgenticPPOTrainer.",
                 stacklevel=3,
             )
+
+
+    def _check_gigpo_fields(self) -> None:
+        if self.gigpo_state_key not in STATE_KEYS:
+            raise ValueError(f"gigpo_state_key must be one of {STATE_KEYS}, got {self.gigpo_state_key!r}")
+        if self.gigpo_step_rewards not in GIGPO_STEP_REWARDS:
+            raise ValueError(f"gigpo_step_rewards must be one of {GIGPO_STEP_REWARDS}, got {self.gigpo_step_rewards!r}")
+        if not 0.0 <= self.gigpo_gamma <= 1.0:
+            raise ValueError(f"gigpo_gamma is a discount per turn in [0, 1], got {self.gigpo_gamma!r}")
+        if not self.gigpo:
+            return
+        if self.scale_rewards not in ("group", "none"):
+            raise ValueError("gigpo=True normalises each step group by its own std (scale_rewards='group') or not at "
+                             f"all ('none'); got scale_rewards={self.scale_rewards!r}: pass one of them")
+        if self.zero_variance_groups == "dynamic_sampling":
+            raise ValueError("zero_variance_groups='dynamic_sampling' drops groups whose rewards are equal, where GiGPO's "
+                             "step advantages may still differ: pass zero_variance_groups='keep' with gigpo=True")
 
 
 class AgenticGRPOTrainer(AgenticTrainer):
@@ -114,6 +170,9 @@ class AgenticGRPOTrainer(AgenticTrainer):
         if getattr(args, "zero_variance_groups", "keep") != "keep":
             raise ValueError("zero_variance_groups applies to environment rollouts; without environment= the trainer "
                              "is TRL's GRPOTrainer: pass environment= or leave zero_variance_groups='keep'")
+        if getattr(args, "gigpo", False):
+            raise ValueError("gigpo=True credits the turns of rollouts; without environment= (or tools=, "
+                             "environment_factory=, agent=) the trainer is TRL's GRPOTrainer: pass one or gigpo=False")
 
     # -- one generation round -------------------------------------------------------------------------------------
     def training_batch(self, rows: list[dict[str, Any]]) -> TRLBatch:
@@ -122,7 +181,8 @@ class AgenticGRPOTrainer(AgenticTrainer):
 
         1-4. :meth:`~trl_agentic.trainers.base.AgenticTrainer.generation_round`: the runs, their rewards, the
              training rows and TRL's batch of them, the log-probs the step needs;
-        5. GRPO's group-relative advantages (:meth:`advantages`), one per run, given to its rows;
+        5. GRPO's group-relative advantages (:meth:`advantages`), one per run, given to its rows; with ``gigpo``,
+           plus each turn's step-level advantage on its tokens (:meth:`step_advantages`);
         6. dynamic sampling (``zero_variance_groups="dynamic_sampling"``): more rounds until enough groups have a
            reward spread (:meth:`dynamic_sampling`);
         7. TRL's completions table; the trajectories to ``trajectory_dir``; the metrics, logged once, with what the
@@ -151,13 +211,45 @@ class AgenticGRPOTrainer(AgenticTrainer):
         floor = self.args.std_floor if self.args.zero_variance_groups == "std_floor" else 0.0
         per_run = group_advantages(round_.run_rewards, self.reward_weights, group, self.multi_objective_aggregation,
                                    self.scale_rewards, floor)
-        rows = values_of_rows(self._local(per_run), round_.owners).to(round_.batch.advantages.device)
-        round_.batch.advantages = rows
+        rows = values_of_rows(self._local(per_run), round_.owners)
+        step_metrics = {}
+        if self.args.gigpo:
+            steps, step_metrics = self.step_advantages(round_, per_run, group, floor)
+            rows = rows.unsqueeze(1) + steps.to(rows.device)
+        round_.batch.advantages = rows.to(round_.batch.advantages.device)
         metrics, _ = self.round_metrics(round_)
+        metrics.update(step_metrics)
         metrics.update(self.reward_metrics(round_.rewards_per_func))
         metrics["frac_reward_zero_std"] = frac_reward_zero_std(round_.run_rewards, self.reward_weights, group,
                                                                self.multi_objective_aggregation, self.scale_rewards)
         return metrics
+
+    def step_advantages(self, round_: Round, episode: torch.Tensor, group: int,
+                        floor: float) -> tuple[torch.Tensor, dict[str, float]]:
+        """GiGPO's step level (:mod:`~trl_agentic.algorithms.gigpo`) over the steps of every process's runs
+        (:func:`~trl_agentic.trainers.steps.run_steps`, gathered in one call: :meth:`gather_steps`), grouped with
+        the episode groups of ``episode`` (GRPO's advantages, global): ``gigpo_step_weight * A_S`` on the tokens of
+        each turn of this process's training rows (B, W), and the metrics that say whether GiGPO had anything to
+        group: ``gigpo/anchored_step_share`` (the steps whose state another step of their group also started from)
+        and ``gigpo/step_group_size_mean`` (1: no state repeated)."""
+        args = self.args
+        steps = self.gather_steps([run_steps(run, args.gigpo_state_key) for run in round_.runs])
+        keys, turn_rewards, step_mask = step_tensors(steps)
+        outcomes = self.combined_rewards(round_.run_rewards).cpu()
+        groups = anchor_groups(keys, group, (~torch.isnan(outcomes)).tolist())
+        result = gigpo_advantages(episode.cpu(), outcomes, turn_rewards, step_mask, groups,
+                                  weight=args.gigpo_step_weight, gamma=args.gigpo_gamma,
+                                  scale=self.scale_rewards == "group", std_floor=floor,
+                                  with_outcome=args.gigpo_step_rewards == "turns_and_outcome")
+        weighted = self._local(args.gigpo_step_weight * result.step_advantages)
+        tokens = token_values(weighted, round_.trajectories, round_.owners, round_.batch.completion_ids.size(1))
+        return tokens, {"gigpo/anchored_step_share": result.anchored_share(),
+                        "gigpo/step_group_size_mean": result.mean_group_size()}
+
+    def gather_steps(self, local: list[RunSteps]) -> list[RunSteps]:
+        """Every process's runs' steps, in rank order (the global order of the runs): GiGPO's one collective call
+        of a round, made by every rank once per round (from :meth:`step_advantages`)."""
+        return gather_object(local) if self.accelerator.num_processes > 1 else local
 
     # -- groups whose rewards are all equal ---------------------------------------------------------------------
     def groups_without_spread(self, round_: Round) -> torch.Tensor:
