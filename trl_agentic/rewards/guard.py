@@ -51,7 +51,8 @@ def reward_values(what: str, values: Any, n: int) -> list[Any]:
     keys), a set (in no set order), or a count other than ``n``."""
     unordered = (str, bytes, Mapping, Set)
     if isinstance(values, Iterable) and not isinstance(values, unordered) and getattr(values, "ndim", 1) != 0:
-        values = list(values)
+        flat = getattr(values, "ndim", None) == 1 and callable(getattr(values, "tolist", None))
+        values = values.tolist() if flat else list(values)  # an array's or tensor's numbers in one read
         if len(values) == n:
             return values
         got = f"{len(values)} values"
