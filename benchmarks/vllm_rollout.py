@@ -112,7 +112,7 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from trl_agentic.rollout.engine import run_rollouts
+    from trl_agentic import run_rollouts
     from trl_agentic.rollout.generation import HFGenerator
     from trl_agentic.rollout.vllm import VLLMGenerator
     from trl_agentic.toy import build_tiny_model, build_tokenizer

@@ -35,7 +35,7 @@ _EXPORTS: dict[str, str] = {
     # rollouts
     "Trajectory": "trl_agentic.trajectory",
     "RolloutConfig": "trl_agentic.rollout.config",
-    "run_rollouts": "trl_agentic.rollout.engine",
+    "run_rollouts": "trl_agentic.rollouts",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -6,8 +6,8 @@ import pytest
 import torch
 from helpers import EchoEnvironment, Recording
 
+from trl_agentic import run_rollouts
 from trl_agentic.rollout.audit import unsampled_trained
-from trl_agentic.rollout.engine import run_rollouts
 from trl_agentic.rollout.generation import HFGenerator
 from trl_agentic.rollout.metrics import logprob_gap
 from trl_agentic.rollout.vllm import VLLMGenerator

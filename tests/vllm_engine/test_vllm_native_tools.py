@@ -23,9 +23,9 @@ from helpers import Recording
 from tool_calling_model import TURN_REGEX, add, build_tool_calling_model, tool_dataset
 from transformers import AutoTokenizer, GenerationConfig
 
+from trl_agentic import run_rollouts
 from trl_agentic.environments.native_tools import ToolCallEnvironment
 from trl_agentic.rollout.audit import unsampled_trained
-from trl_agentic.rollout.engine import run_rollouts
 from trl_agentic.rollout.vllm import VLLMGenerator
 
 pytestmark = pytest.mark.vllm

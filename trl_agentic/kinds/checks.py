@@ -25,6 +25,7 @@ rollout (:mod:`~trl_agentic.kinds.choice`) picks which. What only training can s
 from __future__ import annotations
 
 import inspect
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -36,19 +37,40 @@ from ..rewards.guard import is_reward_model
 TRL_REWARD_KWARGS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric")
 
 def dataset_columns(dataset: Any) -> list[str] | None:
-    """A dataset's columns (``None``: not known, or a ``DatasetDict``, of which TRL wants one split)."""
+    """A dataset's columns (``None``: not known, or a ``DatasetDict``, of which TRL wants one split); for a list of
+    rows (dicts, as ``evaluate`` takes them), the columns every row has."""
+    if isinstance(dataset, (list, tuple)):
+        if not dataset or not all(isinstance(row, dict) for row in dataset):
+            return None
+        return [key for key in dataset[0] if all(key in row for row in dataset[1:])]
     columns = getattr(dataset, "column_names", None)
     if isinstance(columns, dict):  # a DatasetDict: TRL wants one split
         return None
     return list(columns) if columns is not None else None
 
+def _prompt_fix(columns: Sequence[str]) -> str:
+    hint = next((c for c in ("question", "query", "problem", "input", "text", "instruction") if c in columns), None)
+    return f"dataset.rename_column({hint!r}, 'prompt')" if hint else "dataset.map(lambda row: {'prompt': ...})"
+
+
 def check_prompt_column(dataset: Any, name: str = "train_dataset") -> None:
     """TRL's sampler reads each row's ``prompt``; a dataset without it fails inside TRL with ``KeyError``."""
     columns = dataset_columns(dataset)
     if columns is not None and "prompt" not in columns:
-        hint = next((c for c in ("question", "query", "problem", "input", "text", "instruction") if c in columns), None)
-        fix = f"dataset.rename_column({hint!r}, 'prompt')" if hint else "dataset.map(lambda row: {'prompt': ...})"
-        raise ValueError(f"{name} has no 'prompt' column (it has {', '.join(columns) or 'none'}); add one, e.g. {fix}")
+        raise ValueError(f"{name} has no 'prompt' column (it has {', '.join(columns) or 'none'}); add one, e.g. "
+                         f"{_prompt_fix(columns)}")
+
+
+def warn_without_prompt_column(dataset: Any, name: str = "train_dataset") -> None:
+    """TRL's ``environment_factory=`` trains on a dataset without ``prompt``: each rollout starts from one empty user
+    message, and only the text ``reset()`` returns tells the model the task (TRL 1.16 does the same, silently).
+    Right when ``reset()`` writes the task; a mistake otherwise, so it is said once, with the fix."""
+    columns = dataset_columns(dataset)
+    if columns is not None and "prompt" not in columns:
+        warnings.warn(f"{name} has no 'prompt' column (it has {', '.join(columns) or 'none'}): each rollout starts "
+                      "from an empty user message and only the text reset() returns states the task, as in TRL. If "
+                      f"reset() does not write the task, add a 'prompt' column, e.g. {_prompt_fix(columns)}",
+                      stacklevel=2)
 
 def _required_keywords(func: Any) -> tuple[list[str], bool]:
     """The parameters of ``func`` that have no default, and whether it takes ``**kwargs``."""
@@ -185,39 +207,43 @@ def datasets_of(kwargs: dict[str, Any]) -> dict[str, Any]:
                  else {"eval_dataset": evals})
     return {name: dataset for name, dataset in given.items() if dataset is not None}
 
-def check_datasets_and_rewards(kwargs: dict[str, Any], reward_fields: Sequence[str],
+def check_datasets_and_rewards(datasets: dict[str, Any], reward_funcs: Any, reward_fields: Sequence[str],
                                check_dataset: Callable[[Any, str], None]) -> None:
-    """``check_dataset(dataset, name)`` on every dataset of ``GRPOTrainer``'s keyword arguments ``kwargs``, then
-    the reward functions' signatures against the training columns and ``reward_fields`` (the keyword arguments the
-    rollout adds)."""
-    for name, dataset in datasets_of(kwargs).items():
+    """``check_dataset(dataset, name)`` on every dataset of ``datasets`` (by name: ``train_dataset``, ...; the rows
+    of ``evaluate``), then the reward functions' signatures against the first one's columns and ``reward_fields``
+    (the keyword arguments the rollout adds)."""
+    for name, dataset in datasets.items():
         check_dataset(dataset, name)
-    check_reward_signatures(kwargs.get("reward_funcs"), kwargs.get("train_dataset"), extra_fields=reward_fields)
+    first = next(iter(datasets.values()), None)
+    check_reward_signatures(reward_funcs, first, extra_fields=reward_fields)
 
-def check_environment_arguments(environment: Any, kwargs: dict[str, Any], reward_fields: Sequence[str]) -> None:
-    """Every construction check of a run with an environment (ours or TRL's), on ``GRPOTrainer``'s keyword
-    arguments ``kwargs``; ``reward_fields``: the keyword arguments the rollout adds for the reward functions."""
+def check_environment_arguments(environment: Any, datasets: dict[str, Any], reward_funcs: Any,
+                                rollout_mode: str | None, reward_fields: Sequence[str]) -> None:
+    """Every check of a run with an environment (ours or TRL's) before anything is built: its ``datasets`` (by
+    name), ``reward_funcs``, ``rollout_mode`` (``None``: not known yet); ``reward_fields``: the keyword arguments the
+    rollout adds for the reward functions."""
     from ..environments.trl_environments import TRLEnvironments
 
     check_environment_factory(environment)
-    check_rollout_mode(environment, getattr(kwargs.get("args"), "rollout_mode", None))
+    check_rollout_mode(environment, rollout_mode)
 
     def check_dataset(dataset: Any, name: str) -> None:
-        if not isinstance(environment, TRLEnvironments):  # TRL's environments may write the prompt in reset()
+        if isinstance(environment, TRLEnvironments):  # TRL's environments may write the prompt in reset()
+            if environment.factories:
+                warn_without_prompt_column(dataset, name)
+        else:
             check_prompt_column(dataset, name)
         check_reset_parameters(environment, dataset, name)
 
-    check_datasets_and_rewards(kwargs, reward_fields, check_dataset)
+    check_datasets_and_rewards(datasets, reward_funcs, reward_fields, check_dataset)
 
-def check_agent_arguments(agent: Any, kwargs: dict[str, Any], reward_fields: Sequence[str]) -> None:
-    """Every construction check of a run with ``agent=`` (an :class:`~trl_agentic.agents.runner.Agent`), on
-    ``GRPOTrainer``'s keyword arguments ``kwargs``; ``reward_fields``: the keyword arguments the rollout adds."""
-    if getattr(kwargs.get("args"), "zero_variance_groups", "keep") == "dynamic_sampling":
-        raise ValueError("zero_variance_groups='dynamic_sampling' is not supported with agent=; use 'keep' or "
-                         "'std_floor'")
+def check_agent_arguments(agent: Any, datasets: dict[str, Any], reward_funcs: Any,
+                          reward_fields: Sequence[str]) -> None:
+    """Every check of a run with ``agent=`` (an :class:`~trl_agentic.agents.runner.Agent`) before anything is built:
+    its ``datasets`` (by name) and ``reward_funcs``; ``reward_fields``: the keyword arguments the rollout adds."""
 
     def check_dataset(dataset: Any, name: str) -> None:
         check_prompt_column(dataset, name)
         agent.check_columns(dataset_columns(dataset), name)
 
-    check_datasets_and_rewards(kwargs, reward_fields, check_dataset)
+    check_datasets_and_rewards(datasets, reward_funcs, reward_fields, check_dataset)

@@ -26,7 +26,7 @@ from ..environments.base import EnvironmentFactory
 from ..environments.native_tools import ensure_response_parser
 from ..environments.trl_environments import TRLEnvironments, trl_environments_of, trl_trainer_kwargs
 from ..rewards.guard import guard_reward
-from ..rollout.config import RolloutConfig
+from ..rollout.config import RolloutConfig, native_tool_fields
 from ..rollout.engine import RolloutEngine
 from ..rollout.engine_seams import EngineSeam, TRLToolsSeam
 from ..rollout.generation import Generator
@@ -36,8 +36,10 @@ from .checks import (
     check_budget_holds_a_call,
     check_environment_arguments,
     check_response_parser,
+    datasets_of,
     uses_native_tool_calls,
 )
+from .wrong_kind import check_kinds
 
 
 @dataclass(frozen=True)
@@ -79,8 +81,28 @@ class RolloutChoice(Protocol):
         ...
 
     def trainer_config(self, config: RolloutConfig, processing_class: Any) -> RolloutConfig:
-        """The trainer's rollout settings for the tokenizer TRL loaded (refused when it cannot parse this kind's
-        tool calls)."""
+        """The rollout settings for the tokenizer (refused when it cannot parse this kind's tool calls); the
+        trainers' and every other entry point's (:mod:`~trl_agentic.kinds.entry`)."""
+        ...
+
+    def check(self, datasets: dict[str, Any], reward_funcs: Any, rollout_mode: str | None) -> None:
+        """Refuse, in one line, ``datasets`` (by name), ``reward_funcs`` or a ``rollout_mode`` that could only
+        produce nothing to learn from (:mod:`~trl_agentic.kinds.checks`)."""
+        ...
+
+    def implied_fields(self, max_completion_length: int) -> dict[str, Any]:
+        """The rollout fields this kind implies where the caller left them unset (native tool calls: chat
+        rollouts; TRL's tools: TRL's tool-loop budgets)."""
+        ...
+
+    def reward_functions(self, funcs: list[Any], weights: list[float] | None) -> tuple[list[Any], list[float] | None]:
+        """The reward functions and weights a run scores with: ``funcs``, then what the kind adds (TRL's
+        ``get_reward`` of each environment class, weight 1)."""
+        ...
+
+    def environment_factory(self) -> EnvironmentFactory | TRLEnvironments | None:
+        """The factory of the environments the engine runs (``None``: an agent runs its own loop); SFT replays
+        demonstrations against it."""
         ...
 
     def seam(self, parts: SeamParts) -> RolloutSeam:
@@ -91,8 +113,10 @@ class RolloutChoice(Protocol):
 def choose_rollout(environment: Any, agent: Any, kwargs: dict[str, Any]) -> RolloutChoice | None:
     """The kind of rollout given by ``environment=``, ``agent=`` and ``GRPOTrainer``'s keyword arguments ``kwargs``
     (TRL's ``tools`` / ``environment_factory``), or ``None`` when none is given (the trainer is TRL's
-    ``GRPOTrainer``). Arguments that name two kinds are refused."""
+    ``GRPOTrainer``). Arguments that name two kinds, or a value given under another kind's name
+    (:func:`~trl_agentic.kinds.wrong_kind.check_kinds`), are refused."""
     tools, factory = kwargs.get("tools"), kwargs.get("environment_factory")
+    check_kinds(environment=environment, environment_factory=factory, tools=tools, agent=agent)
     if agent is not None:  # an agent of any framework, through an OpenAI-compatible endpoint (agents/)
         agent = Agent.of(agent)
         given = [name for name, value in (("environment", environment), ("tools", tools),
@@ -140,7 +164,7 @@ class EnvironmentChoice:
             args = copy.copy(args)
             args.use_tool_loop_defaults(trl_tools=False)
             kwargs = {**kwargs, "args": args}
-        check_environment_arguments(self.environment, kwargs, EngineSeam.reward_fields)
+        self.check(datasets_of(kwargs), kwargs.get("reward_funcs"), getattr(args, "rollout_mode", None))
         _no_rollout_func(kwargs)
         return guarded_rewards(kwargs)
 
@@ -148,6 +172,22 @@ class EnvironmentChoice:
         """As given, once native tool calls have a response template to be parsed with."""
         check_response_parser(self.environment, processing_class)
         return config
+
+    def check(self, datasets: dict[str, Any], reward_funcs: Any, rollout_mode: str | None) -> None:
+        """:func:`~trl_agentic.kinds.checks.check_environment_arguments`."""
+        check_environment_arguments(self.environment, datasets, reward_funcs, rollout_mode, EngineSeam.reward_fields)
+
+    def implied_fields(self, max_completion_length: int) -> dict[str, Any]:
+        """Chat rollouts for native tool calls (a :class:`~trl_agentic.environments.native_tools.ToolCallEnvironment`)."""
+        return native_tool_fields(False, max_completion_length) if uses_native_tool_calls(self.environment) else {}
+
+    def reward_functions(self, funcs: list[Any], weights: list[float] | None) -> tuple[list[Any], list[float] | None]:
+        """As given."""
+        return funcs, weights
+
+    def environment_factory(self) -> EnvironmentFactory:
+        """The environment as given."""
+        return self.environment
 
     def seam(self, parts: SeamParts) -> RolloutSeam:
         """:class:`~trl_agentic.rollout.engine_seams.EngineSeam` over the engine."""
@@ -167,7 +207,7 @@ class TRLToolsChoice:
         (:meth:`~trl_agentic.trainers.config.AgenticConfig.for_trl_tools`)."""
         kwargs = {**kwargs, "args": config_class.for_trl_tools(kwargs.get("args"), kwargs.get("model"))}
         kwargs = trl_trainer_kwargs(self.source, kwargs)
-        check_environment_arguments(self.source, kwargs, TRLToolsSeam.reward_fields)
+        self.check(datasets_of(kwargs), kwargs.get("reward_funcs"), kwargs["args"].rollout_mode)
         _no_rollout_func(kwargs)
         return guarded_rewards(kwargs)
 
@@ -184,6 +224,24 @@ class TRLToolsChoice:
                                   config.chat_template_kwargs)
         return config
 
+    def check(self, datasets: dict[str, Any], reward_funcs: Any, rollout_mode: str | None) -> None:
+        """:func:`~trl_agentic.kinds.checks.check_environment_arguments`."""
+        check_environment_arguments(self.source, datasets, reward_funcs, rollout_mode, TRLToolsSeam.reward_fields)
+
+    def implied_fields(self, max_completion_length: int) -> dict[str, Any]:
+        """TRL's tool loop: chat rollouts, one turn may use the whole budget, no turn limit but the budget."""
+        return native_tool_fields(True, max_completion_length)
+
+    def reward_functions(self, funcs: list[Any], weights: list[float] | None) -> tuple[list[Any], list[float] | None]:
+        """``funcs``, then one ``get_reward`` column per environment class that has one, weight 1 after ``weights``
+        (as :func:`~trl_agentic.environments.trl_environments.trl_trainer_kwargs` gives the trainers)."""
+        extra = self.source.reward_functions()
+        return [*funcs, *extra], None if weights is None else [*weights, *[1.0] * len(extra)]
+
+    def environment_factory(self) -> TRLEnvironments:
+        """TRL's tools and environment classes, a factory of one environment per rollout."""
+        return self.source
+
     def seam(self, parts: SeamParts) -> RolloutSeam:
         """:class:`~trl_agentic.rollout.engine_seams.TRLToolsSeam` over the engine."""
         return TRLToolsSeam(parts.engine(self.source), self.source, parts.prompt_column)
@@ -197,13 +255,32 @@ class AgentChoice:
         self.agent = agent
 
     def trainer_kwargs(self, kwargs: dict[str, Any], config_class: type) -> dict[str, Any]:
-        """As given, checked (:func:`~trl_agentic.kinds.checks.check_agent_arguments`)."""
-        check_agent_arguments(self.agent, kwargs, AgentSeam.reward_fields)
+        """As given, checked (:meth:`check`); dynamic sampling, which draws rows again, is refused."""
+        if getattr(kwargs.get("args"), "zero_variance_groups", "keep") == "dynamic_sampling":
+            raise ValueError("zero_variance_groups='dynamic_sampling' is not supported with agent=; use 'keep' or "
+                             "'std_floor'")
+        self.check(datasets_of(kwargs), kwargs.get("reward_funcs"), None)
         return guarded_rewards(kwargs)
 
     def trainer_config(self, config: RolloutConfig, processing_class: Any) -> RolloutConfig:
         """As given: the endpoint renders every request with the tokenizer's chat template."""
         return config
+
+    def check(self, datasets: dict[str, Any], reward_funcs: Any, rollout_mode: str | None) -> None:
+        """:func:`~trl_agentic.kinds.checks.check_agent_arguments` (the endpoint renders chat: any mode)."""
+        check_agent_arguments(self.agent, datasets, reward_funcs, AgentSeam.reward_fields)
+
+    def implied_fields(self, max_completion_length: int) -> dict[str, Any]:
+        """None: the agent's requests say what they need."""
+        return {}
+
+    def reward_functions(self, funcs: list[Any], weights: list[float] | None) -> tuple[list[Any], list[float] | None]:
+        """As given."""
+        return funcs, weights
+
+    def environment_factory(self) -> None:
+        """None: the agent runs its own loop and tools."""
+        return None
 
     def seam(self, parts: SeamParts) -> RolloutSeam:
         """:class:`~trl_agentic.agents.seam.AgentSeam` over a fresh endpoint."""

@@ -20,7 +20,22 @@ ROLLOUT_MODES: tuple[str, ...] = get_args(RolloutMode)
 
 ROLLOUT_DEFAULTS: dict[str, Any] = {"rollout_mode": "text", "max_turns": 4, "max_tokens_per_turn": 256}
 """The values of the fields left unset (``None``), unless native tool calls imply others
-(:meth:`~trl_agentic.trainers.config.AgenticConfig.use_tool_loop_defaults`)."""
+(:func:`native_tool_fields`)."""
+
+
+def native_tool_fields(trl_tools: bool, max_completion_length: int,
+                       max_tool_calling_iterations: int | None = None) -> dict[str, Any]:
+    """The rollout fields native tool calls imply where they are left unset: chat rollouts (``rollout_mode``); with
+    TRL's ``tools=`` / ``environment_factory=`` (``trl_tools``) also TRL's tool-loop budgets, so that a TRL script
+    behaves as in TRL: one turn may use all of ``max_completion_length``, and at most
+    ``max_tool_calling_iterations + 1`` model turns (no turn limit when that is unset: the token budget ends the
+    rollout)."""
+    values: dict[str, Any] = {"rollout_mode": "chat"}
+    if trl_tools:
+        values["max_tokens_per_turn"] = max_completion_length
+        values["max_turns"] = (max_tool_calling_iterations + 1 if max_tool_calling_iterations is not None
+                               else max_completion_length)
+    return values
 
 
 @dataclass
@@ -114,11 +129,19 @@ class RolloutConfig(RolloutFields):
         return cls(**{**taken, **values})
 
     @classmethod
-    def from_arguments(cls, config: "RolloutConfig | None", fields: dict[str, Any]) -> "RolloutConfig":
-        """``config``, or a config built from ``fields`` (a function's ``**config_kwargs``), never both."""
+    def from_arguments(cls, config: "RolloutConfig | None", fields: dict[str, Any],
+                       implied: dict[str, Any] | None = None) -> "RolloutConfig":
+        """``config``, or a config built from ``fields`` (a function's ``**config_kwargs``), never both; ``implied``
+        (e.g. :func:`native_tool_fields`) fills the fields ``fields`` leaves out or unset."""
         if config is not None and fields:
             raise TypeError("pass either config= or RolloutConfig fields as keyword arguments, not both")
-        return config if config is not None else cls(**fields)
+        if config is not None:
+            return config
+        unknown = sorted(set(fields) - {f.name for f in dataclass_fields(cls)})
+        if unknown:
+            raise TypeError(f"{unknown[0]!r} is not a rollout setting; the settings are RolloutConfig's fields: "
+                            f"{', '.join(f.name for f in dataclass_fields(cls))}")
+        return cls(**{**(implied or {}), **{name: value for name, value in fields.items() if value is not None}})
 
 
 def _chunks(value: Any) -> int | Literal["auto"]:

@@ -47,7 +47,7 @@ from ..environments.native_tools import native_tools, parse_turn
 from ..trajectory import StopReason, Trajectory
 from .config import RolloutConfig
 from .env_calls import EnvFailure, PendingCalls, call_all
-from .generation import Generator, HFGenerator, cut_at_stop, generation_session, get_eos_token_ids
+from .generation import Generator, cut_at_stop, generation_session, get_eos_token_ids
 from .observations import ObservationEncoder, is_conversational
 
 logger = logging.getLogger(__name__)
@@ -346,42 +346,3 @@ def with_reset_text(prompt: Any, text: str | None) -> Any:
     else:
         last["content"] = (content or "") + text
     return [*prompt[:-1], last]
-
-
-def run_rollouts(
-    model: Any,
-    processing_class: Any,
-    environment: EnvironmentFactory,
-    rows: Sequence[dict[str, Any]],
-    *,
-    prompt_column: str = "prompt",
-    config: RolloutConfig | None = None,
-    generator: Generator | None = None,
-    generation_config: Any = None,
-    **config_kwargs: Any,
-) -> list[Trajectory]:
-    """Roll out one trajectory per dataset row with the same engine the trainers use.
-
-    Args:
-        model: A causal LM (ignored when ``generator`` is given).
-        processing_class: Its tokenizer.
-        environment: Class or zero-argument factory of the environment.
-        rows: Dataset rows (a list of dicts or a ``datasets.Dataset``); ``row[prompt_column]`` is the prompt (text or
-            chat messages) and the whole row is passed to ``Environment.reset``.
-        config: A :class:`RolloutConfig`; or pass its fields as keyword arguments (``max_turns=3``, ...).
-        generator: Override the generation backend (defaults to :class:`HFGenerator` with sampling and log-probs).
-        generation_config: transformers ``GenerationConfig`` for the default generator (default: the model's, with
-            sampling on). Its ``eos_token_id`` (every end id) is where turns end, with a given ``generator`` too
-            (pass it with a vLLM generator: the model's end ids are in its generation config, not its tokenizer).
-    """
-    config = RolloutConfig.from_arguments(config, config_kwargs)
-    if generator is None:
-        generator = HFGenerator(model, processing_class, generation_config, return_logprobs=True,
-                                keep_cache=config.prefix_caching)
-    eos_token_ids = None if generation_config is None else get_eos_token_ids(processing_class, generation_config)
-    engine = RolloutEngine(generator, processing_class, environment, config, eos_token_ids=eos_token_ids)
-    rows = [dict(row) for row in rows]
-    missing = [i for i, row in enumerate(rows) if prompt_column not in row]
-    if missing:
-        raise KeyError(f"row {missing[0]} has no {prompt_column!r} column; pass prompt_column= to name the prompt column")
-    return engine.run([row[prompt_column] for row in rows], rows)

@@ -17,13 +17,16 @@ too (Search-R1's ablation, arXiv 2503.09516: it lowered EM from 0.431 to 0.343),
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..environments.base import EnvironmentFactory
 from ..environments.tag_protocol import SEARCH_R1_TAGS, TagProtocol
+from ..environments.trl_environments import EMPTY_PROMPT
+from ..kinds.entry import entry_rollout
 from ..rollout.config import RolloutConfig
 from ..trajectory import Trajectory
+from .agent_demonstrations import AgentReplay
 from .demonstrations import transcript_to_trajectory
 
 __all__ = ["sft_dataset", "trajectory_to_sft_example"]
@@ -63,6 +66,9 @@ def sft_dataset(
     *,
     mask_observations: bool = True,
     environment: EnvironmentFactory | None = None,
+    environment_factory: Any = None,
+    tools: Sequence[Any] | None = None,
+    agent: Any = None,
     protocol: TagProtocol | None = SEARCH_R1_TAGS,
     generation_config: Any = None,
     config: RolloutConfig | None = None,
@@ -80,8 +86,14 @@ def sft_dataset(
             row reaches the environment's ``reset``), converted by :func:`transcript_to_trajectory`.
         processing_class: The policy's tokenizer (needed for prompt-completion rows).
         mask_observations: Keep observation tokens out of the loss (default); ``False`` trains on them (warns).
-        environment, protocol, generation_config, config: For prompt-completion rows, as in
-            :func:`transcript_to_trajectory`.
+        environment, environment_factory, tools, agent: What RL will roll out, as the trainers take it
+            (:mod:`~trl_agentic.kinds.entry`): prompt-completion rows are replayed against it, so that each SFT row
+            has the token layout RL samples from (the prompt with ``reset()``'s text and the tools' schemas, the
+            real tool results; an agent's requests as its endpoint renders them). Without any, a demonstration's
+            observations are its own (a tool-calling trace's schemas from its row's ``tools`` column).
+        protocol, generation_config: For prompt-completion rows, as in :func:`transcript_to_trajectory`.
+        config: A :class:`~trl_agentic.RolloutConfig` (use RL's), or its fields as keyword arguments; those left
+            out take what the kind implies, as in training (chat rollouts for native tool calls).
         show_progress: A progress bar over the examples.
 
     An example that cannot be converted (a bad demonstration, a failed trajectory) is skipped; a warning gives the
@@ -89,25 +101,45 @@ def sft_dataset(
     """
     from datasets import Dataset
 
-    config = RolloutConfig.from_arguments(config, config_kwargs)
+    items = list(examples)
+    rollout = {"environment": environment, "environment_factory": environment_factory, "tools": tools,
+               "agent": agent}
+    agent_replay = None
+    if any(value is not None for value in rollout.values()):
+        demonstrations = [item for item in items if isinstance(item, dict)]  # checked as RL's rows
+        entry = entry_rollout("sft_dataset", processing_class, demonstrations or None, rollout, config,
+                              config_kwargs, prompt_column=prompt_column)
+        config, replay = entry.config, entry.choice.environment_factory()
+        if replay is None:  # an agent: demonstrations run through the agent itself
+            agent_replay = AgentReplay(processing_class, entry, generation_config, prompt_column, completion_column)
+    else:
+        config, replay = RolloutConfig.from_arguments(config, config_kwargs), None
     if not mask_observations:
         warnings.warn(UNMASKED_WARNING, stacklevel=2)
-    items = list(examples)
     if show_progress:
         from tqdm.auto import tqdm
 
         items = tqdm(items, desc="building SFT rows", unit="example")
     rows, skipped = [], []
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="mask_observations=False")
-        for k, example in enumerate(items):
-            try:
-                if not isinstance(example, Trajectory):
-                    example = _row_to_trajectory(example, processing_class, environment, protocol,
-                                                 generation_config, config, prompt_column, completion_column)
-                rows.append(trajectory_to_sft_example(example, mask_observations))
-            except (ValueError, KeyError, TypeError) as exc:
-                skipped.append(f"example {k}: {exc}")
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="mask_observations=False")
+            for k, example in enumerate(items):
+                try:
+                    if isinstance(example, Trajectory):
+                        trajectories = [example]
+                    elif agent_replay is not None and isinstance(example, dict):
+                        trajectories = agent_replay(example)
+                    else:
+                        trajectories = [_row_to_trajectory(example, processing_class, replay, protocol,
+                                                           generation_config, config, prompt_column,
+                                                           completion_column)]
+                    rows += [trajectory_to_sft_example(t, mask_observations) for t in trajectories]
+                except (ValueError, KeyError, TypeError) as exc:
+                    skipped.append(f"example {k}: {exc}")
+    finally:
+        if agent_replay is not None:
+            agent_replay.close()
     if skipped:
         warnings.warn(f"sft_dataset skipped {len(skipped)} of {len(rows) + len(skipped)} examples; first: "
                       f"{skipped[0]}", stacklevel=2)
@@ -122,6 +154,7 @@ def _row_to_trajectory(row, processing_class, environment, protocol, generation_
         raise TypeError(f"an example must be a Trajectory or a prompt-completion dict, not {type(row).__name__}")
     if processing_class is None:
         raise TypeError("prompt-completion rows need processing_class= (the policy's tokenizer)")
-    return transcript_to_trajectory(processing_class, row[prompt_column], row[completion_column],
+    prompt = row.get(prompt_column, EMPTY_PROMPT) if environment is not None else row[prompt_column]
+    return transcript_to_trajectory(processing_class, prompt, row[completion_column],
                                     environment=environment, row=row, protocol=protocol,
                                     generation_config=generation_config, config=config, tools=row.get("tools"))

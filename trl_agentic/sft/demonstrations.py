@@ -34,7 +34,7 @@ from ..rollout.generation import Generation
 from ..rollout.observations import ObservationEncoder
 from ..trajectory import Trajectory
 from .errors import DemonstrationError
-from .tool_traces import ScriptedToolEnvironment, is_tool_trace, split_tool_messages
+from .tool_traces import ScriptedToolEnvironment, check_tool_results, is_tool_trace, rl_prompt, split_tool_messages
 
 __all__ = ["DemonstrationError", "demonstration_to_trajectory", "transcript_to_trajectory"]
 
@@ -192,6 +192,30 @@ def _split_messages(messages: Sequence[dict[str, Any]], observation_role: str) -
     return actions, observations
 
 
+def _replay_tool_trace(processing_class: Any, prompt: Any, messages: list[dict[str, Any]],
+                       environment: EnvironmentFactory | None, row: dict[str, Any], tools: Sequence[Any] | None,
+                       generation_config: Any, config: RolloutConfig) -> Trajectory:
+    """A tool-calling trace replayed against ``environment`` (the prompt and tools RL shows, results checked) or, without
+    one, against its own tool messages with ``tools`` (module docstring of :mod:`~trl_agentic.sft.tool_traces`)."""
+    if config.rollout_mode != "chat":
+        raise DemonstrationError("a tool-calling trace needs rollout_mode='chat'")
+    encoder = ObservationEncoder(processing_class, "chat", config.observation_role, config.chat_template_kwargs)
+    if environment is None:
+        if not tools:
+            raise DemonstrationError("a tool-calling trace needs the tools its prompt shows, as in RL: pass "
+                                     "environment_factory= or tools= (what the trainer gets), or a 'tools' column")
+        actions, results = split_tool_messages(encoder, prompt, messages, list(tools))
+        scripted = lambda: ScriptedToolEnvironment(list(tools), results)  # noqa: E731
+        return demonstration_to_trajectory(processing_class, prompt, actions, environment=scripted, row=row,
+                                           protocol=None, generation_config=generation_config, config=config)
+    shown, shown_tools = rl_prompt(environment, row, prompt, config.env_timeout)
+    actions, results = split_tool_messages(encoder, shown, messages, shown_tools)
+    trajectory = demonstration_to_trajectory(processing_class, prompt, actions, environment=environment, row=row,
+                                             protocol=None, generation_config=generation_config, config=config)
+    check_tool_results(trajectory, results)
+    return trajectory
+
+
 def transcript_to_trajectory(
     processing_class: Any,
     prompt: Any,
@@ -214,20 +238,17 @@ def transcript_to_trajectory(
     otherwise they are read from the transcript. See :func:`demonstration_to_trajectory` for the other arguments.
 
     An OpenAI-style tool-calling trace (assistant messages with ``tool_calls``, each followed by its ``tool``
-    messages; ``tools``: the JSON schemas or functions the prompt shows, TRL's ``tools`` column) is replayed as
-    native tool calls (:mod:`trl_agentic.sft.tool_traces`).
+    messages) is replayed as native tool calls (:mod:`trl_agentic.sft.tool_traces`): against ``environment`` (a
+    factory of native-tool environments, e.g. TRL's environment class as :class:`~trl_agentic.environments.
+    trl_environments.TRLEnvironments`), whose reset text and tools the prompt shows as in RL and whose results the
+    trace's tool messages must match; without one, with ``tools`` (the JSON schemas or functions the prompt shows, a
+    row's ``tools`` column) and the trace's tool messages as the results.
     """
     config = RolloutConfig.from_arguments(config, config_kwargs)
 
     if not isinstance(completion, str) and is_tool_trace(completion):
-        if config.rollout_mode != "chat" or environment is not None:
-            raise DemonstrationError("a tool-calling trace needs rollout_mode='chat' and no environment= (its tool "
-                                     "messages are the observations)")
-        encoder = ObservationEncoder(processing_class, "chat", config.observation_role, config.chat_template_kwargs)
-        actions, results = split_tool_messages(encoder, prompt, list(completion), list(tools or []))
-        scripted = lambda: ScriptedToolEnvironment(list(tools or []), results)  # noqa: E731
-        return demonstration_to_trajectory(processing_class, prompt, actions, environment=scripted, row=row,
-                                           protocol=None, generation_config=generation_config, config=config)
+        return _replay_tool_trace(processing_class, prompt, list(completion), environment, dict(row or {}), tools,
+                                  generation_config, config)
     if isinstance(completion, str):
         if config.rollout_mode != "text":
             raise DemonstrationError("a text completion needs rollout_mode='text'; pass chat messages for 'chat'")
