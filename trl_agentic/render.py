@@ -228,7 +228,8 @@ def _meta(t: Trajectory, extras: dict[str, Any]) -> str:
     ]
     if t.events:
         items.append(("events", ", ".join(f"{k}×{v}" for k, v in sorted(t.events.items())), True))
-    items += [(_EXTRA_LABELS.get(k, k), _fmt(v), False) for k, v in extras.items() if k not in ("step", "reward")]
+    items += [(_EXTRA_LABELS.get(k, k), _fmt(v), False) for k, v in extras.items()
+              if k not in ("step", "reward", "turn_advantages")]  # each turn's advantage is shown with its turn
     cells = []
     for name, value, flag in items:
         dd = '<dd class="flag">' if flag else "<dd>"
@@ -236,11 +237,15 @@ def _meta(t: Trajectory, extras: dict[str, Any]) -> str:
     return f'<dl class="meta">{"".join(cells)}</dl>'
 
 
-def _turn_head(t: Trajectory, k: int) -> str:
-    """Turn number, the environment's step reward for it (when the environment gives any) and its info."""
+def _turn_head(t: Trajectory, k: int, extras: dict[str, Any]) -> str:
+    """Turn number, the environment's step reward for it (when the environment gives any), the turn's advantage (when
+    the trainer's advantages were per token: PPO's, GiGPO's) and its info."""
     parts = [f"Turn {k + 1}"]
     if k < len(t.turn_rewards) and _has_step_rewards(t):
         parts.append(f"step reward (environment) {_fmt(t.turn_rewards[k])}")
+    advantage = _item(extras.get("turn_advantages") or [], k)
+    if advantage is not None:
+        parts.append(f"advantage {_fmt(advantage)}")
     info = _item(t.turn_infos, k)
     if info:
         parts.append(f"info {_fmt(info)}")
@@ -273,7 +278,7 @@ def _calls_block(calls: list[list[Any]]) -> str:
     return _block("tool-calls", "Tool calls (native)", f'<ol class="calls">{"".join(items)}</ol>')
 
 
-def _render_turns(t: Trajectory, tokens: _TokenRenderer | None) -> str:
+def _render_turns(t: Trajectory, tokens: _TokenRenderer | None, extras: dict[str, Any]) -> str:
     """The prompt and every turn. In token mode the blocks cover each completion position exactly once: anything
     before the first turn, then per turn its sampled span and the observation tokens up to the next turn."""
     calls = [_calls_block(c) if c else "" for c in _tool_calls(t)]
@@ -282,7 +287,7 @@ def _render_turns(t: Trajectory, tokens: _TokenRenderer | None) -> str:
         for k, action in enumerate(t.actions):
             observation = _text_block(_item(t.observations, k), "observation-text")
             parts.append(
-                f'<div class="turn">{_turn_head(t, k)}'
+                f'<div class="turn">{_turn_head(t, k, extras)}'
                 f'{_block("action", "Action (trained)", _text_block(action, "action-text"))}{_item(calls, k) or ""}'
                 f'{_block("observation", "Observation (masked)", observation)}</div>'
             )
@@ -308,7 +313,7 @@ def _render_turns(t: Trajectory, tokens: _TokenRenderer | None) -> str:
             "</details>"
         )
         parts.append(
-            f'<div class="turn">{_turn_head(t, k)}'
+            f'<div class="turn">{_turn_head(t, k, extras)}'
             f'{_block("action", "Action (trained)", action_body)}{_item(calls, k) or ""}'
             f'{_block("observation", "Observation (masked)", observation_body)}{plain}</div>'
         )
@@ -370,7 +375,7 @@ def _section(i: int, t: Trajectory, extras: dict[str, Any], tokens: _TokenRender
     label = f"Trajectory {i}" + (f" · step {_fmt(extras['step'])}" if "step" in extras else "")
     return (
         f'<section class="traj" id="traj-{i}"><h2>{_esc(label)}</h2>'
-        f"{_meta(t, extras)}{_render_turns(t, tokens)}</section>"
+        f"{_meta(t, extras)}{_render_turns(t, tokens, extras)}</section>"
     )
 
 

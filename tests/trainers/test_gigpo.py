@@ -96,6 +96,22 @@ def test_a_round_computed_by_hand(tiny_model_dir, tokenizer, tmp_path):
     assert torch.allclose(row0[observation & (round_.batch.completion_mask[0] == 1)], torch.tensor(0.5))
 
 
+def test_each_turns_advantage_is_recorded_and_shown(tiny_model_dir, tokenizer, tmp_path):
+    """trajectory_dir keeps each turn's advantage with its turn rewards, and the trajectory view shows both."""
+    from trl_agentic.render import render_html
+    from trl_agentic.trajectory import load_trajectories
+
+    trainer, round_, _ = _round(tiny_model_dir, tokenizer, tmp_path, [["right", "right"], ["right", "left"]],
+                                scale_rewards="none", gigpo_step_weight=0.5, trajectory_dir=str(tmp_path / "traj"))
+    trainer.record(round_)
+    rows = list(load_trajectories(tmp_path / "traj" / "trajectories-rank0.jsonl"))
+    assert [row["turn_rewards"] for row in rows] == [[0.5, 0.5], [0.5, 0.0]] * 2
+    assert_close(torch.tensor([row["turn_advantages"] for row in rows]), torch.tensor(_turn_values(round_)))
+    page = render_html(rows[:1])
+    assert "Turn 1 · step reward (environment) 0.5 · advantage 0.8562" in page
+    assert "turn_advantages" not in page
+
+
 def test_std_normalisation_and_a_state_no_one_else_reached(tiny_model_dir, tokenizer, tmp_path):
     """scale_rewards="group": A_E and A_S divided by their group's std. Sample 1 goes left first: turn 1 starts from
     pos0 for it and pos1 for sample 0, each alone, so turn 1 gets the episode advantage alone; and half the steps

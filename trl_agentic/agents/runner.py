@@ -55,6 +55,7 @@ from .ownership import in_context, request_hooks, running_as
 from .protocol import Limits
 from .server import AgentServer, Registry, new_key
 from .session import AgentTrajectory, Session
+from .turn_rewards import TurnRewards, score_turns
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +106,13 @@ class Agent:
         limits: Caps on one request (body bytes, messages, tools, stop strings).
         force_tool_choice: Under ``tool_choice="required"`` or a named function, open the turn with the call (written,
             masked, never trained; :mod:`~trl_agentic.agents.forcing`); ``False`` serves them unforced.
+        turn_rewards: A reward for each model call of a run, from its recorded turns:
+            ``turn_rewards(trajectory, **row)``, called after the agent returned, once per segment (``trajectory``: the
+            segment, with its ``actions``, ``observations`` and ``messages``; ``row``: the row's columns and
+            ``agent_output``), returns one finite number per turn of the segment, kept as its ``turn_rewards`` (PPO's
+            turn-level GAE and GiGPO read them). It runs on the trainer's thread after the round's agents ended; a
+            call that raises or returns anything else costs its run alone (``env_error``).
+            :mod:`~trl_agentic.agents.turn_rewards`. ``None``: every turn's reward is 0.
     """
 
     fn: Callable[..., Any]
@@ -114,10 +122,14 @@ class Agent:
     request_timeout: float = 600.0
     limits: Limits = Limits()
     force_tool_choice: bool = True
+    turn_rewards: TurnRewards | None = None
 
     def __post_init__(self) -> None:
         if not callable(self.fn):
             raise TypeError(f"agent must be a function (async def agent(client, **row)), got {type(self.fn).__name__}")
+        if self.turn_rewards is not None and not callable(self.turn_rewards):
+            raise TypeError("turn_rewards must be a function turn_rewards(trajectory, **row) -> one number per turn, "
+                            f"got {type(self.turn_rewards).__name__}")
         if not self.batch_window >= 0:
             raise ValueError(f"batch_window must be >= 0 seconds, got {self.batch_window!r}")
         self._signature = self._read_signature()
@@ -260,7 +272,11 @@ class AgentRollout:
                 sessions, clients, self._runs = self._sessions, self._clients, []
             self.registry.retire(sessions)
             self._close_clients(clients)
-        return [run.session.trajectory(run.output) for run in runs]
+        trajectories = [run.session.trajectory(run.output) for run in runs]
+        if self.agent.turn_rewards is not None:
+            for run, trajectory in zip(runs, trajectories):
+                score_turns(trajectory, self.agent.turn_rewards, run.row)
+        return trajectories
 
     def _session(self) -> Session:
         handed = not self.agent.signature()[0]  # the client it is handed proves its requests' sender

@@ -21,6 +21,14 @@ TRL's contract (``GRPOTrainer.__init__`` and ``_generate_and_score_completions``
 - sync tools, ``reset`` and the factories run on the training thread, one after another; a malformed call ends the
   rollout; a row whose ``environment`` names no factory raises before the batch's rollouts.
 
+Per-turn rewards and states (an extension TRL ignores, listed in ``docs/trl-differences.md``): a class may define
+``_turn_reward(self) -> float`` and ``_state_key(self) -> str | None`` (sync or async, no arguments). TRL 1.16 never
+calls them and never shows them to the model (it skips every method whose name starts with ``_``), so the class runs
+in TRL's own ``GRPOTrainer`` unchanged; our engine calls both after every turn, once the turn's tool calls have run:
+the first gives the turn's reward (``StepResult.reward``: ``Trajectory.turn_rewards``, read by PPO's turn-level GAE
+and GiGPO), the second the key of the state the turn led to (``StepInfo.state_key``, GiGPO's anchor states). A call
+that raises or returns another type costs its rollout (``env_error``), as a ``reset`` that raises does.
+
 What changes with our engine (each listed, with the option that turns it off, in ``docs/trl-differences.md``):
 every tool call, ``reset`` and the factory run under a timeout (``tool_timeout``, ``env_timeout``); a ``reset``,
 factory or tool that raises or hangs costs its rollout (or its call) alone instead of the batch; an instance whose
@@ -33,11 +41,18 @@ from __future__ import annotations
 
 import copy
 import inspect
+import math
+import numbers
 import threading
 from typing import Any, Callable, Sequence
 
-from .base import StepResult, read_info
+from .base import EnvironmentOutputError, StepResult, read_info
 from .native_tools import ToolCallEnvironment, check_tool_schema, tool_methods
+
+TURN_REWARD_METHOD = "_turn_reward"
+"""The optional method of a TRL environment class that gives each turn's reward (module docstring)."""
+STATE_KEY_METHOD = "_state_key"
+"""The optional method of a TRL environment class that gives the key of the state each turn led to."""
 
 EMPTY_PROMPT: list[dict[str, str]] = [{"role": "user", "content": ""}]
 """The prompt of a row without one (TRL 1.16: with ``environment_factory``, ``reset()`` may write the whole task)."""
@@ -89,6 +104,7 @@ class TRLEnvironments:
             if not callable(getattr(type(instance), "reset", None)):
                 raise ValueError(f"the environment {type(instance).__name__} of environment_factory must define a "
                                  "reset(**row) method (TRL's contract)")
+            check_turn_methods(type(instance))
             self._pools[name] = [instance]
             if callable(getattr(type(instance), "get_reward", None)) and type(instance) not in self.reward_classes:
                 self.reward_classes.append(type(instance))
@@ -176,10 +192,32 @@ class TRLEnvironment(ToolCallEnvironment):
         return text
 
     async def step(self, message: dict[str, Any]) -> StepResult:
+        """The turn's tool calls (:class:`~trl_agentic.environments.native_tools.ToolCallEnvironment`), then the
+        instance's turn reward and state key when its class defines them (module docstring)."""
         settled, self._settled = self._settled, False
         result = await super().step(message)
+        if self.instance is not None:
+            await self._read_turn(result)
         self._settled = settled and not read_info(result.info).tool_timeout  # a timed-out method may still run
         return result
+
+    async def _read_turn(self, result: StepResult) -> None:
+        """``result`` with the instance's ``_turn_reward()`` as its reward and ``_state_key()`` as its
+        ``info["state_key"]`` (each when its class defines it); a wrong type raises a one-line
+        :class:`~trl_agentic.environments.base.EnvironmentOutputError` naming the method."""
+        name = type(self.instance).__name__
+        reward = await _call_turn_method(self.instance, TURN_REWARD_METHOD)
+        if reward is not None:
+            if isinstance(reward, bool) or not isinstance(reward, numbers.Real) or not math.isfinite(reward):
+                raise EnvironmentOutputError(f"{name}.{TURN_REWARD_METHOD}() must return a finite number, got "
+                                             f"{reward!r:.60} ({type(reward).__name__})")
+            result.reward = float(reward)
+        key = await _call_turn_method(self.instance, STATE_KEY_METHOD)
+        if key is not None:
+            if not isinstance(key, str):
+                raise EnvironmentOutputError(f"{name}.{STATE_KEY_METHOD}() must return text equal for equal states "
+                                             f"(a str) or None, got {type(key).__name__}")
+            result.info["state_key"] = key
 
     def close(self) -> None:
         """Give the instance back for a later rollout, unless a call on it raised or is still running on an
@@ -187,6 +225,36 @@ class TRLEnvironment(ToolCallEnvironment):
         dropped, and the factory builds a fresh one when needed."""
         if self.instance is not None and self._settled:
             self.source.release(self._name, self.instance)
+
+
+def _turn_method(cls: type, name: str) -> Callable[..., Any] | None:
+    """The function ``name`` defined on ``cls`` (or a base), or ``None`` (an attribute that is not a function is not
+    the extension)."""
+    method = inspect.getattr_static(cls, name, None)
+    return method if inspect.isfunction(method) else None
+
+
+def check_turn_methods(cls: type) -> None:
+    """``_turn_reward`` and ``_state_key``, where ``cls`` defines them, take no argument but ``self``; otherwise a
+    one-line ``ValueError`` before training (TRL's ``get_reward`` takes none either)."""
+    for name in (TURN_REWARD_METHOD, STATE_KEY_METHOD):
+        method = _turn_method(cls, name)
+        if method is None:
+            continue
+        try:
+            inspect.signature(method).bind(None)
+        except TypeError:
+            raise ValueError(f"{cls.__name__}.{name} must take no argument but self (our engine calls it after every "
+                             f"turn); define def {name}(self)") from None
+
+
+async def _call_turn_method(instance: Any, name: str) -> Any:
+    """The value of ``instance``'s extension method ``name`` (awaited when async), ``None`` when its class lacks it."""
+    method = _turn_method(type(instance), name)
+    if method is None:
+        return None
+    value = method(instance)
+    return await value if inspect.isawaitable(value) else value
 
 
 def _get_reward_function(cls: type) -> Callable[..., list[float | None]]:

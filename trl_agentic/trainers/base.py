@@ -67,7 +67,7 @@ from ..trajectory import Trajectory, save_trajectories
 from .checks import DegenerateTrainingError, keyword_arguments
 from .config import AgenticConfig
 from .metrics import LossMetrics, RoundTable, RoundValues, add_sampling_values, round_values, sampling_values, summarize
-from .round import Round, pad, row_advantages, training_rows, trl_completion_rows, values_of_rows
+from .round import Round, pad, row_advantages, training_rows, trl_completion_rows, turn_advantages, values_of_rows
 from .run_health import RunHealth
 
 logger = logging.getLogger(__name__)
@@ -400,7 +400,8 @@ class AgenticTrainer(GRPOTrainerBoundary):
 
     def record(self, round_: Round) -> None:
         """Append the round's training rows, with their run's rewards and their advantage (the batch's, one per row:
-        :func:`~trl_agentic.trainers.round.row_advantages`), to ``trajectory_dir``."""
+        :func:`~trl_agentic.trainers.round.row_advantages`; with per-token advantages, PPO's or GiGPO's, also each
+        turn's: :func:`~trl_agentic.trainers.round.turn_advantages`), to ``trajectory_dir``."""
         directory = getattr(self.args, "trajectory_dir", None)
         if not directory or not round_.trajectories:
             return
@@ -409,12 +410,16 @@ class AgenticTrainer(GRPOTrainerBoundary):
         total = self._local(self.combined_rewards(round_.rewards_per_func)).cpu()
         names = list(self.reward_func_names)
         path = os.path.join(directory, f"trajectories-rank{self.accelerator.process_index}.jsonl")
-        save_trajectories(round_.trajectories, path, extra={
+        extra = {
             "step": self.state.global_step,
             "reward": [None if torch.isnan(r) else float(r) for r in total],
             "rewards": [{n: (None if torch.isnan(v) else float(v)) for n, v in zip(names, r)} for r in rewards],
             "advantage": [float(a) for a in advantages.cpu()],
-        })
+        }
+        per_turn = turn_advantages(round_.batch, round_.trajectories)
+        if per_turn is not None:
+            extra["turn_advantages"] = per_turn
+        save_trajectories(round_.trajectories, path, extra=extra)
 
     # -- metrics ------------------------------------------------------------------------------------------------
     def round_metrics(self, round_: Round, algorithm: dict[str, torch.Tensor] | None = None

@@ -155,6 +155,22 @@ def trl_completion_rows(trajectories: Sequence[Trajectory], pad_token_id: int, m
     return ids_rows, mask_rows, logprob_rows
 
 
+def turn_advantages(batch: Any, trajectories: Sequence[Trajectory]) -> list[list[float | None]] | None:
+    """Per training row, the advantage of each turn (the mean over the turn's trained tokens; ``None`` for a turn
+    with none), when the advantages are per token (PPO, GiGPO); ``None`` when they are one per row (GRPO)."""
+    if batch.advantages.dim() == 1:
+        return None
+    advantages, mask = batch.advantages.detach().float().cpu(), batch.loss_mask.bool().cpu()
+    out = []
+    for row, t in enumerate(trajectories):
+        turns = []
+        for start, end in t.turn_spans:
+            trained = mask[row, start:end]
+            turns.append(float(advantages[row, start:end][trained].mean()) if trained.any() else None)
+        out.append(turns)
+    return out
+
+
 def row_advantages(batch: Any) -> torch.Tensor:
     """One advantage per training row: GRPO's, or for per-token advantages (PPO) their mean over the row's trained
     tokens."""
