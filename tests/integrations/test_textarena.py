@@ -92,13 +92,68 @@ def test_a_game_that_raises_costs_its_own_trajectories(qwen, tmp_path):
 def test_what_cannot_train_is_refused_in_one_line():
     from trl_agentic.integrations.textarena import TextArenaEnvironment, textarena_environment
 
-    with pytest.raises(ValueError, match=r"^Environment Nope-v0 not found in registry. Pass a registered game id"):
+    with pytest.raises(ValueError, match=r"^'Nope-v0' is not a registered TextArena game id; pass one such as "
+                                         r"'GuessTheNumber-v0' \(textarena.envs.registration.ENV_REGISTRY lists "
+                                         r"them\)$"):
         textarena_environment("Nope-v0")
     with pytest.raises(ValueError, match=r"^TicTacToe-v0 is not a single-player game \(The number of players has to "
                                          r"be 2, received 1\); only single-player games train here$"):
         textarena_environment("TicTacToe-v0")
     with pytest.raises(ValueError, match="a game id .* or make=, one of them"):
         TextArenaEnvironment()
+
+
+@pytest.fixture
+def no_nltk_data(monkeypatch, tmp_path):
+    """NLTK as on the offline machine: no corpus found (an empty data folder), none fetched (the word games call
+    nltk.download at import), and the word games' modules imported afresh."""
+    import sys
+
+    import nltk
+
+    monkeypatch.setattr(nltk.data, "path", [str(tmp_path)])
+    monkeypatch.setattr(nltk, "download", lambda *args, **kwargs: False)
+    for name in [m for m in sys.modules if m.startswith(("textarena.envs.Wordle", "textarena.envs.Hangman"))]:
+        monkeypatch.delitem(sys.modules, name)
+
+
+@pytest.mark.parametrize("game_id", ["Wordle-v0", "Hangman-v0"])
+def test_a_word_game_without_its_nltk_corpus_names_it_and_how_to_get_it(no_nltk_data, game_id):
+    """NLTK's LookupError is a framed block of 15 lines; the refusal is one, before training, and a trajectory whose
+    game cannot be made says the same."""
+    from trl_agentic.integrations.textarena import TextArenaEnvironment, textarena_environment
+
+    line = (rf"^{game_id} needs NLTK's 'words' data, which is not installed: run `python -m nltk.downloader words` "
+            r"\(or set NLTK_DATA to a folder that holds corpora/words\)$")
+    with pytest.raises(ValueError, match=line):
+        textarena_environment(game_id)
+    with pytest.raises(ValueError, match=line):
+        TextArenaEnvironment(game_id).reset(seed=0)
+
+
+def test_a_registered_game_that_raises_is_not_called_unregistered():
+    """A registered game's own ValueError (at make, or at the one-player reset) is quoted as the game's, in one line,
+    never followed by "pass a registered game id"."""
+    from textarena.envs.GuessTheNumber.env import GuessTheNumberEnv
+    from textarena.envs.registration import ENV_REGISTRY, register
+
+    from trl_agentic.integrations.textarena import textarena_environment
+
+    class Picky(GuessTheNumberEnv):
+        def __init__(self, **kwargs):
+            raise ValueError("min_number must be below max_number\n(got 20 and 1)")
+
+    register("PickyGuess-v0", entry_point=Picky)
+    try:
+        with pytest.raises(ValueError, match=r"^PickyGuess-v0 could not be made: ValueError: min_number must be below "
+                                             r"max_number$"):
+            textarena_environment("PickyGuess-v0")
+    finally:
+        ENV_REGISTRY.pop("PickyGuess-v0")
+    with pytest.raises(ValueError, match=r"^GuessTheNumber-v0 could not be reset for one player: ValueError: empty "
+                                         r"range .*$") as refused:
+        textarena_environment("GuessTheNumber-v0", min_number=20, max_number=1)
+    assert "registered" not in str(refused.value)
 
 
 def test_the_recipe_trains_a_game_end_to_end(tmp_path):

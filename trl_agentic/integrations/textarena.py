@@ -14,7 +14,10 @@
 - **The game's own reward.** When the game is done, ``env.close()`` gives its rewards; the player's is the turn's
   reward (``StepResult.reward``) and the episode is ``terminated``; :func:`game_reward` (a
   :class:`~trl_agentic.rewards.TurnReward`) reads it. A game cut by the training's budgets gets no reward (0).
-- **A game that raises** (in ``make``, ``reset`` or ``step``) ends its own trajectory with ``env_error``.
+- **A game that raises** (in ``make``, ``reset`` or ``step``) ends its own trajectory with ``env_error``. A game that
+  cannot be made or reset says so in one line (:func:`_game_failure`): the game's own message, or, for a word game
+  whose NLTK data is missing (NLTK's ``LookupError`` is a framed block of lines), the resource and the command that
+  fetches it.
 
 TextArena's single-player states seed Python's global ``random`` at each reset (``random.seed(seed)``); resets are
 therefore made one at a time (a lock), so that a row's games are the same whichever thread resets them.
@@ -23,6 +26,7 @@ therefore made one at a time (a lock), so that a row's games are the same whiche
 from __future__ import annotations
 
 import functools
+import re
 import threading
 from typing import Any, Callable
 
@@ -67,8 +71,12 @@ class TextArenaEnvironment(Environment):
         if not _RESET_LOCK.acquire(timeout=_RESET_LOCK_TIMEOUT_S):
             raise TimeoutError(f"another game's reset held TextArena's seeding lock for {_RESET_LOCK_TIMEOUT_S:g} s")
         try:
+            stage = "made"
             self.game = self._make()
+            stage = "reset for one player"
             self.game.reset(num_players=1, seed=seed)
+        except Exception as exc:
+            raise _game_failure(self.game_id or getattr(self.make, "__name__", "the game"), stage, exc) from exc
         finally:
             _RESET_LOCK.release()
         self._shown = ""
@@ -108,20 +116,49 @@ def textarena_environment(game_id: str, **game_kwargs: Any) -> Callable[[], Text
     once here, so that an unknown id or a game for several players is refused before training, in one line.
 
     Raises:
-        ValueError: ``game_id`` is not registered, or the game needs more than one player.
+        ValueError: ``game_id`` is not registered, the game needs more than one player, or it cannot be made or reset
+            (:func:`_game_failure`), in one line.
     """
     ta = _ta()
+    from textarena.envs.registration import ENV_REGISTRY
+
+    if game_id not in ENV_REGISTRY:
+        raise ValueError(f"{game_id!r} is not a registered TextArena game id; pass one such as 'GuessTheNumber-v0' "
+                         "(textarena.envs.registration.ENV_REGISTRY lists them)")
     try:
         game = ta.make(game_id, **game_kwargs)
-    except ValueError as exc:
-        raise ValueError(f"{exc} Pass a registered game id, e.g. 'GuessTheNumber-v0'") from None
+    except Exception as exc:
+        raise _game_failure(game_id, "made", exc) from None
     try:
         with _RESET_LOCK:
             game.reset(num_players=1, seed=0)
     except AssertionError as exc:
         raise ValueError(f"{game_id} is not a single-player game ({exc}); only single-player games train here") \
             from None
+    except Exception as exc:
+        raise _game_failure(game_id, "reset for one player", exc) from None
     return functools.partial(TextArenaEnvironment, game_id, **game_kwargs)
+
+
+_NLTK_PACKAGE = re.compile(r"nltk\.download\('([^']+)'\)")
+_NLTK_RESOURCE = re.compile(r"Attempted to load '([^'/]+)/")
+
+
+def _game_failure(game_id: str, stage: str, exc: Exception) -> ValueError:
+    """The error of a game that could not be ``stage`` (``"made"``, ``"reset for one player"``), in one line. NLTK's
+    ``LookupError`` (a framed block that shows ``nltk.download('<package>')``) becomes the package, the folder it
+    fills and the command that fetches it; any other error is quoted by its type and first line."""
+    text = str(exc)
+    package = _NLTK_PACKAGE.search(text) if isinstance(exc, LookupError) else None
+    if package is not None:
+        name = package.group(1)
+        kind = _NLTK_RESOURCE.search(text)
+        folder = f"{kind.group(1)}/{name}" if kind is not None else name
+        return ValueError(f"{game_id} needs NLTK's {name!r} data, which is not installed: run `python -m "
+                          f"nltk.downloader {name}` (or set NLTK_DATA to a folder that holds {folder})")
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    detail = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    return ValueError(f"{game_id} could not be {stage}: {detail}")
 
 
 def textarena_dataset(num_games: int, seed: int = 0, prompt: str = "") -> Any:
