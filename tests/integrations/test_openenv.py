@@ -86,14 +86,15 @@ def trainer(kind, qwen, tmp_path, servers, seeds, **config):
 
 @pytest.mark.parametrize("kind", ["grpo", "ppo"])
 def test_an_openenv_environment_trains_two_steps(qwen, tmp_path, kind):
-    from trl_agentic.integrations.openenv import OpenEnvServers
+    from trl_agentic.integrations.openenv import OpenEnvServers, environments_per_round
 
-    with OpenEnvServers(APP, num_servers=2) as servers:
+    with OpenEnvServers(APP, num_servers=2, environments=2) as servers:
         run = trainer(kind, qwen, tmp_path, servers, seeds=range(8))
         recording, rounds = record(run)
         run.train()
         processes = [server.process for server in servers.servers]
     assert run.state.global_step == 2
+    assert all(len(round_.runs) == environments_per_round(run.args) == 2 for round_ in rounds)  # the round checked
     assert all(p.poll() is not None for p in processes)  # the servers' processes ended with the block
     runs = [r for round_ in rounds for r in round_.runs]
     rows = [row for round_ in rounds for row in round_.rows]
@@ -154,3 +155,118 @@ def test_a_server_that_cannot_start_says_why(tmp_path):
         sys.path.remove(str(tmp_path))
     with pytest.raises(ValueError, match="app must be uvicorn's 'package.module:attribute'"):
         OpenEnvServers("guess_env.server.app")
+
+
+SCAFFOLD_APP = """from openenv.core.env_server.http_server import create_app
+
+from guess_env.models import GuessAction, GuessObservation
+from guess_env.server.guess_environment import GuessEnvironment
+
+app = create_app(GuessEnvironment, GuessAction, GuessObservation, env_name="guess_env",
+                 max_concurrent_envs=1)  # as `openenv init` scaffolds it
+"""
+
+
+@pytest.fixture
+def scaffold_app(tmp_path):
+    """The guess environment's app as the scaffold leaves it (one session per server), and the servers' PYTHONPATH."""
+    (tmp_path / "scaffold_guess_app.py").write_text(SCAFFOLD_APP)
+    sys.path.insert(0, str(tmp_path))
+    yield "scaffold_guess_app:app", {"PYTHONPATH": os.pathsep.join([str(ENV_DIR), os.environ.get("PYTHONPATH", "")])}
+    sys.path.remove(str(tmp_path))
+
+
+def test_a_pool_that_holds_fewer_environments_than_a_round_is_refused_at_start(scaffold_app):
+    """The scaffold's max_concurrent_envs=1 with the docs' 2 servers and 4 generations: each server refused every
+    session past its first, so each round lost 2 of its 4 trajectories ("Server at capacity: 1/1 sessions active")
+    and nothing said so at start. The pool reads each server's own limit (OpenEnv's session API) at start and refuses
+    in one line with both numbers and the fix, its servers stopped; a round that fits starts, and the sessions the
+    check opened are closed again (a client per session plays at once)."""
+    from guess_env import GuessAction, GuessEnv
+
+    from trl_agentic.integrations.openenv import OpenEnvServers
+
+    app, env = scaffold_app
+    servers = OpenEnvServers(app, num_servers=2, env=env, environments=4)
+    with pytest.raises(ValueError, match=r"^a round runs 4 environments at once, but 2 servers x 1 session each hold 2 "
+                                         r"\(max_concurrent_envs=1 in scaffold_guess_app:app\): pass num_servers=4, or "
+                                         r"max_concurrent_envs=2 to its create_app \(with SUPPORTS_CONCURRENT_SESSIONS "
+                                         r"= True on the environment class\)$"):
+        servers.start()
+    assert all(server.process is None for server in servers.servers)
+    with OpenEnvServers(app, num_servers=2, env=env, environments=2) as servers:
+        clients = [GuessEnv(base_url=servers.url()).sync() for _ in range(2)]
+        try:
+            for client in clients:
+                assert client.reset(seed=3).observation.message == "Guess my number from 1 to 8."
+                assert client.step(GuessAction(number=4)).observation.message == "Right!"
+        finally:
+            for client in clients:
+                client.close()
+    with pytest.raises(ValueError, match=r"^environments must be a positive int or None, got 0$"):
+        OpenEnvServers(app, environments=0)
+
+
+def test_environments_per_round_counts_what_runs_at_once(tmp_path):
+    """One environment per trajectory of a round on this process: TRL's generation batch over the processes
+    (per_device_train_batch_size x steps_per_generation), an evaluation's when larger, and with rounds ahead
+    (max_staleness) a round of now beside the one on the background thread."""
+    from trl_agentic import AgenticGRPOConfig, AgenticPPOConfig
+    from trl_agentic.integrations.openenv import environments_per_round
+
+    base = dict(output_dir=str(tmp_path), use_cpu=True, report_to="none", num_generations=4,
+                per_device_train_batch_size=4)
+    assert environments_per_round(AgenticGRPOConfig(**base)) == 4  # the docs' settings
+    assert environments_per_round(AgenticGRPOConfig(**base, gradient_accumulation_steps=2)) == 8
+    evaluated = dict(eval_strategy="steps", eval_steps=1, per_device_eval_batch_size=8)
+    assert environments_per_round(AgenticGRPOConfig(**base, **evaluated)) == 8
+    assert environments_per_round(AgenticGRPOConfig(**base, max_staleness=1)) == 4  # one job at a time
+    assert environments_per_round(AgenticGRPOConfig(**base, max_staleness=1, **evaluated)) == 12
+    assert environments_per_round(AgenticGRPOConfig(**base, max_staleness=1,
+                                                    zero_variance_groups="dynamic_sampling")) == 8
+    ppo = AgenticPPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", per_device_train_batch_size=4,
+                           num_mini_batches=2)
+    assert environments_per_round(ppo) == 8
+
+
+BROKEN_APP = """from openenv.core.env_server.http_server import create_app
+
+from guess_env.models import GuessAction, GuessObservation
+from guess_env.server.guess_environment import GuessEnvironment
+
+
+class NoBoardEnvironment(GuessEnvironment):
+    def __init__(self):
+        raise RuntimeError("no board")
+
+
+app = create_app(NoBoardEnvironment, GuessAction, GuessObservation, env_name="guess_env", max_concurrent_envs=4)
+"""
+PLAIN_APP = """from fastapi import FastAPI
+
+app = FastAPI()
+
+
+@app.get("/health")
+def health():
+    return {"status": "healthy"}
+"""
+
+
+def test_the_check_says_what_it_cannot_open_or_read(scaffold_app, tmp_path, caplog):
+    """An environment whose constructor raises fails the check at start, in one line (each trajectory's reset would
+    have failed); an app that does not serve OpenEnv's session API starts unchecked, and says so."""
+    from trl_agentic.integrations.openenv import OpenEnvServerError, OpenEnvServers
+
+    _, env = scaffold_app
+    (tmp_path / "broken_guess_app.py").write_text(BROKEN_APP)
+    (tmp_path / "plain_app.py").write_text(PLAIN_APP)
+    servers = OpenEnvServers("broken_guess_app:app", env=env, environments=2)
+    with pytest.raises(OpenEnvServerError, match=r"^the environment server broken_guess_app:app did not open a "
+                                                 r"session: Environment factory 'NoBoardEnvironment' failed to create "
+                                                 r"instance\.$"):
+        servers.start()
+    assert servers.servers[0].process is None
+    with OpenEnvServers("plain_app:app", env=env, environments=2) as servers:
+        assert servers.url() == servers.servers[0].base_url
+    assert "plain_app:app answers POST /mcp with HTTP 404: how many sessions it holds is not checked" in caplog.text

@@ -5,7 +5,7 @@ its own client (an ``EnvClient`` subclass, one WebSocket session per client). TR
 is an ``environment_factory`` class whose ``__init__`` opens a client and whose methods call it; this module gives
 that client a ``base_url``:
 
-    servers = OpenEnvServers("guess_env.server.app:app", num_servers=2)
+    servers = OpenEnvServers("guess_env.server.app:app", num_servers=2, environments=environments_per_round(args))
 
     class GuessGame:                                   # TRL's environment_factory
         def __init__(self):
@@ -18,6 +18,14 @@ that client a ``base_url``:
   environment at construction, so before training), each waited for until ``/health`` answers.
 - **A pool.** :meth:`~OpenEnvServers.url` hands the servers out in turn, so ``num_servers`` servers share the run's
   environments (one per process of a multi-process run: each process builds its own ``OpenEnvServers``).
+- **Big enough for a round, checked at start.** Each environment instance holds one session of its server while it
+  lives (TRL's instances are kept and reused), and a server refuses a session past its app's ``max_concurrent_envs``
+  (``openenv init`` scaffolds 1): the trajectory whose instance was refused is lost, every round. Given
+  ``environments``, the environments a round holds at once (:func:`environments_per_round` reads them from the
+  trainer's config), the start opens ``ceil(environments / num_servers)`` sessions on each server through OpenEnv's
+  HTTP session API (``POST /mcp``: ``openenv/session/create``, whose refusal names the server's own
+  ``max_sessions``; then ``openenv/session/close``, which frees the slot before it answers) and refuses a pool of
+  ``num_servers x max_sessions`` below ``environments`` in one line with both numbers and the fix.
 - **A server that dies or hangs costs its trajectories only.** Before handing a server out, :meth:`url` checks that
   its process is alive and that ``/health`` answers within ``health_timeout`` seconds; one that does not is stopped
   and started again on a thread of its own (counted in :attr:`OpenEnvServers.restarts`) while the next healthy
@@ -38,6 +46,7 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import json
 import logging
 import os
 import signal
@@ -162,6 +171,63 @@ class OpenEnvServer:
         except (OSError, urllib.error.URLError):
             return False
 
+    def sessions(self, wanted: int) -> int | None:
+        """How many of ``wanted`` sessions the server holds at once: ``wanted`` when it opened them all, else its own
+        limit (``max_sessions`` of its refusal: the app's ``max_concurrent_envs``); ``None`` when it does not serve
+        OpenEnv's HTTP session API (an app not built by ``create_app``). The sessions opened are closed again.
+
+        Raises:
+            OpenEnvServerError: The server refused a session for another reason (the environment's constructor
+                raised), in one line.
+        """
+        opened: list[str] = []
+        try:
+            for _ in range(wanted):
+                answer = self._session_call("openenv/session/create", {})
+                error = None if answer is None else answer.get("error")
+                if error is None:
+                    session_id = (answer or {}).get("result", {}).get("session_id")
+                    if session_id is None:
+                        return None
+                    opened.append(session_id)
+                    continue
+                limit = (error.get("data") or {}).get("max_sessions")
+                if limit is not None:
+                    return int(limit)
+                message = str(error.get("message") or error).strip().splitlines()[0]
+                raise OpenEnvServerError(f"the environment server {self.app} did not open a session: {message}")
+            return wanted
+        finally:
+            for session_id in opened:
+                try:
+                    self._session_call("openenv/session/close", {"session_id": session_id})
+                except OpenEnvServerError as exc:  # the server went away: its sessions with it
+                    logger.warning("%s", exc)
+
+    def _session_call(self, method: str, params: dict[str, Any]) -> dict[str, Any] | None:
+        """One JSON-RPC call of OpenEnv's HTTP session API (``POST /mcp``): its answer, or ``None`` when the server
+        does not serve the API (no such route, or no JSON-RPC answer). :class:`OpenEnvServerError` when the server
+        does not answer within ``startup_timeout``."""
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).encode()
+        request = urllib.request.Request(f"{self.base_url}/mcp", data=body,
+                                         headers={"Content-Type": "application/json"})
+        why = "no JSON-RPC answer"
+        try:
+            with _OPENER.open(request, timeout=self.startup_timeout) as response:
+                answer = json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            answer, why = None, f"HTTP {exc.code}"
+        except ValueError:
+            answer, why = None, "no JSON"
+        except OSError as exc:
+            raise OpenEnvServerError(f"the environment server {self.app} did not answer {method} (POST /mcp): "
+                                     f"{exc}") from None
+        if isinstance(answer, dict) and isinstance(answer.get("result", answer.get("error")), dict):
+            return answer
+        logger.warning("the environment server %s answers POST /mcp with %s: how many sessions it holds is not "
+                       "checked", self.app, why)
+        return None
+
     def log_tail(self, chars: int = 2000) -> str:
         """The end of the server's output (one line per line of it, ``<no output>`` when empty)."""
         if self._log is None:
@@ -199,12 +265,21 @@ class OpenEnvServers:
         env: Environment variables added to the servers'.
         startup_timeout: Seconds each server may take to answer ``/health`` after starting.
         health_timeout: Seconds ``/health`` may take before :meth:`url` restarts the server.
+        environments: How many environments the run holds at once on this process
+            (:func:`environments_per_round` of the trainer's config): the servers' sessions are checked against it
+            at start (module docstring). ``None``: not checked.
+
+    Raises:
+        ValueError: The servers hold fewer sessions than ``environments`` (at start), in one line.
     """
 
     def __init__(self, app: str, num_servers: int = 1, env: dict[str, str] | None = None,
-                 startup_timeout: float = 120.0, health_timeout: float = 2.0) -> None:
+                 startup_timeout: float = 120.0, health_timeout: float = 2.0, environments: int | None = None) -> None:
         if not isinstance(num_servers, int) or num_servers < 1:
             raise ValueError(f"num_servers must be a positive int, got {num_servers!r}")
+        if environments is not None and (not isinstance(environments, int) or environments < 1):
+            raise ValueError(f"environments must be a positive int or None, got {environments!r}")
+        self.environments = environments
         self.servers = [OpenEnvServer(app, env, startup_timeout, health_timeout) for _ in range(num_servers)]
         self.restarts = 0
         self._turn = itertools.cycle(range(num_servers))
@@ -228,10 +303,30 @@ class OpenEnvServers:
         try:
             for server in self.servers:
                 server.wait_for_ready()
+            if self.environments is not None:
+                self._check_capacity(self.environments)
         except BaseException:
             _stop_all(self.servers)
             raise
         self._started = True
+
+    def _check_capacity(self, environments: int) -> None:
+        """Refuse servers that hold fewer sessions at once than ``environments`` (module docstring). With the
+        servers handed out in turn, ``environments`` fit ``n`` servers of ``m`` sessions each exactly when
+        ``ceil(environments / n) <= m``, the sessions opened on each."""
+        count = len(self.servers)
+        each = -(-environments // count)
+        held = [server.sessions(each) for server in self.servers]
+        if None in held:
+            return
+        least = min(held)
+        if least >= each:
+            return
+        app = self.servers[0].app
+        raise ValueError(f"a round runs {environments} environments at once, but {_count(count, 'server')} x "
+                         f"{_count(least, 'session')} each hold {count * least} (max_concurrent_envs={least} in {app}): "
+                         f"pass num_servers={-(-environments // max(least, 1))}, or max_concurrent_envs={each} to its "
+                         "create_app (with SUPPORTS_CONCURRENT_SESSIONS = True on the environment class)")
 
     def url(self) -> str:
         """The base URL of the next healthy server in turn. A server whose process ended or whose ``/health`` does
@@ -304,4 +399,27 @@ def _stop_all(servers: list[OpenEnvServer]) -> None:
         server.stop()
 
 
-__all__ = ["OpenEnvServer", "OpenEnvServerError", "OpenEnvServers"]
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def environments_per_round(args: Any) -> int:
+    """How many environments a trainer with config ``args`` (``AgenticGRPOConfig`` / ``AgenticPPOConfig``) holds at
+    once on one process: one per trajectory of a round run through TRL's ``environment_factory`` pool, whose
+    instances are kept and reused.
+
+    A training round rolls out ``per_device_train_batch_size * steps_per_generation`` rows (TRL's
+    ``generation_batch_size`` over the processes; PPO's ``steps_per_generation`` is ``num_mini_batches *
+    gradient_accumulation_steps``). Rounds run *now* besides: an evaluation's (``per_device_eval_batch_size`` rows,
+    with ``eval_strategy`` set) and dynamic sampling's extra ones (a training round each). Synchronously
+    (``max_staleness=0``) they run one after another: the largest. With rounds ahead (``max_staleness >= 1``) the
+    background thread runs one training round at a time while a round of now may run beside it: their sum."""
+    train = args.per_device_train_batch_size * args.steps_per_generation
+    strategy = getattr(args, "eval_strategy", "no")
+    evaluation = args.per_device_eval_batch_size if getattr(strategy, "value", strategy) != "no" else 0
+    extra = train if getattr(args, "zero_variance_groups", None) == "dynamic_sampling" else 0
+    now = max(evaluation, extra)
+    return train + now if getattr(args, "max_staleness", 0) else max(train, now)
+
+
+__all__ = ["OpenEnvServer", "OpenEnvServerError", "OpenEnvServers", "environments_per_round"]
