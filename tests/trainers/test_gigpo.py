@@ -184,3 +184,25 @@ def test_bad_settings_are_refused_in_one_line(tmp_path, tiny_model_dir, tokenize
     with pytest.raises(ValueError, match="gigpo=True credits the turns of rollouts"):
         AgenticGRPOTrainer(model=tiny_model_dir, reward_funcs=lookup_reward, args=agentic_args(tmp_path, gigpo=True),
                            train_dataset=lookup_dataset(8), processing_class=tokenizer)
+
+
+def test_a_state_key_that_is_not_text_costs_its_trajectory(tiny_model_dir, tokenizer, tmp_path):
+    """An environment's ``info["state_key"]`` must be text: a number ends that trajectory (env_error, one line naming
+    the key); the other runs of the round are grouped as before."""
+
+    class NumberedCorridor(Corridor):
+        def reset(self, **row):
+            self.numbered = row["value"] == lookup_dataset(8)[0]["value"]
+            return super().reset(**row)
+
+        def step(self, action):
+            result = super().step(action)
+            if self.numbered:
+                result.info["state_key"] = self.position
+            return result
+
+    _, round_, metrics = _round(tiny_model_dir, tokenizer, tmp_path, [["right", "right"], ["right", "left"]],
+                                environment=NumberedCorridor)
+    assert [t.stop_reason for t in round_.runs] == ["env_error"] * 2 + ["terminated"] * 2
+    assert "['state_key'] must be text" in round_.runs[0].error and "\n" not in round_.runs[0].error
+    assert metrics["gigpo/anchored_step_share"] == 1.0  # the second group's four steps, in two step groups
