@@ -86,7 +86,8 @@ def test_help_lists_the_commands_and_every_flag(capsys):
         out = capsys.readouterr().out
         assert exit_.value.code == 0 and f"usage: trl-agentic {command}" in out
         flags = ("--config", "--model_name_or_path", "--dataset_name", "--reward_funcs", "--lora_r",  # TRL's
-                 "--environment", "--tools", "--environment_factory", "--rollout_mode", "--max_turns", own)  # ours
+                 "--environment", "--tools", "--environment_factory", "--agent", "--rollout_mode", "--max_turns",
+                 own)  # ours
         assert [f for f in flags if f not in out] == []
 
 
@@ -96,6 +97,9 @@ def test_help_lists_the_commands_and_every_flag(capsys):
     (["grpo", "--use_cpu", "--environment", "Env"], "is not a dotted import path"),
     (["grpo", "--use_cpu", "--no_such_flag", "1"], "not used by the HfArgumentParser"),
     (["grpo", "--config", "missing.yaml"], "missing.yaml"),
+    (["grpo", "--use_cpu", "--config", str(ROOT / "recipes" / "configs" / "gsm8k_tools_grpo.yaml")],
+     "algo, max_eval_samples, tool, format_weight, tool_weight, sandbox_timeout, sandbox_pool_size are no flag of "
+     "trl-agentic grpo; it is recipes/gsm8k_tools.py's: run python recipes/gsm8k_tools.py --config"),
 ])
 def test_a_bad_setting_is_one_line_and_status_2(tmp_path, monkeypatch, capsys, argv, message):
     from trl_agentic import cli
@@ -159,6 +163,26 @@ def test_ppo_with_tools(tmp_path):
     assert len(rows) == 2
     prompt = qwen.tokenizer.decode(rows[0]["prompt_ids"])
     assert "Look up the value stored under a key." in prompt and '"name": "lookup"' in prompt
+
+
+def test_grpo_with_an_agent(tmp_path):
+    """``trl-agentic grpo --agent``: the trainers' agent= from a dotted path, trained through the endpoint."""
+    from conventions import build_convention
+
+    qwen = build_convention("qwen2.5-instruct")
+    (tmp_path / "cli_agent.py").write_text(
+        "async def agent(client, prompt, **row):\n"
+        "    response = await client.chat.completions.create(model='policy', messages=prompt, max_tokens=8)\n"
+        "    return response.choices[0].message.content\n\n\n"
+        "def answered(completions, agent_output, value, **kwargs):\n"
+        "    return [float(str(v) in (out or '')) for out, v in zip(agent_output, value)]\n")
+    out_dir = tmp_path / "out"
+    run = _cli("grpo", "--model_name_or_path", qwen.model_dir, "--dataset_name", _dataset_dir(tmp_path, True),
+               "--reward_funcs", "cli_agent.answered", "--agent", "cli_agent.agent", "--max_steps", "1",
+               "--trajectory_dir", str(out_dir / "traj"), *_small_run_flags(out_dir), cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = [json.loads(line) for line in (out_dir / "traj" / "trajectories-rank0.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 and all(row["num_turns"] == 1 for row in rows)
 
 
 def test_on_a_cpu_the_cpu_flags_are_added_and_said_in_one_line(monkeypatch, capsys):

@@ -295,3 +295,83 @@ def test_native_tool_calls_end_to_end(monkeypatch, tmp_path, capsys):
     page = (out / "trajectories.html").read_text()
     assert page.count("Tool calls (native)") == 2
     assert "calculate({&quot;expression&quot;: &quot;(16 - 3 - 4) * 2&quot;}) → 18</li>" in page
+
+
+# -- the trainers' arguments (issue 58): a TRL environment class, its rows, the user's reward functions -------------
+USER_MODULE = '''
+DEFINITIONS = {"wen": "a small cyst", "gry": "a unit of measure"}
+
+
+class Dictionary:
+    def reset(self, word, **kwargs):
+        self.word = word
+
+    def define(self, word: str) -> str:
+        """Look up the definition of a word.
+
+        Args:
+            word: The word to look up.
+        """
+        return DEFINITIONS.get(word, "unknown word")
+
+
+def defined(completions, word, **kwargs):
+    return [float(DEFINITIONS[w] in (c[-1]["content"] or "")) for c, w in zip(completions, word)]
+'''
+
+
+@pytest.fixture
+def user_files(tmp_path, monkeypatch):
+    """A user's module (a TRL environment class, a reward function) and dataset, the current directory importable."""
+    (tmp_path / "my_dictionary.py").write_text(USER_MODULE)
+    rows = [{"prompt": [{"role": "user", "content": f"Define {w}."}], "word": w} for w in ("wen", "gry")]
+    (tmp_path / "test.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_an_environment_factory_class_is_evaluated_with_the_users_reward(user_files, monkeypatch, capsys):
+    """The command takes --environment_factory and --reward_funcs as trl-agentic grpo does: the class's tools are
+    called, the user's reward scores, the report and trajectories are written."""
+    from conventions import build_convention
+
+    qwen = build_convention("qwen2.5-instruct")
+
+    def script(ids):  # call the tool first, then answer with the definition the tool returned
+        text = qwen.tokenizer.decode(ids)
+        if "<tool_response>" not in text:
+            word = "wen" if "Define wen" in text else "gry"
+            return '<tool_call>\n{"name": "define", "arguments": {"word": "%s"}}\n</tool_call><|im_end|>' % word
+        return text.rsplit("<tool_response>\n", 1)[1].split("\n</tool_response>")[0] + "<|im_end|>"
+
+    class Generator(ScriptedGenerator):
+        def __init__(self, model, tok, *args, **kwargs):
+            super().__init__(tok, script)
+
+    monkeypatch.setattr(evaluate_module, "HFGenerator", Generator)
+    argv = ["--model", qwen.model_dir, "--environment_factory", "my_dictionary.Dictionary", "--reward_funcs",
+            "my_dictionary.defined", "--dataset", "test.jsonl", "--greedy", "--max_completion_length", "128",
+            "--output_dir", "eval"]
+    assert main(argv) == 0
+    report = json.loads((user_files / "eval" / "report.json").read_text())
+    assert report["accuracy"] == 1.0 and report["mean_tool_calls"] == 1.0
+    assert report["reward_means"] == {"defined": 1.0} and report["task_arguments"] is None
+    assert report["rollout"]["rollout_mode"] == "chat"  # implied by native tool calls, as in training
+    assert "my_dictionary.Dictionary" in (user_files / "eval" / "trajectories.html").read_text()
+    assert "accuracy 1.000" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--environment_factory", "my_dictionary.Dictionary"], "nothing scores --environment_factory: pass --reward_funcs"),
+    (["--environment", "my_dictionary.Dictionary", "--reward_funcs", "my_dictionary.defined"],
+     "pass environment_factory=Dictionary"),
+    (["--environment_factory", "my_dictionary.Dictionary", "--reward_funcs", "correctness"],
+     "--reward_funcs 'correctness': pass one of TRL's names"),
+])
+def test_the_trainers_arguments_are_refused_in_one_line(user_files, argv, message, capsys):
+    from conventions import build_convention
+
+    argv = ["--model", build_convention("qwen2.5-instruct").model_dir, "--dataset", "test.jsonl", *argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and message in err and "\n" not in err, err

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -61,6 +62,11 @@ class AgenticScriptArguments(trl_grpo_script().GRPOScriptArguments):
         metadata={"help": "Dotted import path of TRL's environment_factory= (a class whose public methods are the "
                   "tools, or a dict of them picked by the dataset's 'environment' column)."},
     )
+    agent: str | None = field(
+        default=None,
+        metadata={"help": "Dotted import path of an agent of any framework, async def agent(client, **row) (the "
+                  "trainers' agent=): it runs against the policy through the OpenAI-compatible endpoint."},
+    )
 
 
 def make_parser(algo: str) -> Any:
@@ -74,7 +80,8 @@ def make_parser(algo: str) -> Any:
 
 
 def trainer_kwargs(script_args: Any) -> dict[str, Any]:
-    """The trainer arguments TRL's script does not pass: ``environment``, ``tools``, ``environment_factory``."""
+    """The trainer arguments TRL's script does not pass: ``environment``, ``tools``, ``environment_factory``,
+    ``agent``."""
     kwargs: dict[str, Any] = {}
     if script_args.environment:
         kwargs["environment"] = load_object(script_args.environment, "--environment")
@@ -82,6 +89,8 @@ def trainer_kwargs(script_args: Any) -> dict[str, Any]:
         kwargs["tools"] = [load_object(path, "--tools") for path in script_args.tools]
     if script_args.environment_factory:
         kwargs["environment_factory"] = load_object(script_args.environment_factory, "--environment_factory")
+    if script_args.agent:
+        kwargs["agent"] = load_object(script_args.agent, "--agent")
     return kwargs
 
 
@@ -106,7 +115,27 @@ def parse_arguments(algo: str, argv: Sequence[str]) -> tuple[Any, Any, Any, Any]
     try:
         return make_parser(algo).parse_args_and_config(args=argv)
     except (ValueError, TypeError, OSError) as exc:  # a config's check, an unknown flag or key, no such --config
-        raise TaskConfigError(str(exc).strip().splitlines()[0]) from None
+        message = str(exc).strip().splitlines()[0]
+        raise TaskConfigError(unknown_config_keys(message, argv, algo) or message) from None
+
+
+def unknown_config_keys(message: str, argv: Sequence[str], algo: str) -> str | None:
+    """TRL's parser refuses a ``--config`` YAML with keys that are no flag of this command, and advises a setting
+    (``fail_with_unknown_args``) no command-line user can set: the usual cause is a recipe's YAML, whose keys are its
+    script's flags. The message names the keys and the script to run the file with (read from the YAML's own
+    comment, as ``recipes/configs/`` write it), else what to do; ``None`` for any other error."""
+    if not message.startswith("Unknown arguments from config file") or "--config" not in argv:
+        return None
+    path = argv[argv.index("--config") + 1] if argv.index("--config") + 1 < len(argv) else ""
+    keys = re.findall(r"'--([A-Za-z0-9_]+)'", message)
+    script = None
+    with contextlib.suppress(OSError):
+        with open(path, encoding="utf-8") as fh:
+            found = re.search(r"python (recipes/\w+\.py) --config", fh.read())
+        script = found.group(1) if found else None
+    fix = (f"it is {script}'s: run python {script} --config {path}" if script is not None
+           else "remove them, or run the file with the script whose flags they are")
+    return f"--config {path}: {', '.join(keys)} {'is' if len(keys) == 1 else 'are'} no flag of trl-agentic {algo}; {fix}"
 
 
 def checked_trainer(trainer: type, **kwargs: Any) -> Any:

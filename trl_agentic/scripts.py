@@ -136,6 +136,27 @@ def load_object(path: str, flag: str) -> Any:
     return getattr(module, name)
 
 
+TRL_REWARD_NAMES = ("accuracy_reward", "reasoning_accuracy_reward", "think_format_reward")
+"""The reward functions ``trl grpo --reward_funcs`` takes by name (``trl.rewards``)."""
+
+
+def load_reward_funcs(names: Sequence[str], flag: str = "--reward_funcs") -> list[Any]:
+    """The reward functions ``--reward_funcs`` names, as ``trl grpo`` resolves them: TRL's names
+    (:data:`TRL_REWARD_NAMES`) or dotted import paths; anything else is a one-line :class:`TaskConfigError`."""
+    import trl.rewards
+
+    funcs = []
+    for name in names:
+        if name in TRL_REWARD_NAMES:
+            funcs.append(getattr(trl.rewards, name))
+        elif "." in name:
+            funcs.append(load_object(name, flag))
+        else:
+            raise TaskConfigError(f"{flag} {name!r}: pass one of TRL's names ({', '.join(TRL_REWARD_NAMES)}) or a "
+                                  "dotted import path, e.g. my_rewards.correct")
+    return funcs
+
+
 def _has_module(name: str) -> bool:
     try:
         return importlib.util.find_spec(name) is not None

@@ -11,19 +11,32 @@ writes ``report.json`` (accuracy, pass@k, mean reward, turns, tool calls, trunca
 task's own options (``--tool``, ``--corpus``, ``--retriever_url``...) are flags too; ``--config eval.yaml`` works as in
 the recipes. ``--agent my_agents.agent`` evaluates an agent of any framework instead of the task's environment: it
 talks to the model through the OpenAI-compatible endpoint, as the trainers' ``agent=`` (``docs/agents.md``).
+
+What the trainers take, the command takes too, as dotted import paths (the current directory importable, as
+``trl-agentic grpo`` resolves them): ``--environment_factory my_envs.Dictionary`` (TRL's environment class),
+``--tools my_tools.search``, ``--environment my_envs.Guess`` (a trl-agentic environment) or ``--agent``, with
+``--reward_funcs`` (TRL's names or dotted paths; a class's ``get_reward`` is added, as in training) and
+``--reward_weights``; the rows are then ``--dataset``'s as they are (a ``prompt`` column, as TRL reads it), and
+``--task`` is not used::
+
+    python -m trl_agentic.evaluate --model outputs/dictionary-grpo --environment_factory my_envs.Dictionary \
+        --reward_funcs my_rewards.defined --dataset data/test.jsonl --greedy --output_dir eval/dictionary
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from dataclasses import fields as dataclass_fields
 from typing import Any
 
-from ..rollout.config import RolloutConfig, RolloutFields
+from ..rollout.config import RolloutFields
+from ..scripts import load_reward_funcs
 from ..tasks import TASK_ARGUMENTS, TaskConfigError, build_task, load_rows, take
 
 
@@ -42,6 +55,19 @@ class EvaluateArguments:
         "help": "Dotted import path of an agent, async def agent(client, **row) (resolved from the current directory, "
                 "as the trainers' --tools): it runs against the model through the OpenAI-compatible endpoint instead "
                 "of the task's environment, on the task's rows, scored by the task's success check."})
+    environment_factory: str | None = field(default=None, metadata={
+        "help": "Dotted import path of TRL's environment_factory (a class whose public methods are tools, or a dict of "
+                "them): evaluates it on --dataset's rows with --reward_funcs, as the trainers' environment_factory=."})
+    tools: list[str] | None = field(default=None, metadata={
+        "help": "Dotted import paths of TRL's tools= functions: evaluated on --dataset's rows with --reward_funcs."})
+    environment: str | None = field(default=None, metadata={
+        "help": "Dotted import path of a trl-agentic Environment class or factory: evaluated on --dataset's rows with "
+                "--reward_funcs."})
+    reward_funcs: list[str] | None = field(default=None, metadata={
+        "help": "Reward functions, TRL's names (accuracy_reward, ...) or dotted import paths, as trl grpo takes them; "
+                "with --environment_factory, --tools, --environment or --agent they score in place of the task's."})
+    reward_weights: list[float] | None = field(default=None, metadata={
+        "help": "One weight per --reward_funcs (TRL's reward_weights; default 1 each)."})
     dataset: str | None = field(default=None, metadata={
         "help": "Hub id, or a local .jsonl/.parquet file or folder holding <split>.jsonl."})
     dataset_config: str | None = field(default=None, metadata={"help": "Hub dataset configuration (GSM8K: main)."})
@@ -119,6 +145,36 @@ def load_model(args: EvaluateArguments, processing_class: Any = None) -> tuple[A
     return model, tokenizer
 
 
+ROLLOUT_FLAGS = ("environment_factory", "tools", "environment", "agent")
+"""The flags that give what to roll out, as the trainers' arguments of the same names."""
+
+
+def _given_paths(args: EvaluateArguments) -> list[str]:
+    """The dotted paths of the rollout flags given, for titles."""
+    paths = []
+    for flag in ROLLOUT_FLAGS:
+        value = getattr(args, flag)
+        paths += value if isinstance(value, list) else [value] if value else []
+    return paths
+
+
+def user_rollout(args: EvaluateArguments) -> dict[str, Any] | None:
+    """What ``--environment_factory``, ``--tools``, ``--environment`` and ``--agent`` name, loaded, as the trainers'
+    keyword arguments; ``None`` when none is given (the task's environment)."""
+    from ..scripts import load_object
+
+    given: dict[str, Any] = {}
+    if args.environment_factory:
+        given["environment_factory"] = load_object(args.environment_factory, "--environment_factory")
+    if args.tools:
+        given["tools"] = [load_object(path, "--tools") for path in args.tools]
+    if args.environment:
+        given["environment"] = load_object(args.environment, "--environment")
+    if args.agent:
+        given["agent"] = load_agent(args.agent)
+    return given or None
+
+
 def load_agent(path: str) -> Any:
     """The :class:`~trl_agentic.agents.runner.Agent` a dotted import path names; one that does not resolve, or whose
     signature is not an agent's, is a one-line :class:`TaskConfigError`."""
@@ -158,7 +214,7 @@ def run_evaluation(args: EvaluateArguments, rollout: RolloutFields, task_args: A
 
     import torch
 
-    from ..kinds.checks import check_response_parser, check_rollout_mode, uses_native_tool_calls
+    from ..kinds.entry import entry_rollout
     from ..render import render_html
     from ..trajectory import save_trajectories
     from . import evaluate
@@ -166,34 +222,39 @@ def run_evaluation(args: EvaluateArguments, rollout: RolloutFields, task_args: A
     if any(not 1 <= k <= args.samples for k in args.k):
         raise TaskConfigError(f"--k {args.k}: each k must be between 1 and --samples {args.samples}")
     torch.manual_seed(args.seed)
-    agent = load_agent(args.agent) if args.agent else None
     tokenizer = load_tokenizer(args)
-    with build_task(args.task, task_args, args.max_completion_length) as task:
-        environment = None if agent is not None else task.environment  # an agent brings its own loop and tools
-        try:  # what can be known before the model is loaded
-            native = agent is not None or uses_native_tool_calls(environment)
-            config = RolloutConfig.from_fields(rollout, max_completion_length=args.max_completion_length,
-                                               rollout_mode=rollout.rollout_mode or ("chat" if native else "text"))
-            if agent is None:
-                check_rollout_mode(environment, config.rollout_mode)
-                check_response_parser(environment, tokenizer)
-        except ValueError as exc:
-            raise TaskConfigError(str(exc)) from None
-        rows = task.rows(take(load_rows(args.dataset, args.dataset_config, args.split, flag="--dataset",
-                                        split_flag="--split"), args.max_rows), tokenizer, flag="--dataset")
-        if agent is not None:
-            try:
-                agent.check_columns(rows.column_names, f"the {args.task} rows")
-            except ValueError as exc:
-                raise TaskConfigError(f"--agent {args.agent}: {exc}") from None
+    with contextlib.ExitStack() as stack:
+        given = user_rollout(args)
+        if given is None or (set(given) == {"agent"} and not args.reward_funcs):  # a task's environment and check
+            task = stack.enter_context(build_task(args.task, task_args, args.max_completion_length))
+            rollout_args = given or {"environment": task.environment}
+            funcs, weights, name = [task.success], None, args.task
+            rows = task.rows(take(load_rows(args.dataset, args.dataset_config, args.split, flag="--dataset",
+                                            split_flag="--split"), args.max_rows), tokenizer, flag="--dataset")
+        else:  # the trainers' arguments: the dataset's rows as they are, the user's reward functions
+            task_args = None
+            rollout_args, name = given, " ".join(_given_paths(args))
+            funcs, weights = load_reward_funcs(args.reward_funcs or []), args.reward_weights
+            rows = take(load_rows(args.dataset, args.dataset_config, args.split, flag="--dataset",
+                                  split_flag="--split"), args.max_rows)
+        fields = {f.name: getattr(rollout, f.name) for f in dataclass_fields(RolloutFields)}
+        try:  # what can be known before the model is loaded: the trainers' checks, on these rows
+            entry = entry_rollout("evaluate", tokenizer, [dict(r) for r in rows], rollout_args, None,
+                                  {**fields, "max_completion_length": args.max_completion_length}, funcs, weights)
+        except (TypeError, ValueError) as exc:
+            raise TaskConfigError(str(exc).strip().splitlines()[0]) from None
+        if not entry.reward_funcs:
+            raise TaskConfigError(f"nothing scores --{next(iter(given))}: pass --reward_funcs (TRL's names or dotted "
+                                  "import paths), or give the environment class a get_reward() method")
+        config = entry.config
         model, tokenizer = load_model(args, tokenizer)
         generation_config = copy.deepcopy(model.generation_config)
         generation_config.temperature, generation_config.top_p = args.temperature, args.top_p
         generator = _vllm_generator(args, model, tokenizer) if args.use_vllm else None
         report, trajectories = evaluate(
-            model, tokenizer, environment, rows, task.success, samples_per_row=args.samples, k=args.k,
-            success_threshold=args.success_threshold, greedy=args.greedy, batch_size=args.batch_size,
-            generator=generator, generation_config=generation_config, config=config, agent=agent,
+            model, tokenizer, rows=rows, reward_funcs=funcs, reward_weights=weights, samples_per_row=args.samples,
+            k=args.k, success_threshold=args.success_threshold, greedy=args.greedy, batch_size=args.batch_size,
+            generator=generator, generation_config=generation_config, config=config, **rollout_args,
         )
         rewards = report.rewards
     os.makedirs(args.output_dir, exist_ok=True)
@@ -208,9 +269,9 @@ def run_evaluation(args: EvaluateArguments, rollout: RolloutFields, task_args: A
     save_trajectories(trajectories, path, extra=scores)
     with open(os.path.join(args.output_dir, "report.json"), "w", encoding="utf-8") as fh:
         json.dump({**report.to_dict(), "arguments": asdict(args), "rollout": asdict(config),
-                   "task_arguments": asdict(task_args)}, fh, indent=2)
+                   "task_arguments": asdict(task_args) if task_args is not None else None}, fh, indent=2)
     with open(os.path.join(args.output_dir, "trajectories.html"), "w", encoding="utf-8") as fh:
-        fh.write(render_html(trajectories, tokenizer, title=f"{args.task}: {args.model}", max_trajectories=100,
+        fh.write(render_html(trajectories, tokenizer, title=f"{name}: {args.model}", max_trajectories=100,
                              extras=[dict(zip(scores, values)) for values in zip(*scores.values())]))
     return report
 
