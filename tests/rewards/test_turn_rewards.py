@@ -26,27 +26,24 @@ def test_turn_reward_reads_trajectory(trajectory):
 # TRL's environment classes: two optional methods our engine calls after every turn, which TRL itself never calls
 # nor shows to the model; agents: a function over the recorded turns. PPO's turn-level GAE and GiGPO read them.
 class CounterEnv:
-    """TRL's documented IncrementEnv, plus ``_turn_reward`` (the counter's gain this turn) and ``_state_key``."""
+    """A counter to bring to the row's target with ``increment`` (TRL's documented example), whose turns earn the
+    counter's gain (``_turn_reward``) and are keyed by its value (``_state_key``)."""
 
     def reset(self, target, **kwargs) -> None:
         self.counter = self.before = 0
         self.target = target
 
-    def get_reward(self) -> float:
-        return float(self.counter == self.target)
-
     def increment(self, step: int) -> int:
-        """
-        Increment the internal counter.
+        """Add to the counter.
 
         Args:
-            step: Value to add to the counter.
-
-        Returns:
-            The updated counter value.
+            step: What to add.
         """
         self.counter += step
         return self.counter
+
+    def get_reward(self) -> float:
+        return float(self.counter == self.target)
 
     def _turn_reward(self) -> float:
         gained, self.before = self.counter - self.before, self.counter
