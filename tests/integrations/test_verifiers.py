@@ -91,6 +91,23 @@ def test_evaluate_scores_a_verifiers_environment(qwen):
     assert all(t.stop_reason == "terminated" and len(t.segments) == 1 and t.requests == 2 for t in trajectories)
 
 
+@pytest.mark.xfail(strict=True, reason="needs each agent turn's tool names in turn_infos: trl_agentic/agents/session.py "
+                                       "(issue 58, outside trl_agentic/integrations/)")
+def test_evaluate_counts_the_tool_calls_of_a_verifiers_episode(qwen):
+    """Each episode calls `add` once (verifiers' own `tool_calls` metric on its trace says 1.0); evaluate counts each
+    turn's turn_infos["tool"] and reported 0.00."""
+    from trl_agentic.evaluate import evaluate
+
+    env = load()
+    tok = qwen.load_tokenizer()
+    report, trajectories = evaluate(scripted(qwen.load_model(), tok, TURNS), tok, None, env.rows(), env.reward,
+                                    agent=env.agent, greedy=True, show_progress=False, max_turns=4,
+                                    max_tokens_per_turn=64, max_completion_length=128)
+    assert [t.agent_output.metrics["tool_calls"] for t in trajectories] == [1.0] * 4
+    assert [[info.get("tool") for info in t.turn_infos] for t in trajectories] == [[["add"], []]] * 4
+    assert report.mean_tool_calls == 1.0
+
+
 def test_a_crashing_harness_costs_its_own_trajectories(qwen, tmp_path):
     """The harness raises on the tasks with an odd `a`: their trajectories end with env_error and verifiers' message,
     the others train, two steps."""

@@ -23,6 +23,10 @@ class ArithTask(vf.Task[ArithData]):
     async def turns(self, trace: vf.Trace) -> float:
         return float(trace.num_turns)
 
+    @vf.metric
+    async def tool_calls(self, trace: vf.Trace) -> float:
+        return float(sum(len(message.tool_calls or []) for message in trace.assistant_messages))
+
 
 class ArithConfig(vf.TasksetConfig):
     num_tasks: int = 8
