@@ -96,6 +96,8 @@ def test_what_cannot_train_is_refused_in_one_line():
                                          r"'GuessTheNumber-v0' \(textarena.envs.registration.ENV_REGISTRY lists "
                                          r"them\)$"):
         textarena_environment("Nope-v0")
+    with pytest.raises(ValueError, match=r"^\['Wordle-v0'\] is not a registered TextArena game id"):
+        textarena_environment(["Wordle-v0"])  # textarena.make draws one of a list: a run trains one game
     with pytest.raises(ValueError, match=r"^TicTacToe-v0 is not a single-player game \(The number of players has to "
                                          r"be 2, received 1\); only single-player games train here$"):
         textarena_environment("TicTacToe-v0")

@@ -122,7 +122,7 @@ def textarena_environment(game_id: str, **game_kwargs: Any) -> Callable[[], Text
     ta = _ta()
     from textarena.envs.registration import ENV_REGISTRY
 
-    if game_id not in ENV_REGISTRY:
+    if not isinstance(game_id, str) or game_id not in ENV_REGISTRY:
         raise ValueError(f"{game_id!r} is not a registered TextArena game id; pass one such as 'GuessTheNumber-v0' "
                          "(textarena.envs.registration.ENV_REGISTRY lists them)")
     try:
