@@ -206,3 +206,14 @@ def test_a_state_key_that_is_not_text_costs_its_trajectory(tiny_model_dir, token
     assert [t.stop_reason for t in round_.runs] == ["env_error"] * 2 + ["terminated"] * 2
     assert "['state_key'] must be text" in round_.runs[0].error and "\n" not in round_.runs[0].error
     assert metrics["gigpo/anchored_step_share"] == 1.0  # the second group's four steps, in two step groups
+
+
+def test_the_settings_are_command_line_flags():
+    """``trl-agentic grpo`` (TRL's parser over AgenticGRPOConfig's fields) takes every GiGPO setting as a flag."""
+    from trl_agentic.cli import make_parser
+
+    _, config, *_ = make_parser("grpo").parse_args_and_config(
+        ["--output_dir", "out", "--use_cpu", "--gigpo", "--gigpo_step_weight", "0.5", "--gigpo_gamma", "1.0",
+         "--gigpo_state_key", "observation", "--gigpo_step_rewards", "turns", "--scale_rewards", "none"])
+    assert (config.gigpo, config.gigpo_step_weight, config.gigpo_gamma, config.gigpo_state_key,
+            config.gigpo_step_rewards) == (True, 0.5, 1.0, "observation", "turns")
