@@ -79,14 +79,14 @@ def anchor_groups(state_keys: Sequence[Sequence[Hashable]], num_generations: int
     Steps share an id when their trajectories are in the same group (``num_generations`` consecutive rows) and they
     start from states with equal keys (``state_keys[i][t]``, the key of ``s_t^i``)."""
     steps = max((len(keys) for keys in state_keys), default=0)
-    groups = torch.full((len(state_keys), steps), -1, dtype=torch.long)
     ids: dict[tuple[int, Hashable], int] = {}
+    rows = []
     for i, keys in enumerate(state_keys):
-        if scorable is not None and not scorable[i]:
-            continue
-        for t, key in enumerate(keys):
-            groups[i, t] = ids.setdefault((i // num_generations, key), len(ids))
-    return groups
+        row = [-1] * steps
+        if scorable is None or scorable[i]:
+            row[: len(keys)] = [ids.setdefault((i // num_generations, key), len(ids)) for key in keys]
+        rows.append(row)
+    return torch.tensor(rows, dtype=torch.long).reshape(len(state_keys), steps)
 
 
 def step_group_advantages(returns: torch.Tensor, groups: torch.Tensor, scale: bool = True,

@@ -45,6 +45,15 @@ def _digest(*parts: object) -> str:
     return hashlib.blake2b(json.dumps(parts, default=str).encode(), digest_size=16).hexdigest()
 
 
+def _encoded(observation: object) -> bytes:
+    """An observation as bytes that tell it apart from any other, its length first (``None``: nothing appended)."""
+    if observation is None:
+        return b"-"
+    text = observation if isinstance(observation, str) else json.dumps(observation, default=str)
+    data = text.encode("utf-8", "surrogatepass")
+    return len(data).to_bytes(8, "little") + data
+
+
 def state_keys(trajectory: Trajectory, state_key: str = "history") -> list[str]:
     """The key (a digest) of the state each turn of ``trajectory`` starts from (module docstring)."""
     if state_key not in STATE_KEYS:
@@ -56,9 +65,10 @@ def state_keys(trajectory: Trajectory, state_key: str = "history") -> list[str]:
     for k in range(trajectory.num_turns):
         if k > 0:
             observation = trajectory.observations[k - 1] if k - 1 < len(trajectory.observations) else None
-            history.update(b"\x1e" + json.dumps(observation, default=str).encode())
-            if observation is not None:
-                last = _digest("observation", observation)
+            if state_key == "history":
+                history.update(_encoded(observation))
+            elif observation is not None:
+                last = "observation:" + hashlib.blake2b(_encoded(observation), digest_size=16).hexdigest()
         told = read_info(trajectory.turn_infos[k - 1]).state_key if 0 < k <= len(trajectory.turn_infos) else None
         if told is not None:
             keys.append(_digest("environment", told))
