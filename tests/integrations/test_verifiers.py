@@ -91,8 +91,6 @@ def test_evaluate_scores_a_verifiers_environment(qwen):
     assert all(t.stop_reason == "terminated" and len(t.segments) == 1 and t.requests == 2 for t in trajectories)
 
 
-@pytest.mark.xfail(strict=True, reason="needs each agent turn's tool names in turn_infos: trl_agentic/agents/session.py "
-                                       "(issue 58, outside trl_agentic/integrations/)")
 def test_evaluate_counts_the_tool_calls_of_a_verifiers_episode(qwen):
     """Each episode calls `add` once (verifiers' own `tool_calls` metric on its trace says 1.0); evaluate counts each
     turn's turn_infos["tool"] and reported 0.00."""

@@ -246,6 +246,7 @@ class Session:
                 segment.text += message["content"]
             segment.history.append(message)
             t.messages.append(message)
+            t.turn_infos.append({"tool": [call["function"]["name"] for call in message.get("tool_calls", [])]})
             finish = "length" if reason is None else ("tool_calls" if message.get("tool_calls") else "stop")
             tokens = [self.tokenizer.decode([i]) for i in ids] if turn.request.logprobs else []
             return Reply(message["content"], message.get("tool_calls", []), finish, ids, logprobs, tokens,
