@@ -117,8 +117,9 @@ class AgenticGRPOConfig(AgenticConfig):
                 stacklevel=3,
             )
 
-
     def _check_gigpo_fields(self) -> None:
+        """GiGPO's fields: each a value it takes; with ``gigpo=True``, ``scale_rewards`` its ``F_norm`` (the group's
+        std or 1) and no dynamic sampling. Each refusal is one line naming what to pass."""
         if self.gigpo_state_key not in STATE_KEYS:
             raise ValueError(f"gigpo_state_key must be one of {STATE_KEYS}, got {self.gigpo_state_key!r}")
         if self.gigpo_step_rewards not in GIGPO_STEP_REWARDS:
