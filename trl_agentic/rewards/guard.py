@@ -103,9 +103,8 @@ class _Guard:
         values = reward_values(f"reward function {self.__name__!r}", values, n)
         rewards = [as_reward(v) for v in values]
         bad = sum(1 for v, r in zip(values, rewards) if r is None and v is not None)
-        message = invalid_values(f"reward function {self.__name__!r}", values, rewards)
-        if message is not None:
-            logger.warning("%s", message)
+        if bad:
+            logger.warning("%s", invalid_values(f"reward function {self.__name__!r}", values, rewards))
         log_metric = kwargs.get("log_metric")
         if log_metric is not None:
             log_metric(f"agentic/reward_invalid/{self.__name__}", bad / max(n, 1))
