@@ -55,3 +55,16 @@ def test_a_failed_environment_is_unscorable_as_in_training(tokenizer, caplog):
     assert [r.getMessage() for r in caplog.records] == [
         "evaluation: 2 of 4 trajectories failed and count as failures (env_error 2); e.g. FailsOnOddRows.reset raised "
         "RuntimeError: no slot for row 1"]
+
+
+def test_a_reward_warning_is_written_above_the_progress_bar_not_on_its_line(tokenizer, capfd):
+    """Issue 58: a reward warning was printed after the progress bar's text, on its line."""
+    rows = make_lookup_dataset(4, seed=1)
+
+    def nan_reward(completions, **kwargs):
+        return [float("nan")] * len(completions)
+
+    evaluate(None, tokenizer, LookupEnvironment, rows, nan_reward, generator=even_rows_right(tokenizer, rows),
+             batch_size=2, max_turns=3, max_completion_length=60, show_progress=True)
+    lines = [line.split("\r")[-1] for line in capfd.readouterr().err.split("\n") if "nan_reward" in line]
+    assert len(lines) == 2 and all(line.startswith("reward function 'nan_reward' returned 2 of 2") for line in lines)

@@ -14,11 +14,14 @@ success rate.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
+
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from ..environments.base import EnvironmentFactory, read_info
 from ..kinds.entry import entry_rollout
@@ -214,15 +217,16 @@ def evaluate(
     trajectories: list[Trajectory] = []
     rewards: list[float | None] = []
     per_func: list[list[float | None]] = [[] for _ in rollout.reward_funcs]
-    for start in batches:
-        chunk = expanded[start : start + batch_size]
-        done = seam.run(chunk)
-        trajectories += done[0]
-        chunk_rewards, chunk_per_func = score_rollout(rollout.reward_funcs, rollout.reward_weights, seam, chunk, done,
-                                                      processing_class, prompt_column)
-        rewards += chunk_rewards
-        for values, more in zip(per_func, chunk_per_func):
-            values += more
+    with logging_redirect_tqdm() if show_progress else contextlib.nullcontext():  # warnings above the bar, not on it
+        for start in batches:
+            chunk = expanded[start : start + batch_size]
+            done = seam.run(chunk)
+            trajectories += done[0]
+            chunk_rewards, chunk_per_func = score_rollout(rollout.reward_funcs, rollout.reward_weights, seam, chunk,
+                                                          done, processing_class, prompt_column)
+            rewards += chunk_rewards
+            for values, more in zip(per_func, chunk_per_func):
+                values += more
     seam.close()
     line = failure_line("evaluation", len(trajectories), [RoundFailures.of(trajectories)], " and count as failures")
     if line is not None:

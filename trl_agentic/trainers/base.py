@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 from accelerate.utils import gather_object
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from ..algorithms.advantages import combined_rewards, nanstd
 from ..algorithms.importance import importance_ratio, off_policy_terms, vllm_importance_sampling_ratio
@@ -186,9 +187,10 @@ class AgenticTrainer(GRPOTrainerBoundary):
     def train(self, *args: Any, **kwargs: Any) -> Any:
         """TRL's ``train``. The rollout source is stopped however training ends (``on_train_end`` runs only at its
         normal end; not after an exception or Ctrl-C), so that no work ahead and no generator process outlives
-        it."""
+        it. What the library logs meanwhile is written above the progress bar, not on its line."""
         try:
-            return super().train(*args, **kwargs)
+            with logging_redirect_tqdm():
+                return super().train(*args, **kwargs)
         finally:
             if self.rollout_source is not None:
                 self.rollout_source.stop()
