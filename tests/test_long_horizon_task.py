@@ -54,7 +54,7 @@ def test_the_shortest_walk_succeeds_in_at_least_six_turns_and_scores_progress_at
         steps = walk.shortest_walk(row)
         environment, observations = _walked(row, steps)
         assert environment.get_reward() == 1.0 and observations[-1].endswith(walk.DONE)
-        assert environment._turn_rewards == [1.0] * len(steps)
+        assert environment._progress == [1.0] * len(steps)
         messages = walk.demonstration(row)
         assert len([m for m in messages if m["role"] == "assistant"]) >= 6  # the steps and the reply
         assert walk.walk_success([messages]) == [1.0]
@@ -76,16 +76,27 @@ def test_the_goal_is_only_told_once_on_the_item_and_opens_only_with_it():
 
 def test_per_turn_signal_is_progress_toward_the_current_target_not_the_outcome():
     row = _row((0, 0), (2, 0), (2, 3))
-    # away (-1), wall (0), back (+1), on to the item (+1, +1, the pickup switches the target), toward the goal (+1)
-    environment, observations = _walked(row, ["north", "west", "south", "south", "east", "east", "north"])
-    assert observations[1] == "A wall. You are at (0, 1)." and observations[3] == "A wall. You are at (0, 0)."
-    assert environment._turn_rewards == [-1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 1.0]
-    assert environment._states == ["0,0,0", "0,1,0", "0,1,0", "0,0,0", "0,0,0", "1,0,0", "2,0,1"]
-    assert environment._state_key() == "2,1,1" and environment.get_reward() == 0.0  # progress, no outcome
-    environment, _ = _walked(row, walk.shortest_walk(row) + ["west"])
-    assert environment._turn_rewards[-1] == 0.0 and environment.get_reward() == 1.0  # a step after the end
+    environment = walk.ShapedWalkEnvironment()
     environment.reset(**row)
-    assert (environment._turn_rewards, environment._states, environment.get_reward()) == ([], [], 0.0)
+    # away (-1), wall (0), back (+1), wall (0), on to the item (+1, +1: the pickup switches the target), toward the
+    # goal (+1); the state each step led to
+    observations, rewards, states = [], [], []
+    for step in ["north", "west", "south", "south", "east", "east", "north"]:
+        observations.append(getattr(environment, step)())
+        rewards.append(environment._turn_reward())
+        states.append(environment._state_key())
+    assert observations[1] == "A wall. You are at (0, 1)." and observations[3] == "A wall. You are at (0, 0)."
+    assert rewards == environment._progress == [-1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 1.0]
+    assert states == ["0,1,0", "0,1,0", "0,0,0", "0,0,0", "1,0,0", "2,0,1", "2,1,1"]
+    assert environment.get_reward() == 0.0  # progress, no outcome
+    assert environment._turn_reward() == 0.0  # a turn without a step (the reply)
+    environment.east(), environment.west()
+    assert environment._turn_reward() == 0.0  # two steps in one turn: -1 + 1
+    environment, _ = _walked(row, walk.shortest_walk(row) + ["west"])
+    assert environment._progress[-1] == 0.0 and environment.get_reward() == 1.0  # a step after the end
+    environment.reset(**row)
+    assert (environment._progress, environment._state_key(), environment.get_reward()) == ([], "0,0,0", 0.0)
+    assert not hasattr(walk.WalkEnvironment, "_turn_reward")  # outcome-only: its turns earn nothing else
 
 
 def test_progress_metric_reads_the_environments():
@@ -103,7 +114,8 @@ def test_trl_sees_four_tools_and_the_outcome_as_get_reward():
     from trl_agentic.environments.native_tools import check_tool_schema, tool_methods
     from trl_agentic.environments.trl_environments import TRLEnvironments
 
-    assert [m.__name__ for m in tool_methods(walk.WalkEnvironment())] == ["east", "north", "south", "west"]
+    for cls in (walk.WalkEnvironment, walk.ShapedWalkEnvironment):
+        assert [m.__name__ for m in tool_methods(cls())] == ["east", "north", "south", "west"]
     environments = TRLEnvironments(environment_factory=walk.WalkEnvironment)
     assert [t.__name__ for t in environments.all_tools()] == ["east", "north", "south", "west"]
     for tool in environments.all_tools():
@@ -148,7 +160,7 @@ def test_the_shortest_walk_through_our_engine_is_scored_by_get_reward(walk_model
     seen = {}
 
     def outcome_and_signal(completions, environments, **kwargs):
-        seen["rewards"] = [list(e._turn_rewards) for e in environments]
+        seen["rewards"] = [list(e._progress) for e in environments]
         return environments_reward(completions=completions, environments=environments, **kwargs)
 
     environments_reward = environments.reward_functions()[0]
@@ -181,8 +193,13 @@ def test_walk_stages_run_end_to_end_on_a_local_model(tmp_path, walk_model_dir):
     sft = json.loads((out / "sft" / "report.json").read_text())
     assert sft["demonstrations"] == 4 and sft["trained_tokens"] > 0
     for stage in ("trl_grpo", "grpo"):
-        curves = json.loads((out / stage / "report.json").read_text())["curves"]
+        report = json.loads((out / stage / "report.json").read_text())
+        curves = report["curves"]
         assert curves["progress"][0] is not None and curves["turns"][0] is not None
+        # where the step's time went, the same way for TRL's loop and ours: the loss's forward and backward inside it
+        assert 0 < curves["forward_seconds"][0] and 0 < curves["backward_seconds"][0]
+        assert curves["forward_seconds"][0] + curves["backward_seconds"][0] < curves["seconds"][0]
+        assert report["forward_seconds_per_step"] == curves["forward_seconds"][0] and report["cpu_seconds_per_step"] > 0
     assert json.loads((out / "grpo" / "report.json").read_text())["curves"]["mask_audit"] == [0.0]
 
 

@@ -352,32 +352,60 @@ def reward_funcs(task: NativeTask | ArithmeticTask | WalkTask) -> list[Any]:
     return [*task.train_rewards, *task.metric_functions]
 
 
-def step_curves(log_history: list[dict[str, Any]], seconds: list[float],
+def step_curves(log_history: list[dict[str, Any]], times: dict[str, list[float]],
                 metrics: tuple[str, ...] = native_task.METRICS) -> dict[str, list]:
     """Per optimizer step: the sampled reward, the ``metrics`` per trajectory (the task's tool calls, malformed
     calls, turns: the metric reward functions' means), our trainers' mask audit (trained positions the model did not
-    sample, ``agentic/mask_audit``: must be 0; ``None`` under TRL's GRPOTrainer, which has none) and the step's
-    wall-clock seconds."""
+    sample, ``agentic/mask_audit``: must be 0; ``None`` under TRL's GRPOTrainer, which has none), and the step's
+    ``times`` (:func:`step_timer`)."""
     rows = [log for log in log_history if "reward" in log and "step" in log]
     curves = {"step": [log["step"] for log in rows], "reward": [log["reward"] for log in rows]}
     for key in metrics:
         curves[key] = [log.get(f"rewards/{key}/mean") for log in rows]
     curves["mask_audit"] = [log.get("agentic/mask_audit") for log in rows]
-    curves["seconds"] = seconds
+    curves.update(times)
     return curves
 
 
-def step_timer(seconds: list[float]) -> Any:
-    """A ``TrainerCallback`` that appends each optimizer step's wall-clock seconds (the held-out curve's evaluation
-    excluded: it runs after the step's end is taken)."""
+TIMES = ("seconds", "cpu_seconds", "forward_seconds", "backward_seconds")
+"""What :func:`step_timer` measures of every optimizer step."""
+
+
+def step_timer(trainer: Any, times: dict[str, list[float]]) -> Any:
+    """A ``TrainerCallback`` that appends to ``times`` (a list per key of :data:`TIMES`), for each optimizer step of
+    ``trainer``: its wall-clock seconds, its CPU seconds (the process's: at one torch thread, what the step costs
+    whatever else shares the core), and the wall-clock seconds of the loss's forward (``trainer.compute_loss``) and of
+    its backward (``trainer.accelerator.backward``), summed over the step's micro-batches; the rest of the step is
+    the rollout, its scoring and the optimizer's update. Both trainers run transformers' ``training_step`` (the
+    rollout inside its first micro-batch), so the same split holds for TRL's loop and ours. The held-out curve's
+    evaluation is excluded: it runs after the step's end is taken."""
     from transformers import TrainerCallback
+
+    spent = {"forward_seconds": 0.0, "backward_seconds": 0.0}
+
+    def timed(method: Any, phase: str) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                spent[phase] += time.perf_counter() - start
+
+        return call
+
+    trainer.compute_loss = timed(trainer.compute_loss, "forward_seconds")
+    trainer.accelerator.backward = timed(trainer.accelerator.backward, "backward_seconds")
 
     class Timer(TrainerCallback):
         def on_step_begin(self, *args: Any, **kwargs: Any) -> None:
-            self.start = time.perf_counter()
+            self.start, self.cpu = time.perf_counter(), time.process_time()
+            spent.update(dict.fromkeys(spent, 0.0))
 
         def on_step_end(self, *args: Any, **kwargs: Any) -> None:
-            seconds.append(time.perf_counter() - self.start)
+            times["seconds"].append(time.perf_counter() - self.start)
+            times["cpu_seconds"].append(time.process_time() - self.cpu)
+            for phase, seconds in spent.items():
+                times[phase].append(seconds)
 
     return Timer()
 
@@ -413,17 +441,17 @@ def run_rl(task: NativeTask, args: argparse.Namespace, name: str) -> dict[str, A
                                   advantage_mode=args.ppo_advantage_mode)
     sft_adapter = args.out / "sft" / "adapter"
     curves: dict[str, list] = {"eval": []}
-    seconds: list[float] = []
+    times: dict[str, list[float]] = {key: [] for key in TIMES}
     trainer = trainer_cls(model=learning.with_adapters(args, sft_adapter), reward_funcs=reward_funcs(task),
                           args=config, train_dataset=Dataset.from_list(learning.rl_rows(task, args)),
                           processing_class=tokenizer, peft_config=learning.lora_config(args), **task.trainer_kwargs)
-    trainer.add_callback(step_timer(seconds))
+    trainer.add_callback(step_timer(trainer, times))
     if args.eval_every > 0:
         keys = ("em", f"mean_{task.metrics[0]}", "mean_turns", "malformed_per_trajectory")
         trainer.add_callback(learning.curve_callback(task, args, tokenizer, curves, evaluate_stage, keys))
     trainer.train()
     trainer.model.save_pretrained(str(args.out / name / "adapter"))
-    curves.update(step_curves(trainer.state.log_history, seconds, task.metrics))
+    curves.update(step_curves(trainer.state.log_history, times, task.metrics))
     metrics = evaluate_stage(learning.with_adapters(args, sft_adapter, args.out / name / "adapter"), tokenizer, task,
                              args)
     per_step = learning.trajectories_per_step(args)
@@ -432,7 +460,8 @@ def run_rl(task: NativeTask, args: argparse.Namespace, name: str) -> dict[str, A
             "critic_warmup_steps": args.critic_warmup_steps, "train_reward": curves["reward"],
             "max_staleness": args.max_staleness if name == "grpo" else 0,
             **({"advantage_mode": args.ppo_advantage_mode} if name == "ppo" else {}),
-            "seconds_per_step": sorted(seconds)[len(seconds) // 2] if seconds else None, "curves": curves}
+            **{f"{key}_per_step": sorted(values)[len(values) // 2] if values else None for key, values in times.items()},
+            "curves": curves}
 
 
 def run_stage(stage: str, task: NativeTask, args: argparse.Namespace) -> dict[str, Any]:
@@ -501,10 +530,11 @@ def main(argv: list[str] | None = None) -> int:
     learning.set_determinism(args.seed, args.threads, args.device)
     task = make_task(args)
     for stage in stages:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         learning.set_determinism(args.seed, args.threads, args.device)
         report = run_stage(stage, task, args)
-        report.update(seconds=time.perf_counter() - start, interface=args.interface, **provenance(argv))
+        report.update(seconds=time.perf_counter() - start, cpu_seconds=time.process_time() - cpu,
+                      interface=args.interface, **provenance(argv))
         (args.out / stage).mkdir(parents=True, exist_ok=True)
         heldout = report.pop("messages")
         (args.out / stage / "heldout.jsonl").write_text(

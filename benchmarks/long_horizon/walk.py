@@ -24,16 +24,18 @@ Signals (:class:`WalkEnvironment`):
 
 - the outcome, ``get_reward()``: 1 when the walk reached the goal with the item, else 0 (TRL's trainers add it as a
   reward function of weight 1); :func:`walk_success` reads the same from the rollout's messages;
-- per turn, ``_turn_rewards``: each step's progress, the decrease of the Manhattan distance to the current target
-  (the item until it is picked up, then the goal): +1 toward it, -1 away, 0 for a step into a wall or after the end.
-  Informative (an optimal walk scores +1 at every step) but not the outcome (a walk can make progress and run out of
-  turns, or wander and still arrive);
-- per turn, ``_states``: the state each step was taken from, ``"x,y,item"`` (:meth:`WalkEnvironment._state_key`),
-  GiGPO's anchor (Feng et al. 2025, arXiv 2505.10978): the G rollouts of one prompt share start and world, so states
-  repeat across the group, and the steps taken from one state form a step group.
+- the state, ``_state_key()``: ``"x,y,item"`` (``item`` 1 once picked up), the state the last turn led to: GiGPO's
+  anchor (Feng et al. 2025, arXiv 2505.10978). The G rollouts of one prompt share start and world, so states repeat
+  across the group, and the steps taken from one state form a step group;
+- per step, ``_progress``: the decrease of the Manhattan distance to the current target (the item until it is picked
+  up, then the goal): +1 toward it, -1 away, 0 for a step into a wall or after the end. Informative (an optimal walk
+  scores +1 at every step) but not the outcome (a walk can make progress and run out of turns, or wander and still
+  arrive). :class:`ShapedWalkEnvironment` gives it as each turn's reward (``_turn_reward()``: the progress of the
+  turn's steps); :class:`WalkEnvironment` keeps it for the logs alone, so that its turns earn nothing but the outcome.
 
 Underscore names: TRL 1.16 offers every public method of an ``environment_factory`` class but ``reset`` and
-``get_reward`` as a tool.
+``get_reward`` as a tool, and calls none of the others (our engine reads ``_state_key`` and ``_turn_reward`` after
+every turn).
 """
 
 from __future__ import annotations
@@ -169,8 +171,8 @@ def task_rows(train: int, test: int, seed: int = 0) -> dict[str, list[dict[str, 
 
 class WalkEnvironment:
     """A TRL environment (``environment_factory=WalkEnvironment``): four tools, one per direction, ``get_reward``
-    (the outcome), and the per-turn signal and anchor states as underscore attributes, which TRL ignores (module
-    docstring). ``reset(**row)`` reads the row's ``story``, ``start``, ``item`` and ``goal``."""
+    (the outcome), the state key and each step's progress, which TRL ignores (module docstring). ``reset(**row)``
+    reads the row's ``story``, ``start``, ``item`` and ``goal``."""
 
     def __init__(self) -> None:
         self._wording, self._story = STORIES["key"]
@@ -178,15 +180,14 @@ class WalkEnvironment:
         self._item: Cell = (0, 0)
         self._goal: Cell = (0, 0)
         self._carrying = self._done = False
-        self._turn_rewards: list[float] = []
-        self._states: list[str] = []
+        self._progress: list[float] = []
 
     def reset(self, story: str = "key", start: Sequence[int] = (0, 0), item: Sequence[int] = (0, 0),
               goal: Sequence[int] = (0, 0), **row: Any) -> None:
         self._wording, self._story = STORIES[story]
         self._position, self._item, self._goal = (start[0], start[1]), (item[0], item[1]), (goal[0], goal[1])
         self._carrying = self._done = False
-        self._turn_rewards, self._states = [], []
+        self._progress = []
 
     def east(self) -> str:
         """Step east: x + 1."""
@@ -208,26 +209,25 @@ class WalkEnvironment:
         return float(self._done)
 
     def _state_key(self) -> str:
-        """The state the next step is taken from: ``"x,y,item"`` (``item`` 1 once picked up; the goal, start and
-        story are the row's, the same for a group's rollouts)."""
+        """The state the last turn led to, which the next is taken from: ``"x,y,item"`` (``item`` 1 once picked up;
+        the goal, start and story are the row's, the same for a group's rollouts)."""
         return f"{self._position[0]},{self._position[1]},{int(self._carrying)}"
 
     def _target(self) -> Cell:
         return self._goal if self._carrying else self._item
 
     def _step(self, direction: str) -> str:
-        """Move one cell (module docstring); records the state the step left and its progress."""
-        self._states.append(self._state_key())
+        """Move one cell (module docstring); records the step's progress."""
         story, position, (x, y) = self._story, self._wording.position, self._position
         if self._done:
-            self._turn_rewards.append(0.0)
+            self._progress.append(0.0)
             return DONE
         before = distance(self._position, self._target())
         dx, dy = MOVES[direction]
         inside = 0 <= x + dx < SIZE and 0 <= y + dy < SIZE
         if inside:
             self._position = x, y = x + dx, y + dy
-        self._turn_rewards.append(float(before - distance(self._position, self._target())))
+        self._progress.append(float(before - distance(self._position, self._target())))
         text = position.format(x=x, y=y) if inside else f"{story.wall} {position.format(x=x, y=y)}"
         if not self._carrying and self._position == self._item:
             self._carrying = True
@@ -236,6 +236,23 @@ class WalkEnvironment:
             self._done = True
             text += f" {story.finish} {DONE}"
         return text
+
+
+class ShapedWalkEnvironment(WalkEnvironment):
+    """:class:`WalkEnvironment` whose turns earn their progress (``_turn_reward``): the per-turn signal as a reward,
+    for the trainers that read turn rewards (PPO's turn-level GAE, GiGPO's step returns)."""
+
+    _rewarded = 0  # the steps whose progress a turn reward has given
+
+    def reset(self, **row: Any) -> None:
+        super().reset(**row)
+        self._rewarded = 0
+
+    def _turn_reward(self) -> float:
+        """The progress of the steps taken since the last call (our engine calls it once after every turn): the
+        turn's step, 0 for a turn without one."""
+        reward, self._rewarded = sum(self._progress[self._rewarded:]), len(self._progress)
+        return reward
 
 
 def shortest_walk(row: dict[str, Any]) -> list[str]:
@@ -271,11 +288,11 @@ def walk_success(completions: Sequence[Any], trajectory: Sequence[Any] | None = 
 
 
 def progress(completions: Sequence[Any], environments: Sequence[Any] | None = None, **kwargs: Any) -> list[float | None]:
-    """The per-turn signal, logged as a reward of weight 0: each rollout's mean step progress (``_turn_rewards``;
-    1.0 for an optimal walk; 0 without a step; ``None`` without environments)."""
+    """The per-turn signal, logged as a reward of weight 0: each rollout's mean step progress (``_progress``; 1.0
+    for an optimal walk; 0 without a step; ``None`` without environments)."""
     if environments is None:
         return [None] * len(completions)
-    rewards = [getattr(e, "_turn_rewards", []) for e in environments]
+    rewards = [getattr(e, "_progress", []) for e in environments]
     return [sum(r) / len(r) if r else 0.0 for r in rewards]
 
 
