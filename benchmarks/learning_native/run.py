@@ -51,6 +51,7 @@ log) and the step's seconds; ``--plot`` (default ``<out>/curves.png``) draws the
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -383,18 +384,14 @@ def step_timer(trainer: Any, times: dict[str, list[float]]) -> Any:
 
     spent = {"forward_seconds": 0.0, "backward_seconds": 0.0}
 
-    def timed(method: Any, phase: str) -> Any:
-        def call(*args: Any, **kwargs: Any) -> Any:
-            start = time.perf_counter()
-            try:
-                return method(*args, **kwargs)
-            finally:
-                spent[phase] += time.perf_counter() - start
+    @contextlib.contextmanager
+    def clock(phase: str) -> Any:
+        start = time.perf_counter()
+        yield
+        spent[phase] += time.perf_counter() - start
 
-        return call
-
-    trainer.compute_loss = timed(trainer.compute_loss, "forward_seconds")
-    trainer.accelerator.backward = timed(trainer.accelerator.backward, "backward_seconds")
+    trainer.compute_loss = clock("forward_seconds")(trainer.compute_loss)  # the clock restarts at every call
+    trainer.accelerator.backward = clock("backward_seconds")(trainer.accelerator.backward)
 
     class Timer(TrainerCallback):
         def on_step_begin(self, *args: Any, **kwargs: Any) -> None:
