@@ -66,3 +66,46 @@ def assert_token_exact(runs: list, recording: Recording) -> None:
 
 def logged(trainer: Any) -> set[str]:
     return {key for entry in trainer.state.log_history for key in entry}
+
+
+def two_ways(tokenizer: Any, plans: dict[str, list[str]]) -> Any:
+    """A generator that plays one of two ``plans`` (each a list of turns' texts) per rollout: of the rollouts that
+    start from the same prompt, the first plays the first plan and the next the second, in turn (so the two samples
+    of a GRPO group play both, whatever order the engine asks in); a later turn keeps the plan its first turn chose
+    (read from the conversation)."""
+    from collections import Counter
+
+    from helpers import ScriptedGenerator
+
+    names, seen = list(plans), Counter()
+    header, end = "<|im_start|>assistant\n", "<|im_end|>"
+
+    def script(ids: list[int]) -> str:
+        text = tokenizer.decode(ids)
+        turns = text.split(header)[1:]  # the turns so far, then the one to write
+        if len(turns) == 1:
+            name = names[seen[text] % len(names)]
+            seen[text] += 1
+        else:
+            first = turns[0].split(end)[0]
+            name = next(n for n in names if plans[n][0] == first)
+        return plans[name][len(turns) - 1] + end
+
+    return ScriptedGenerator(tokenizer, script)
+
+
+def train_two_ways(trainer: Any, tokenizer: Any, plans: dict[str, list[str]]) -> tuple[Any, list[str]]:
+    """Train ``trainer`` (its rounds' turns written by :func:`two_ways`); its first round, and the plan each of the
+    round's runs played (each plan by as many runs)."""
+    trainer.rollout_seam.engine.generator = two_ways(tokenizer, plans)
+    _, rounds = record(trainer)
+    trainer.train()
+    played = [next(name for name, turns in plans.items() if run.actions == turns) for run in rounds[0].runs]
+    assert sorted(played) == sorted(list(plans) * (len(played) // len(plans))), played
+    return rounds[0], played
+
+
+def gigpo_logged(trainer: Any) -> tuple[float, float]:
+    """The last logged ``gigpo/anchored_step_share`` and ``gigpo/step_group_size_mean``."""
+    entry = [row for row in trainer.state.log_history if "gigpo/anchored_step_share" in row][-1]
+    return entry["gigpo/anchored_step_share"], entry["gigpo/step_group_size_mean"]

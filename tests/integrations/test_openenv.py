@@ -21,7 +21,14 @@ pytest.importorskip("openenv.core.env_server", reason="openenv runs in its own v
 
 from helpers import native_call as call  # noqa: E402
 from helpers import scripted  # noqa: E402
-from integration_helpers import assert_token_exact, logged, record, trainer_of  # noqa: E402
+from integration_helpers import (  # noqa: E402
+    assert_token_exact,
+    gigpo_logged,
+    logged,
+    record,
+    train_two_ways,
+    trainer_of,
+)
 
 ENV_DIR = Path(__file__).resolve().parent / "envs" / "guess_env"
 APP = "guess_env.server.app:app"
@@ -110,6 +117,75 @@ def test_an_openenv_environment_trains_two_steps(qwen, tmp_path, kind):
     assert_token_exact(runs, recording)
     assert {"rewards/reward_func/mean", "agentic/mask_audit", "agentic/tool_calls/guess_per_trajectory"} <= logged(run)
     assert servers.restarts == 0
+
+
+def kept_guess_game(servers):
+    """The same class on OpenEnvEnvironment: its tools call self._step instead of self.client.step (and reset
+    self._reset), and the base keeps what they return: each turn's reward and state come with it."""
+    from guess_env import GuessAction, GuessEnv
+
+    from trl_agentic.integrations.openenv import OpenEnvEnvironment
+
+    class GuessGame(OpenEnvEnvironment):
+        def __init__(self):
+            self.client = GuessEnv(base_url=servers.url()).sync()
+
+        def reset(self, seed, **kwargs) -> str:
+            return self._reset(seed=seed).observation.message
+
+        def guess(self, number: int) -> str:
+            """Guess the number.
+
+            Args:
+                number: The number guessed, from 1 to 8.
+
+            Returns:
+                Whether the number is right, higher or lower.
+            """
+            return self._step(GuessAction(number=number)).observation.message
+
+    return GuessGame
+
+
+# Seeds 3 and 4 draw 4. Two ways to it: after their second guess both were told "No, higher." (the first way after
+# "No, lower.", the second after "No, higher." already).
+GUESSES = {"down_up": [call("guess", number=6), call("guess", number=2), call("guess", number=4), "I am done."],
+           "up_up": [call("guess", number=2), call("guess", number=3), call("guess", number=4), "I am done."]}
+TOLD = {"down_up": ["No, lower.", "No, higher.", "Right!", "Right!"], "up_up": ["No, higher.", "No, higher.", "Right!",
+                                                                                "Right!"]}
+
+
+def test_each_turn_carries_the_environments_reward_and_observation_and_gigpo_groups_on_them(qwen, tmp_path):
+    """OpenEnvEnvironment gives each turn the reward of its steps (_turn_reward: the right guess's 1) and the key of
+    the observation it led to (_state_key: its fields but the reward); TRL sees one tool, guess. GiGPO groups the
+    turns that start from equal observations, however they were reached: per group the first turns (the prompt), the
+    turns after "No, higher." (the first way's third, the second way's second and third: one group of three) and the
+    last turns (after "Right!"): 7 of 8 steps, in 4 states. Keyed by the observation history (the only key before),
+    the two ways never meet again after their first turn: 2 of 8."""
+    import json
+
+    from datasets import Dataset
+
+    from trl_agentic.integrations.openenv import OpenEnvServers
+
+    tok = qwen.load_tokenizer()
+    rows = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"Game {seed}: guess my number from 1 to 8."}]
+                                         for seed in (3, 4)], "seed": [3, 4]})
+    with OpenEnvServers(APP, num_servers=1, environments=4) as servers:
+        trainer = trainer_of("grpo", tmp_path, model=qwen.load_model(), processing_class=tok, train_dataset=rows,
+                             reward_funcs=lambda environments, **kwargs: [e.episode_reward for e in environments],
+                             environment_factory=kept_guess_game(servers),
+                             config={"rollout_mode": "chat", "max_tokens_per_turn": 64, "max_completion_length": 512,
+                                     "per_device_train_batch_size": 4, "max_steps": 1, "gigpo": True,
+                                     "gigpo_step_rewards": "turns"})
+        assert [tool.__name__ for tool in trainer.tools] == ["guess"]
+        round_, ways = train_two_ways(trainer, tok, GUESSES)
+    for run, way in zip(round_.runs, ways):
+        assert run.turn_rewards == [0.0, 0.0, 1.0, 0.0], run.error
+        keys = [json.loads(info["state_key"]) for info in run.turn_infos]
+        assert keys == [{"done": message == "Right!", "message": message, "metadata": {}} for message in TOLD[way]]
+    assert [float(r) for r in round_.run_rewards[:, 0]] == [1.0] * 4  # episode_reward
+    assert gigpo_logged(trainer) == pytest.approx((7 / 8, 8 / 4))
 
 
 @pytest.mark.parametrize("failure", ["dies", "hangs"])

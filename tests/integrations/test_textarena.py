@@ -12,14 +12,21 @@ import pytest
 ta = pytest.importorskip("textarena", reason="textarena runs in .venv-verifiers (.ci/run)")
 
 from helpers import scripted  # noqa: E402
-from integration_helpers import assert_token_exact, logged, record, trainer_of  # noqa: E402
+from integration_helpers import (  # noqa: E402
+    assert_token_exact,
+    gigpo_logged,
+    logged,
+    record,
+    train_two_ways,
+    trainer_of,
+)
 
 GUESSES = ["I guess [10].", "[5]", "[15]", "[8]"]
 
 
-def replay(seed: int, guesses=GUESSES) -> tuple[float, int]:
+def replay(seed: int, guesses=GUESSES, game_id: str = "GuessTheNumber-v0") -> tuple[float, int]:
     """The game's own reward and turns when these guesses are played in it directly (textarena alone)."""
-    game = ta.make("GuessTheNumber-v0")
+    game = ta.make(game_id)
     game.reset(num_players=1, seed=seed)
     for turn, guess in enumerate(guesses, 1):
         done, _ = game.step(guess)
@@ -54,6 +61,63 @@ def test_a_textarena_game_trains_two_steps(qwen, tmp_path, kind):
     assert trained == [replay(row["seed"])[0] for row in rows]
     assert_token_exact(runs, recording)
     assert {"rewards/textarena_reward/mean", "agentic/mask_audit"} <= logged(trainer)
+
+
+# FrozenLake-v0 with seed 0 (P the player, H a hole, G the goal):   P . . .
+# two ways to (1, 1), then on together: the first reaches the goal,     . . . H
+# the second falls into the hole at (3, 1).                             . . . .
+WALKS = {"goal": ["[right]", "[down]", "[down]", "[right]", "[right]", "[down]"],  # . H H G
+         "hole": ["[down]", "[right]", "[down]", "[down]"]}
+PLACES = {"goal": [[0, 1], [1, 1], [2, 1], [2, 2], [2, 3], [3, 3]], "hole": [[1, 0], [1, 1], [2, 1], [3, 1]]}
+
+
+def test_each_turn_carries_the_games_state_and_gigpo_groups_on_it(qwen, tmp_path):
+    """Each turn's info["state_key"] is the game's own state (game_state: the grid, the player's place) and its reward
+    the game's (its outcome on the last turn, 0 before: TextArena 0.7 reports none earlier). GiGPO groups the turns
+    that start from the same place however it was reached: per group, the first turns (the prompt) and the two walks'
+    turns 3 and 4 (both at (1, 1), then (2, 1)) share states: 6 of 10 steps. Keyed by the observation history (the
+    only key before), the walks never meet again after their first turn: 2 of 10."""
+    import json
+
+    from datasets import Dataset
+
+    from trl_agentic.integrations.textarena import game_reward, textarena_environment
+
+    tok = qwen.load_tokenizer()
+    rows = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"Game {n}."}] for n in (1, 2)], "seed": [0, 0]})
+    trainer = trainer_of("grpo", tmp_path, model=qwen.load_model(), processing_class=tok, train_dataset=rows,
+                         reward_funcs=game_reward(), environment=textarena_environment("FrozenLake-v0"),
+                         config={"rollout_mode": "chat", "max_turns": 6, "max_tokens_per_turn": 8,
+                                 "max_completion_length": 2048, "per_device_train_batch_size": 4, "max_steps": 1,
+                                 "gigpo": True, "gigpo_step_rewards": "turns", "scale_rewards": "none"})
+    round_, walks = train_two_ways(trainer, tok, WALKS)
+    for run, walk in zip(round_.runs, walks):
+        keys = [json.loads(info["state_key"]) for info in run.turn_infos]
+        assert [key["player_pos"] for key in keys] == PLACES[walk]
+        assert all(key["grid"][3] == [" ", "H", "H", "G"] for key in keys)
+        reward, turns = replay(0, WALKS[walk], "FrozenLake-v0")
+        assert run.turn_rewards == [0.0] * (turns - 1) + [reward] and run.stop_reason == "terminated"
+    assert replay(0, WALKS["goal"], "FrozenLake-v0")[0] == 1.0 and 0 < replay(0, WALKS["hole"], "FrozenLake-v0")[0] < 1
+    assert gigpo_logged(trainer) == pytest.approx((6 / 10, 10 / 7))  # 10 steps in 7 states per group
+
+
+def test_a_game_keeps_its_state_where_it_keeps_it():
+    """RushHour's game_state holds objects of its own (cars with __slots__, whose repr is an address): keyed by their
+    fields, the same in two games of one seed. Countdown keeps its numbers in attributes of its own and an empty
+    game_state: no key, so its turns are keyed by the observation history, never all grouped as one state."""
+    from trl_agentic.integrations.textarena import TextArenaEnvironment
+
+    keys = []
+    for _ in range(2):
+        game = TextArenaEnvironment("RushHour-v0")
+        game.reset(seed=5)
+        keys.append(game.step("[A+]").info["state_key"])
+    assert keys[0] == keys[1] and "_Vehicle{" in keys[0] and "0x" not in keys[0]
+    countdown = TextArenaEnvironment("Countdown-v0")
+    countdown.reset(seed=0)
+    assert countdown.game.state.game_state == {}
+    result = countdown.step("[0 1 +]")
+    assert "state_key" not in result.info and not result.terminated
 
 
 def test_a_game_that_raises_costs_its_own_trajectories(qwen, tmp_path):

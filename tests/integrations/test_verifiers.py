@@ -17,7 +17,7 @@ vf = pytest.importorskip("verifiers.v1", reason="verifiers runs in its own venv 
 
 from helpers import native_call as call  # noqa: E402
 from helpers import scripted  # noqa: E402
-from integration_helpers import assert_token_exact, logged, record, trainer_of  # noqa: E402
+from integration_helpers import assert_token_exact, gigpo_logged, logged, record, trainer_of  # noqa: E402
 
 ENV_DIR = Path(__file__).resolve().parent / "envs" / "tiny_arith"
 SUBPROCESS = {"agent": {"runtime": {"type": "subprocess"}}}
@@ -75,6 +75,30 @@ def test_a_verifiers_environment_trains_two_steps(qwen, tmp_path, kind):
     keys = logged(trainer)
     assert {"rewards/verifiers_reward/mean", "verifiers/correct", "verifiers/used_tool", "verifiers/metric/turns",
             "agentic/mask_audit"} <= keys, sorted(keys)
+
+
+def test_gigpo_reads_a_verifiers_episodes_turns(qwen, tmp_path):
+    """verifiers 0.4 scores a whole trace (Trace.rewards, one per @vf.reward; nothing per turn): each turn's reward is
+    0 unless Agent(env.agent, turn_rewards=...) gives one from the recorded turns (here 0.1 for the turn that called
+    add), and GiGPO keys each turn by the conversation before it. Every rollout of a group plays the same two turns:
+    both turns of every group share their states (step groups of two)."""
+    from trl_agentic.agents import Agent
+
+    def tool_turns(trajectory, **row):
+        return [0.1 * bool(info.get("tool")) for info in trajectory.turn_infos]
+
+    env = load()
+    tok = qwen.load_tokenizer()
+    trainer = trainer_of("grpo", tmp_path, model=scripted(qwen.load_model(), tok, TURNS), processing_class=tok,
+                         train_dataset=env.dataset(), reward_funcs=env.reward,
+                         agent=Agent(env.agent, turn_rewards=tool_turns),
+                         config={"per_device_train_batch_size": 4, "max_steps": 1, "gigpo": True})
+    _, rounds = record(trainer)
+    trainer.train()
+    runs = rounds[0].runs
+    assert len(runs) == 4 and all(run.stop_reason == "terminated" for run in runs), [run.error for run in runs]
+    assert [run.turn_rewards for run in runs] == [[0.1, 0.0]] * 4
+    assert gigpo_logged(trainer) == (1.0, 2.0)
 
 
 def test_evaluate_scores_a_verifiers_environment(qwen):

@@ -7,10 +7,13 @@ that client a ``base_url``:
 
     servers = OpenEnvServers("guess_env.server.app:app", num_servers=2, environments=environments_per_round(args))
 
-    class GuessGame:                                   # TRL's environment_factory
+    class GuessGame(OpenEnvEnvironment):               # TRL's environment_factory
         def __init__(self):
             self.client = GuessEnv(base_url=servers.url()).sync()
         ...
+
+:class:`~trl_agentic.integrations.openenv_environment.OpenEnvEnvironment`, the class's base, keeps what the client
+returns, so that each turn carries the environment's reward and the key of its observation (GiGPO's state).
 
 - **Started by the run.** Each server is ``python -m uvicorn <app> --host 127.0.0.1 --port <free port>`` with this
   process's interpreter (no Docker, no ``uv``), in a session of its own; its output goes to a log file whose tail is
@@ -38,8 +41,8 @@ that client a ``base_url``:
   garbage-collected, and at exit) ends every server's process group.
 
 :class:`OpenEnvServer` is one server, with OpenEnv's ``RuntimeProvider`` interface (``start``, ``wait_for_ready``,
-``stop``, ``base_url``), so that it also works as an ``EnvClient(provider=...)``. Standard library only: OpenEnv
-itself is imported by the app, in the server's process.
+``stop``, ``base_url``), so that it also works as an ``EnvClient(provider=...)``. OpenEnv itself is not imported
+here: the app imports it, in the server's process, and the environment's client in the user's class.
 """
 
 from __future__ import annotations
@@ -60,6 +63,8 @@ import urllib.error
 import urllib.request
 import weakref
 from typing import Any
+
+from .openenv_environment import OpenEnvEnvironment
 
 logger = logging.getLogger(__name__)
 
@@ -422,4 +427,4 @@ def environments_per_round(args: Any) -> int:
     return train + now if getattr(args, "max_staleness", 0) else max(train, now)
 
 
-__all__ = ["OpenEnvServer", "OpenEnvServerError", "OpenEnvServers", "environments_per_round"]
+__all__ = ["OpenEnvEnvironment", "OpenEnvServer", "OpenEnvServerError", "OpenEnvServers", "environments_per_round"]

@@ -14,6 +14,14 @@
 - **The game's own reward.** When the game is done, ``env.close()`` gives its rewards; the player's is the turn's
   reward (``StepResult.reward``) and the episode is ``terminated``; :func:`game_reward` (a
   :class:`~trl_agentic.rewards.TurnReward`) reads it. A game cut by the training's budgets gets no reward (0).
+  TextArena 0.7 reports no reward before the game is done (its ``state.rewards`` is ``None`` until a game sets its
+  outcome, which ends it): the turns before the last earn 0.
+- **The game's state.** Each turn's ``info["state_key"]`` is the game's own record of its state
+  (``game.state.game_state``: the board, the guesses so far, the cars' places) as canonical text
+  (:func:`~trl_agentic.integrations.state_keys.state_key`), so that GiGPO groups the turns that start from the same
+  board however it was reached. A game that keeps no state there (an empty ``game_state``: Countdown, Cryptarithm,
+  Slitherlink and ThreeCardMonte keep theirs in attributes of their own) gives no key: its turns are keyed by the
+  observation history (``gigpo_state_key``).
 - **A game that raises** (in ``make``, ``reset`` or ``step``) ends its own trajectory with ``env_error``. A game that
   cannot be made or reset says so in one line (:func:`_game_failure`): the game's own message, or, for a word game
   whose NLTK data is missing (NLTK's ``LookupError`` is a framed block of lines), the resource and the command that
@@ -28,9 +36,11 @@ from __future__ import annotations
 import functools
 import re
 import threading
+from collections.abc import Mapping
 from typing import Any, Callable
 
 from ..environments.base import Environment, StepResult
+from .state_keys import state_key
 
 _RESET_LOCK = threading.Lock()
 """Held while a game is made and reset: TextArena seeds Python's global ``random`` there."""
@@ -83,17 +93,27 @@ class TextArenaEnvironment(Environment):
         return self._observe()
 
     def step(self, action: str) -> StepResult:
-        """The game's step on the turn's text; the game's next message, or its reward when it is done."""
+        """The game's step on the turn's text; the game's next message and the key of its state, and its reward when
+        it is done."""
         done, info = self.game.step(action)
         observation = self._observe()
+        key = self._game_state_key()
+        keyed = {} if key is None else {"state_key": key}
         if not done:
-            return StepResult(observation or None, info={"textarena": dict(info or {})})
+            return StepResult(observation or None, info={"textarena": dict(info or {}), **keyed})
         rewards, game_info = self.game.close()
         self.game = None
         player = (game_info or {}).get(0, {})
         reward = float((rewards or {}).get(0, 0.0))
+        player_info = {k: v for k, v in player.items() if isinstance(v, (str, int, float))}
         return StepResult(observation or None, reward=reward, terminated=True,
-                          info={"textarena": {k: v for k, v in player.items() if isinstance(v, (str, int, float))}})
+                          info={"textarena": player_info, **keyed})
+
+    def _game_state_key(self) -> str | None:
+        """The key of the game's state (module docstring), ``None`` when its ``game_state`` is empty or holds a
+        value without a stable text."""
+        game_state = getattr(getattr(self.game, "state", None), "game_state", None)
+        return state_key(game_state) if isinstance(game_state, Mapping) and game_state else None
 
     def close(self) -> None:
         game, self.game = self.game, None
@@ -172,7 +192,8 @@ def textarena_dataset(num_games: int, seed: int = 0, prompt: str = "") -> Any:
 
 def game_reward() -> Any:
     """The game's own reward (the player's, given when the game is done): the trajectory's turn rewards summed, as
-    ``textarena_reward`` in the logs."""
+    ``textarena_reward`` in the logs. The last turn's reward already holds it: with ``gigpo=True`` pass
+    ``gigpo_step_rewards="turns"``, so that GiGPO's step returns count it once (``docs/credit.md``)."""
     from ..rewards.turns import TurnReward
 
     return TurnReward("sum", name="textarena_reward")
