@@ -2,13 +2,17 @@
 
 import json
 
+import pytest
+
 from trl_agentic.trajectory import load_trajectories
 
 
-def test_shortened_demo_learns_and_writes_its_outputs(tmp_path, capsys):
+@pytest.mark.parametrize("task", ["native", "tags"])
+def test_shortened_demo_learns_and_writes_its_outputs(tmp_path, capsys, task):
+    """Both tasks: TRL's environment_factory with native tool calls (the default), and text tags."""
     from trl_agentic.demo import main
 
-    summary = main(["--quick", "--steps", "10", "--output-dir", str(tmp_path)])
+    summary = main(["--task", task, "--quick", "--steps", "10", "--output-dir", str(tmp_path)])
     assert summary["success_before"] <= 0.05
     assert summary["success_after"] >= summary["success_before"] + 0.3  # the SFT warm start alone does this
     assert json.loads((tmp_path / "summary.json").read_text())["success_after"] == summary["success_after"]
@@ -38,7 +42,7 @@ def test_demo_trains_one_round_behind_with_a_generator_process(tmp_path):
     ahead, as the docs' learning table runs it; the summary says how."""
     from trl_agentic.demo import main
 
-    summary = main(["--quick", "--steps", "3", "--output-dir", str(tmp_path), "--max-staleness", "1",
+    summary = main(["--task", "tags", "--quick", "--steps", "3", "--output-dir", str(tmp_path), "--max-staleness", "1",
                     "--async-generator", "process"])
     assert (summary["max_staleness"], summary["async_correction"], summary["async_generator"]) == (
         1, "decoupled", "process")
@@ -55,3 +59,23 @@ def test_page_title_says_what_it_shows():
     assert len(shown) == 1 and "a success (every held-out prompt succeeded)" in title and "failure" not in title
     shown, title = showcase(ts, [0.0, 0.0, 0.0])
     assert len(shown) == 1 and "a failure (no held-out prompt succeeded)" in title
+
+
+def test_the_readme_shows_the_committed_run_of_the_demo():
+    """The README's demo output is the printed log of the committed run (benchmarks/reports/issue58), its figures
+    those of the run's summary.json: a run that learned to at least 90 % held-out."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    reports = root / "benchmarks" / "reports" / "issue58"
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    shown = readme.split("```\ntrl-agentic demo:", 1)[1].split("\n```", 1)[0]
+    shown = "trl-agentic demo:" + shown
+    for run in ("demo_native1", "demo_native2"):
+        printed = [line for line in (reports / f"{run}.log").read_text().splitlines() if not line.endswith(" s wall")]
+        seconds = re.compile(r"\(\d+ s\)|\d+ s\.|/tmp/[^\s,]+")
+        assert [seconds.sub("", line) for line in shown.splitlines()] == [seconds.sub("", line) for line in printed]
+        summary = json.loads((reports / f"{run}.json").read_text())
+        assert summary["task"] == "native" and summary["success_after"] >= 0.9
+        assert f"after SFT + GRPO{summary['success_after']:>18.1%}" in shown

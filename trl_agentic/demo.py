@@ -1,21 +1,31 @@
 """Offline CPU demo: a tiny model learns to use a lookup tool, with the library's whole pipeline.
 
-    python -m trl_agentic.demo              # 1 to 3 minutes on 2 CPU cores
-    python -m trl_agentic.demo --quick      # a shorter look
+    python -m trl_agentic.demo                  # native tool calls through a TRL environment_factory class
+    python -m trl_agentic.demo --task tags      # the same task with text tags and a trl-agentic Environment
+    python -m trl_agentic.demo --quick          # a shorter look
 
-The task: ``find key k37`` -> the agent calls ``<lookup>k37</lookup>``, reads ``<result>7</result>`` and answers
-``<answer>7</answer>``. The value is drawn at random for every row, independently of the key, so no model can know
-it without the tool; success is the outcome (the right value, after a lookup), measured greedily on held-out prompts.
+The task: ``find key k37`` -> the agent calls the lookup tool with ``k37``, reads the value and answers with it. The
+value is drawn at random for every row, independently of the key, so no model can know it without the tool; success
+is the outcome (the right value, after a lookup), measured greedily on held-out prompts. Two ways to give it:
 
-The pipeline is the one a user runs: a tokenizer and a 2-layer Qwen2 built on the spot (nothing is downloaded), an
-agentic SFT warm start on a handful of demonstrations (:func:`trl_agentic.sft.sft_dataset` replays them through the
-rollout engine against the real tool, observations masked, then TRL's ``SFTTrainer``), then ``AgenticGRPOTrainer``
-with the environment and the outcome reward, with :func:`trl_agentic.evaluate.evaluate` on held-out prompts before,
-after SFT and after GRPO. It writes to the output directory a reward curve (``reward_curve.png``), a successful and
-a failed trajectory where there are both (``trajectories.html``), every held-out trajectory
-(``heldout_trajectories.jsonl``), the tokenizer (``tokenizer/``, for ``python -m trl_agentic.render ... --tokenizer``)
-and ``summary.json``. The same seed gives the same numbers on the
-same machine (one thread, deterministic algorithms).
+- ``--task native`` (the default): TRL's pattern, :class:`~trl_agentic.toy.native.KeyValueStore` as
+  ``environment_factory=``; the model writes a JSON tool call in Qwen2.5-Instruct's chat template
+  (``<tool_call>{"name": "lookup", "arguments": {"key": "k37"}}</tool_call>``), TRL's response template parses it, the
+  class's method answers in a ``tool`` message, and the reward function reads the conversation. Its tokenizer is
+  trained on the task's conversations (:func:`~trl_agentic.toy.native.build_tool_tokenizer`), so that a random
+  2-layer model can learn the call's format in minutes, as a real instruct model knows it already.
+- ``--task tags``: text tags, ``<lookup>k37</lookup>`` -> ``<result>7</result>``, ``<answer>7</answer>``, with
+  :class:`~trl_agentic.toy.LookupEnvironment` as ``environment=``.
+
+The pipeline is the one a user runs, through the public entry points, each given the same rollout argument: a
+tokenizer and a 2-layer Qwen2 built on the spot (nothing is downloaded), an agentic SFT warm start on a handful of
+demonstrations (:func:`trl_agentic.sft.sft_dataset` replays them through the rollout engine against the real tool,
+observations masked, then TRL's ``SFTTrainer``), then ``AgenticGRPOTrainer`` with the outcome reward, with
+:func:`trl_agentic.evaluate.evaluate` on held-out prompts before, after SFT and after GRPO. It writes to the output
+directory a reward curve (``reward_curve.png``), a successful and a failed trajectory where there are both
+(``trajectories.html``), every held-out trajectory (``heldout_trajectories.jsonl``), the tokenizer (``tokenizer/``,
+for ``python -m trl_agentic.render ... --tokenizer``) and ``summary.json``. The same seed gives the same numbers on
+the same machine (one thread, deterministic algorithms).
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ import os
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,15 +49,78 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 PROMPT_SEEDS = {"demonstrations": 1, "train": 3, "heldout": 7}  # disjoint draws of keys and values
 
 
+@dataclass(frozen=True)
+class DemoTask:
+    """One way to give the lookup task (module docstring): what the entry points receive, the rows and their
+    demonstrations, the outcome reward, the budgets and the warm start it needs.
+
+    Attributes:
+        title: What the first line says the model learns.
+        rollout: The rollout argument every entry point receives (``environment=`` or ``environment_factory=``).
+        tokenizer: Builds the tokenizer, on the spot.
+        rows: ``rows(n, seed)``: ``n`` dataset rows drawn with ``seed``.
+        demonstration: A row with its ``completion``, as ``sft_dataset`` takes it.
+        success: The outcome reward, a TRL reward function (1 or 0).
+        budgets: ``max_turns``, ``max_tokens_per_turn``, ``max_completion_length``.
+        sft_epochs: Epochs of the warm start over the demonstrations.
+        sft_options: More keyword arguments of ``sft_dataset`` (the tag protocol).
+        steps: GRPO steps unless ``--steps`` says otherwise.
+    """
+
+    title: str
+    rollout: dict[str, Any]
+    tokenizer: Callable[[], Any]
+    rows: Callable[[int, int], list[dict[str, Any]]]
+    demonstration: Callable[[dict[str, Any]], dict[str, Any]]
+    success: Callable[..., list[float]]
+    budgets: dict[str, int]
+    sft_epochs: int
+    sft_options: dict[str, Any]
+    steps: int
+
+
+def demo_task(name: str) -> DemoTask:
+    """``native``: TRL's ``environment_factory`` class and native tool calls; ``tags``: text tags and a trl-agentic
+    environment."""
+    from trl_agentic.toy import (
+        LOOKUP_TAGS,
+        LookupEnvironment,
+        build_tokenizer,
+        lookup_success,
+        make_lookup_dataset,
+    )
+    from trl_agentic.toy.native import (
+        KeyValueStore,
+        build_tool_tokenizer,
+        key_value_demonstration,
+        key_value_success,
+    )
+
+    if name == "native":
+        return DemoTask(
+            title="native tool calls through a TRL environment_factory class", tokenizer=build_tool_tokenizer,
+            rollout={"environment_factory": KeyValueStore},
+            rows=lambda n, seed: make_lookup_dataset(n, seed=seed, conversational=True),
+            demonstration=key_value_demonstration, success=key_value_success,
+            budgets=dict(max_turns=3, max_tokens_per_turn=16, max_completion_length=48), sft_epochs=80,
+            sft_options={}, steps=80)
+    return DemoTask(
+        title="a lookup tool with text tags (environment=)", tokenizer=build_tokenizer,
+        rollout={"environment": LookupEnvironment}, rows=lambda n, seed: make_lookup_dataset(n, seed=seed),
+        demonstration=lambda row: {**row, "completion": f"<lookup>{row['key']}</lookup><answer>{row['value']}"
+                                                        "</answer>"},
+        success=lookup_success, budgets=dict(max_turns=3, max_tokens_per_turn=12, max_completion_length=48),
+        sft_epochs=40, sft_options={"protocol": LOOKUP_TAGS}, steps=120)
+
+
 @dataclass
 class DemoSettings:
     """The knobs of the demo (``--quick`` shrinks the run, not the method)."""
 
     hidden_size: int = 64
     demonstrations: int = 32
-    sft_epochs: int = 40
     sft_learning_rate: float = 3e-3
-    steps: int = 120
+    steps: int | None = None  # the task's
     learning_rate: float = 1e-3
     prompts_per_step: int = 8
     num_generations: int = 8
@@ -59,7 +133,9 @@ def _parse(argv: list[str] | None) -> tuple[DemoSettings, argparse.Namespace]:
     parser = argparse.ArgumentParser(prog="python -m trl_agentic.demo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     defaults = DemoSettings()
-    parser.add_argument("--steps", type=int, default=None, help=f"GRPO steps (default {defaults.steps})")
+    parser.add_argument("--task", default="native", choices=("native", "tags"),
+                        help="native: TRL's environment_factory and native tool calls (default); tags: text tags")
+    parser.add_argument("--steps", type=int, default=None, help="GRPO steps (default: 80 native, 120 tags)")
     parser.add_argument("--quick", action="store_true", help="40 GRPO steps and 50 held-out prompts")
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--output-dir", default=None, help="where the plot, page and summary go (default: a temp dir)")
@@ -107,14 +183,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from trl_agentic import AgenticGRPOConfig, AgenticGRPOTrainer
     from trl_agentic.evaluate import evaluate
     from trl_agentic.sft import sft_dataset
-    from trl_agentic.toy import (
-        LOOKUP_TAGS,
-        LookupEnvironment,
-        build_tiny_model,
-        build_tokenizer,
-        lookup_success,
-        make_lookup_dataset,
-    )
+    from trl_agentic.toy import build_tiny_model
 
     hf_logging.set_verbosity_error()
     datasets.disable_progress_bars()
@@ -124,41 +193,42 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     output_dir = args.output_dir or tempfile.mkdtemp(prefix="trl-agentic-demo-")
     os.makedirs(output_dir, exist_ok=True)
 
-    tokenizer = build_tokenizer()
+    task = demo_task(args.task)
+    settings.steps = settings.steps or task.steps
+    tokenizer = task.tokenizer()
     model = build_tiny_model(tokenizer, hidden_size=settings.hidden_size, seed=settings.seed)
-    budgets = dict(max_turns=3, max_tokens_per_turn=12, max_completion_length=48, overlap_chunks=1)
-    heldout = make_lookup_dataset(settings.heldout, seed=PROMPT_SEEDS["heldout"] + 1000 * settings.seed)
-    greedy = GenerationConfig(do_sample=False, max_new_tokens=12, eos_token_id=tokenizer.eos_token_id,
-                              pad_token_id=tokenizer.pad_token_id)
+    heldout = task.rows(settings.heldout, PROMPT_SEEDS["heldout"] + 1000 * settings.seed)
+    greedy = GenerationConfig(do_sample=False, max_new_tokens=task.budgets["max_tokens_per_turn"],
+                              eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
 
     def measure(label: str) -> Any:
-        report, trajectories = evaluate(model, tokenizer, LookupEnvironment, heldout, lookup_success, greedy=True,
-                                        generation_config=greedy, show_progress=False, **budgets)
+        report, trajectories = evaluate(model, tokenizer, rows=heldout, reward_funcs=task.success, greedy=True,
+                                        generation_config=greedy, show_progress=False, overlap_chunks=1,
+                                        **task.budgets, **task.rollout)
         print(f"{label:<22} success {report.accuracy:6.1%}   turns {report.mean_turns:.2f}   "
               f"tool calls {report.mean_tool_calls:.2f}   ({time.perf_counter() - start:.0f} s)", flush=True)
         return report, trajectories
 
-    print(f"trl-agentic demo: a 2-layer Qwen2 learns a lookup tool; {settings.heldout} held-out prompts, "
+    print(f"trl-agentic demo: a 2-layer Qwen2 learns {task.title}; {settings.heldout} held-out prompts, "
           f"seed {settings.seed}, output in {output_dir}", flush=True)
     before, _ = measure("untrained")
 
-    # 1. Agentic SFT warm start: demonstrations written as text, replayed through the engine against the real tool
-    demos = [{**row, "completion": f"<lookup>{row['key']}</lookup><answer>{row['value']}</answer>"}
-             for row in make_lookup_dataset(settings.demonstrations, seed=PROMPT_SEEDS["demonstrations"])]
-    dataset = sft_dataset(demos, tokenizer, environment=LookupEnvironment, protocol=LOOKUP_TAGS,
-                          show_progress=False, **budgets)
-    sft_args = SFTConfig(output_dir=os.path.join(output_dir, "sft"), num_train_epochs=settings.sft_epochs,
+    # 1. Agentic SFT warm start: demonstrations replayed through the engine against the real tool
+    demos = [task.demonstration(row) for row in task.rows(settings.demonstrations, PROMPT_SEEDS["demonstrations"])]
+    dataset = sft_dataset(demos, tokenizer, show_progress=False, overlap_chunks=1, **task.sft_options,
+                          **task.budgets, **task.rollout)
+    sft_args = SFTConfig(output_dir=os.path.join(output_dir, "sft"), num_train_epochs=task.sft_epochs,
                          per_device_train_batch_size=16, learning_rate=settings.sft_learning_rate,
                          lr_scheduler_type="constant", logging_steps=10, report_to="none", use_cpu=True, bf16=False,
                          save_strategy="no", seed=settings.seed, disable_tqdm=True)
     sft = _quiet(SFTTrainer(model=model, args=sft_args, train_dataset=dataset, processing_class=tokenizer))
     sft_loss = sft.train().training_loss
     _remove_if_empty(sft_args.output_dir)
-    print(f"SFT warm start: {len(dataset)} demonstrations x {settings.sft_epochs} epochs, mean loss {sft_loss:.3f}",
+    print(f"SFT warm start: {len(dataset)} demonstrations x {task.sft_epochs} epochs, mean loss {sft_loss:.3f}",
           flush=True)
     after_sft, _ = measure("after SFT")
 
-    # 2. GRPO with the environment and the outcome reward
+    # 2. GRPO with the same rollout argument and the outcome reward
     curve: list[tuple[int, float]] = []
 
     class CompactLog(TrainerCallback):
@@ -176,23 +246,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         settings.num_generations, num_generations=settings.num_generations, max_steps=settings.steps,
         learning_rate=settings.learning_rate, lr_scheduler_type="constant", beta=0.0, temperature=1.0,
         logging_steps=1, report_to="none", use_cpu=True, bf16=False, seed=settings.seed, save_strategy="no",
-        disable_tqdm=True, **{k: v for k, v in budgets.items() if k != "overlap_chunks"}, overlap_chunks="1",
-        max_staleness=args.max_staleness, async_correction=args.async_correction,
-        async_generator=args.async_generator,
+        disable_tqdm=True, **task.budgets, overlap_chunks="1", max_staleness=args.max_staleness,
+        async_correction=args.async_correction, async_generator=args.async_generator,
     )
-    train = Dataset.from_list(make_lookup_dataset(512, seed=PROMPT_SEEDS["train"]))
-    grpo = _quiet(AgenticGRPOTrainer(model=model, reward_funcs=lookup_success, args=grpo_args, train_dataset=train,
-                                     processing_class=tokenizer, environment=LookupEnvironment,
-                                     callbacks=[CompactLog()]))
+    train = Dataset.from_list(task.rows(512, PROMPT_SEEDS["train"]))
+    grpo = _quiet(AgenticGRPOTrainer(model=model, reward_funcs=task.success, args=grpo_args, train_dataset=train,
+                                     processing_class=tokenizer, callbacks=[CompactLog()], **task.rollout))
     grpo.train()
     _remove_if_empty(grpo_args.output_dir)
     after, trajectories = measure(f"after GRPO ({settings.steps} st.)")
 
     seconds = time.perf_counter() - start
     summary = {
-        "success_before": before.accuracy, "success_after_sft": after_sft.accuracy, "success_after": after.accuracy,
-        "heldout_prompts": settings.heldout, "demonstrations": len(dataset), "steps": settings.steps,
-        "seed": settings.seed, "seconds": round(seconds, 1), "max_staleness": args.max_staleness,
+        "task": args.task, "success_before": before.accuracy, "success_after_sft": after_sft.accuracy,
+        "success_after": after.accuracy, "heldout_prompts": settings.heldout, "demonstrations": len(dataset),
+        "steps": settings.steps, "seed": settings.seed, "seconds": round(seconds, 1),
+        "max_staleness": args.max_staleness,
         "async_correction": args.async_correction if args.max_staleness else None,
         "async_generator": args.async_generator if args.max_staleness else None,
     }

@@ -7,7 +7,7 @@ loop over rounds (sample, then ``SFTTrainer``) is the recipe ``recipes/rft.py``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,26 +36,29 @@ class RejectionSample:
 def rejection_sampling(
     model: Any,
     processing_class: Any,
-    environment: EnvironmentFactory,
-    rows: Sequence[dict[str, Any]],
-    reward_func: Callable[..., Sequence[float | None]],
+    environment: EnvironmentFactory | None = None,
+    rows: Sequence[dict[str, Any]] | None = None,
+    reward_funcs: Any = None,
     *,
     samples_per_row: int = 4,
     success_threshold: float = 1.0,
     max_per_row: int | None = 1,
     **evaluate_kwargs: Any,
 ) -> RejectionSample:
-    """Sample ``samples_per_row`` trajectories per row with the engine the trainers use, score them with a TRL reward
-    function, and keep those whose reward is at least ``success_threshold``. Trajectories whose environment failed
+    """Sample ``samples_per_row`` trajectories per row with the engine the trainers use, score them with TRL reward
+    functions, and keep those whose reward is at least ``success_threshold``. Trajectories whose environment failed
     are never kept; identical completions of one row are kept once; at most ``max_per_row`` per row (``None``: all).
 
-    Sampling uses the model's generation config with ``do_sample=True`` (pass ``generation_config=`` to set the
-    temperature). ``evaluate_kwargs`` go to :func:`~trl_agentic.evaluate.evaluate` (``batch_size``, ``config`` or
+    What is rolled out is given as the trainers take it: ``environment=``, or by name ``environment_factory=``,
+    ``tools=`` or ``agent=`` (:func:`~trl_agentic.evaluate.evaluate`). Sampling uses the model's generation config
+    with ``do_sample=True`` (pass ``generation_config=`` to set the temperature). ``evaluate_kwargs`` go to
+    :func:`~trl_agentic.evaluate.evaluate` (the rollout arguments, ``reward_weights``, ``batch_size``, ``config`` or
     :class:`~trl_agentic.rollout.engine.RolloutConfig` fields, ``generator``, ``show_progress``, ...).
     """
-    report, trajectories = evaluate(model, processing_class, environment, rows, reward_func,
+    report, trajectories = evaluate(model, processing_class, environment, rows, reward_funcs,
                                     samples_per_row=samples_per_row, success_threshold=success_threshold, greedy=False,
                                     **evaluate_kwargs)
+    rows = list(rows or [])
     kept, kept_rows = [], []
     for i, row in enumerate(rows):
         seen: set[tuple[int, ...]] = set()
