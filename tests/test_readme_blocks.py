@@ -60,21 +60,25 @@ def run_shell_block(block: str, cwd: Path) -> None:
 
 
 def test_readme_blocks_run_as_written(tmp_path, monkeypatch):
+    """The README's workflow, as a reader runs it: a TRL environment class through SFT, GRPO, evaluate and render."""
     blocks = python_blocks(ROOT / "README.md")
-    assert len(blocks) >= 3
+    assert len(blocks) >= 1
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     namespace: dict = {"__name__": "__readme__"}
     for i, code in enumerate(blocks):
         exec(compile(code, f"README.md python block {i + 1}", "exec"), namespace)  # noqa: S102 - our own README
     assert namespace["trainer"].state.global_step == 2
-    assert os.path.isdir(tmp_path / "tiny-qwen2")
+    assert namespace["report"].num_rows == 3 and namespace["report"].samples_per_row == 4
+    page = (tmp_path / "trajectories.html").read_text(encoding="utf-8")
+    assert page.count('<section class="traj"') == 12 and os.path.isdir(tmp_path / "tiny-qwen2")
 
 
-def test_readme_trl_agentic_command_runs_as_written(tmp_path):
-    """The README's ``trl-agentic grpo ... --tools`` lines, offline: TRL's tools= on the tiny model (Qwen2.5's
+def test_guide_trl_agentic_command_runs_as_written(tmp_path):
+    """The guide's ``trl-agentic grpo ... --tools`` lines, offline: TRL's tools= on the tiny model (Qwen2.5's
     template renders the tool, TRL's response template parses its calls), two steps, the model saved."""
-    (block,) = [b for b in _BASH.findall((ROOT / "README.md").read_text(encoding="utf-8")) if "trl-agentic grpo" in b]
+    text = (ROOT / "docs" / "guide.md").read_text(encoding="utf-8")
+    (block,) = [b for b in _BASH.findall(text) if "trl-agentic grpo" in b]
     assert "--tools" in block
     run_shell_block(block, tmp_path)
     assert (tmp_path / "out" / "model.safetensors").is_file()
@@ -91,24 +95,31 @@ def test_recipes_doc_trl_agentic_config_runs_as_written(tmp_path):
     assert (tmp_path / "out" / "model.safetensors").is_file()
 
 
-def test_the_quick_start_names_a_short_first_test_command():
-    """The whole suite takes minutes to most of an hour: the quick start gives a short command to run first, whose
+def test_the_readme_gives_two_commands_the_demo_and_the_tests():
+    """The README's two commands: the offline demo and the test command CI runs (``.ci/run``)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    (block,) = [b for b in _BASH.findall(text) if "trl_agentic.demo" in b]
+    commands = [line.split("#")[0].strip() for line in block.replace("\\\n", " ").splitlines() if line.strip()]
+    assert commands == ["python -m trl_agentic.demo", "python -m pytest -n 2 --dist loadgroup"], commands
+    assert f"\n{commands[1]}\n" in (ROOT / ".ci" / "run").read_text(encoding="utf-8")  # CI runs the README's command
+
+
+def test_the_development_page_names_a_short_first_test_command():
+    """The whole suite takes most of half an hour: docs/development.md gives a short command to run first, whose
     tests exist, and says how long each command takes."""
-    quick_start = _BASH.findall((ROOT / "README.md").read_text(encoding="utf-8"))[0].replace("\\\n", " ")
-    commands = [line for line in quick_start.splitlines() if line.startswith("python -m pytest")]
+    quick_start = _BASH.findall((ROOT / "docs" / "development.md").read_text(encoding="utf-8"))[0]
+    commands = [line for line in quick_start.replace("\\\n", " ").splitlines() if line.startswith("python -m pytest")]
     first = [shlex.split(line, comments=True)[3:] for line in commands if "tests/" in line]
-    assert len(commands) == 2 and len(first) == 1 and all(" min" in line for line in commands), commands
+    assert len(commands) == 2 and len(first) == 1 and all(" min" in line or " s" in line for line in commands)
     for node in first[0]:
         path, _, test = node.partition("::")
         assert (ROOT / path).is_file(), node
         assert not test or f"def {test}(" in (ROOT / path).read_text(encoding="utf-8"), node
-    (whole,) = [line.split("#")[0].strip() for line in commands if "tests/" not in line]
-    assert f"\n{whole}\n" in (ROOT / ".ci" / "run").read_text(encoding="utf-8")  # CI runs the README's command
 
 
 def test_the_docs_with_python_blocks():
     """The docs the issue named are among those whose blocks run (a block fenced otherwise would escape)."""
-    assert {"agents.md", "recipes.md", "rewards.md", "sft.md", "tools.md"} <= {p.name for p in DOCS}
+    assert {"agents.md", "guide.md", "recipes.md", "rewards.md", "sft.md", "tools.md"} <= {p.name for p in DOCS}
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)

@@ -1,5 +1,5 @@
-"""The README's "bring your own environment" example: the environment and the reward that reads ``trajectory`` do
-what the README says (tests/test_readme_blocks.py runs the whole block, training included)."""
+"""The guide's "bring your own environment" example: the environment and the reward that reads ``trajectory`` do
+what the guide says (tests/test_readme_blocks.py runs the whole block, training included)."""
 
 from __future__ import annotations
 
@@ -7,16 +7,16 @@ from pathlib import Path
 
 from helpers import ScriptedGenerator
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+GUIDE = Path(__file__).resolve().parents[1] / "docs" / "guide.md"
 
 
 def _example() -> dict:
-    section = README.read_text(encoding="utf-8").split("## Bring your own environment", 1)[1]
+    section = GUIDE.read_text(encoding="utf-8").split("## Bring your own environment", 1)[1]
     code = section.split("```python\n", 1)[1].split("```", 1)[0]
     definitions = code.split("\ndataset = ", 1)[0]  # the classes and the reward; the block trains in test_readme_blocks
     assert len(definitions.strip().splitlines()) <= 30
     namespace: dict = {}
-    exec(compile(definitions, "README example", "exec"), namespace)  # noqa: S102 - our own documentation
+    exec(compile(definitions, "docs/guide.md example", "exec"), namespace)  # noqa: S102 - our own documentation
     return namespace
 
 

@@ -159,7 +159,7 @@ def _command_lines(text: str, script: str) -> list[list[str]]:
 @pytest.mark.parametrize("recipe", ["gsm8k_tools", "search_r1"])
 def test_documented_commands_parse(recipe):
     sources = [load_recipe(recipe).__doc__, (REPO / "docs" / "recipes.md").read_text(encoding="utf-8"),
-               (REPO / "README.md").read_text(encoding="utf-8")]
+               (REPO / "docs" / "guide.md").read_text(encoding="utf-8")]
     commands = [c for text in sources for c in _command_lines(text, recipe)]
     assert len(commands) >= 5
     for argv in commands:

@@ -29,7 +29,7 @@ def test_config_keys_are_flags_and_parse():
 
 def test_documented_commands_parse():
     sources = [load_recipe("rft").__doc__, (REPO / "docs" / "sft.md").read_text(encoding="utf-8"),
-               (REPO / "README.md").read_text(encoding="utf-8")]
+               (REPO / "docs" / "guide.md").read_text(encoding="utf-8")]
     commands = [c for text in sources for c in _command_lines(text, "rft")]
     assert len(commands) >= 4
     for argv in commands:
