@@ -6,7 +6,7 @@ The kinds (one :class:`RolloutChoice` each): our environment (``environment=``),
 
 - derives ``GRPOTrainer``'s keyword arguments as its kind needs them and checks them before TRL builds anything
   (:meth:`~RolloutChoice.trainer_kwargs`: a new dict; the caller's objects are left as they were);
-- adapts the rollout settings to the tokenizer TRL loaded (:meth:`~RolloutChoice.trainer_config`);
+- adapts the rollout settings to the tokenizer TRL loaded (:meth:`~RolloutChoice.rollout_settings`);
 - builds its implementation of the rollout seam (:meth:`~RolloutChoice.seam`,
   :mod:`~trl_agentic.rollout.seam`), once, from the same :class:`SeamParts` for every kind.
 
@@ -80,7 +80,7 @@ class RolloutChoice(Protocol):
         (:func:`~trl_agentic.rewards.guard.guard_reward`); ``config_class``: the trainer's config class."""
         ...
 
-    def trainer_config(self, config: RolloutConfig, processing_class: Any) -> RolloutConfig:
+    def rollout_settings(self, config: RolloutConfig, processing_class: Any) -> RolloutConfig:
         """The rollout settings for the tokenizer (refused when it cannot parse this kind's tool calls); the
         trainers' and every other entry point's (:mod:`~trl_agentic.kinds.entry`)."""
         ...
@@ -168,7 +168,7 @@ class EnvironmentChoice:
         _no_rollout_func(kwargs)
         return guarded_rewards(kwargs)
 
-    def trainer_config(self, config: RolloutConfig, processing_class: Any) -> RolloutConfig:
+    def rollout_settings(self, config: RolloutConfig, processing_class: Any) -> RolloutConfig:
         """As given, once native tool calls have a response template to be parsed with."""
         check_response_parser(self.environment, processing_class)
         return config
@@ -211,7 +211,7 @@ class TRLToolsChoice:
         _no_rollout_func(kwargs)
         return guarded_rewards(kwargs)
 
-    def trainer_config(self, config: RolloutConfig, processing_class: Any) -> RolloutConfig:
+    def rollout_settings(self, config: RolloutConfig, processing_class: Any) -> RolloutConfig:
         """With the chat template TRL's ``GRPOTrainer`` renders tool rollouts with (TRL swaps Qwen3's for its
         training variant), once the tokenizer has a response template."""
         from ..compat import trl_tool_chat_template  # here: evaluate imports this module, and it never imports TRL
@@ -262,7 +262,7 @@ class AgentChoice:
         self.check(datasets_of(kwargs), kwargs.get("reward_funcs"), None)
         return guarded_rewards(kwargs)
 
-    def trainer_config(self, config: RolloutConfig, processing_class: Any) -> RolloutConfig:
+    def rollout_settings(self, config: RolloutConfig, processing_class: Any) -> RolloutConfig:
         """As given: the endpoint renders every request with the tokenizer's chat template."""
         return config
 

@@ -103,6 +103,6 @@ def entry_rollout(
     if rows is not None:  # checked as the trainers check train_dataset, whose prompt column is "prompt"
         renamed = [{("prompt" if key == prompt_column else key): value for key, value in row.items()} for row in rows]
         choice.check({"rows": renamed}, funcs, config.rollout_mode)
-    config = choice.trainer_config(config, processing_class)
+    config = choice.rollout_settings(config, processing_class)
     funcs, weights = choice.reward_functions(funcs, weights)
     return EntryRollout(choice, config, funcs, weights if weights is not None else [1.0] * len(funcs))

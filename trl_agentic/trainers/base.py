@@ -115,7 +115,7 @@ class AgenticTrainer(GRPOTrainerBoundary):
                              "without them the trainer is TRL's GRPOTrainer: pass max_staleness=0")
         if choice is not None:
             self._check_agentic_args()
-            settings = choice.trainer_config(self.args.rollout_config(), self.processing_class)
+            settings = choice.rollout_settings(self.args.rollout_config(), self.processing_class)
             self.health = RunHealth(self.args.health_warning_rounds,
                                     f"max_completion_length={settings.max_completion_length}, max_tokens_per_turn="
                                     f"{settings.max_tokens_per_turn}, max_turns={settings.max_turns}",

@@ -13,7 +13,7 @@ from typing import Any
 from trl import GRPOConfig
 
 from ..device import cpu_bf16_default
-from ..rollout.config import ROLLOUT_DEFAULTS, RolloutConfig, RolloutFields
+from ..rollout.config import ROLLOUT_DEFAULTS, RolloutConfig, RolloutFields, native_tool_fields
 
 ASYNC_CORRECTIONS = ("decoupled", "behaviour", "none")
 ASYNC_GENERATORS = ("thread", "process")
@@ -181,17 +181,13 @@ class AgenticConfig(GRPOConfig, RolloutFields):
 
     def use_tool_loop_defaults(self, trl_tools: bool) -> None:
         """Native tool calls imply chat rollouts: the rollout fields left unset take the values that make a TRL script
-        behave as in TRL. ``rollout_mode`` becomes ``"chat"``; with TRL's ``tools=``/``environment_factory=``
-        (``trl_tools``) also TRL's tool-loop budgets: one turn may use all of ``max_completion_length``, and at most
-        ``max_tool_calling_iterations + 1`` model turns (no turn limit when that is unset: the token budget ends the
-        rollout). Fields the user set are kept (an explicit ``rollout_mode='text'`` is refused later)."""
+        behave as in TRL (:func:`~trl_agentic.rollout.config.native_tool_fields`: ``rollout_mode="chat"``; with
+        TRL's ``tools=``/``environment_factory=`` (``trl_tools``) also TRL's tool-loop budgets). Fields the user set
+        are kept (an explicit ``rollout_mode='text'`` is refused later)."""
         unset = getattr(self, "_unset_rollout_fields", ())
-        values: dict[str, Any] = {"rollout_mode": "chat"}
-        if trl_tools:
-            iterations = getattr(self, "max_tool_calling_iterations", None)
-            values["max_tokens_per_turn"] = self.max_completion_length
-            values["max_turns"] = iterations + 1 if iterations is not None else self.max_completion_length
-        for name, value in values.items():
+        implied = native_tool_fields(trl_tools, self.max_completion_length,
+                                     getattr(self, "max_tool_calling_iterations", None))
+        for name, value in implied.items():
             if name in unset:
                 setattr(self, name, value)
 
