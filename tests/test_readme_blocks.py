@@ -138,3 +138,21 @@ def test_docs_blocks_run_as_written(doc, tmp_path, monkeypatch):
         exec(compile(code, f"docs/{doc.name} python block {i + 1}", "exec"), namespace)  # noqa: S102 - our docs
     if doc.name in DOC_CHECKS:
         DOC_CHECKS[doc.name](namespace)
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading: lower case, punctuation but hyphens dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_readmes_links_reach_a_file_and_a_heading():
+    """The front page links into docs/ for everything it leaves out: each link names a file of the checkout and,
+    with an anchor, one of its headings."""
+    links = re.findall(r"\]\(((?:docs/)?[\w./-]+\.md)(?:#([\w-]+))?\)", (ROOT / "README.md").read_text(encoding="utf-8"))
+    assert len(links) >= 10
+    for path, anchor in links:
+        target = ROOT / path
+        assert target.is_file(), path
+        if anchor:
+            headings = re.findall(r"^#+ (.*)$", target.read_text(encoding="utf-8"), re.M)
+            assert anchor in {_anchor(h) for h in headings}, f"{path}#{anchor}"
