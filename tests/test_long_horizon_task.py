@@ -12,9 +12,9 @@ from benchmarks.learning_native import run
 from benchmarks.long_horizon import walk
 
 
-def _row(start, item, goal, story="key"):
+def _row(start, item, goal, story="key", item_order="xy", goal_order="xy"):
     return {"question": "q", "story": story, "start": list(start), "item": list(item), "goal": list(goal),
-            "golden_answers": [f"({goal[0]}, {goal[1]})"]}
+            "item_order": item_order, "goal_order": goal_order, "golden_answers": [f"({goal[0]}, {goal[1]})"]}
 
 
 def _walked(row, steps):
@@ -35,15 +35,23 @@ def test_sets_are_drawn_from_their_seed_and_held_out_worlds_are_not_trained_on()
     for name, generator in (("train", train), ("test", train), ("transfer", transfer)):
         assert {row["story"] for row in sets[name]} == set(generator.stories)
         for row in sets[name]:
-            start, item, goal = walk.world_of(row)
-            assert walk.distance(start, item) >= 2 and walk.distance(item, goal) >= 2
+            start, item, goal, *orders = walk.world_of(row)
+            assert walk.distance(start, item) >= 2 and walk.distance(item, goal) >= 2 and set(orders) <= {"xy", "yx"}
             assert walk.MIN_MOVES <= len(walk.shortest_walk(row)) <= walk.MAX_MOVES
             assert row["golden_answers"] == [f"({goal[0]}, {goal[1]})"]
-            assert f"({start[0]}, {start[1]})" in row["question"] and f"({item[0]}, {item[1]})" in row["question"]
-            assert f"({goal[0]}, {goal[1]})" not in row["question"] or goal in (start, item)  # the goal is not told
+            way = generator.way(walk.offset(start, item), row["item_order"])
+            assert row["question"].startswith(generator.opening.format(x=start[0], y=start[1])) and way in row["question"]
     assert not trained & {walk.world_of(row) for row in sets["test"] + sets["transfer"]}
     assert not set(train.stories) & set(transfer.stories)  # other stories, other wording
-    assert train.opening != transfer.opening and train.position != transfer.position
+    assert train.opening != transfer.opening and train.position != transfer.position and train.part != transfer.part
+    assert {row["item_order"] for row in sets["train"]} == {row["goal_order"] for row in sets["train"]} == {"xy", "yx"}
+
+
+@pytest.mark.parametrize("generator, dx, dy, order, way", [
+    ("train", 3, -1, "xy", "3 steps east and 1 step south"), ("train", 3, -1, "yx", "1 step south and 3 steps east"),
+    ("train", 0, 2, "xy", "2 steps north"), ("transfer", -1, 2, "yx", "2 paces north, then 1 pace west")])
+def test_a_way_names_its_parts_in_its_order(generator, dx, dy, order, way):
+    assert walk.GENERATORS[generator].way((dx, dy), order) == way
 
 
 # -- the walk, the outcome and the per-turn signal -----------------------------------------------------------------
@@ -61,17 +69,18 @@ def test_the_shortest_walk_succeeds_in_at_least_six_turns_and_scores_progress_at
         assert walk.walk_success([messages[:-2]]) == [0.0]  # one step short
 
 
-def test_the_goal_is_only_told_once_on_the_item_and_opens_only_with_it():
-    row = _row((0, 0), (2, 0), (2, 3))
-    environment, observations = _walked(row, ["north", "north", "north", "east", "east"])  # past the goal first
-    assert observations[2] == "You are at (0, 3)." and environment.get_reward() == 0.0
-    environment, observations = _walked(row, ["east", "east", "north", "north", "north"])
+def test_the_way_to_the_goal_is_only_told_once_on_the_item_and_the_goal_opens_only_with_it():
+    row = _row((0, 0), (2, 0), (3, 2), goal_order="yx")
+    environment, observations = _walked(row, ["north", "north", "east", "east", "east"])  # past the goal first
+    assert observations[4] == "You are at (3, 2)." and environment.get_reward() == 0.0
+    environment, observations = _walked(row, ["east", "east", "north", "north", "east"])
     assert observations[:2] == ["You are at (1, 0).", "You are at (2, 0). You pick up the key. It says: the door is "
-                                                      "at (2, 3)."]
+                                                      "2 steps north and 1 step east of here."]
     assert observations[2:4] == ["You are at (2, 1).", "You are at (2, 2)."]  # the position alone
-    assert observations[4] == f"You are at (2, 3). You open the door. {walk.DONE}" and environment.get_reward() == 1.0
-    transfer, said = _walked(_row((0, 0), (2, 0), (2, 3), story="map"), ["east", "east"])
-    assert said[1] == "Now at (2, 0). You unfold the map. The treasure is buried at (2, 3)."
+    assert observations[4] == f"You are at (3, 2). You open the door. {walk.DONE}" and environment.get_reward() == 1.0
+    assert walk.shortest_walk(row) == ["east", "east", "north", "north", "east"]  # each way in its order
+    transfer, said = _walked(_row((0, 0), (2, 0), (3, 2), story="map"), ["east", "east"])
+    assert said[1] == "Now at (2, 0). You unfold the map. The treasure is buried 1 pace east, then 2 paces north from here."
 
 
 def test_per_turn_signal_is_progress_toward_the_current_target_not_the_outcome():

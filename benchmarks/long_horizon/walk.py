@@ -2,23 +2,31 @@
 (issue 59). Every successful episode takes at least six model turns of 24 tokens, and its second half needs what an
 earlier observation said.
 
-The world is a 5 x 5 grid of cells ``(x, y)``, ``0 <= x, y <= 4``. The prompt gives the walker's start and where an
-item lies (``"You are at (0, 4) on a 5 by 5 grid. Pick up the key at (3, 1): it tells you where the door is. Then
-walk to the door."``). The walker moves one cell per tool call (``north``: y + 1, ``south``: y - 1, ``east``: x + 1,
-``west``: x - 1; no arguments) and each call answers with its new position alone (``"You are at (1, 4)."``; a step
-off the grid stays put: ``"A wall. You are at (0, 4)."``). Stepping onto the item picks it up, and that observation,
-once, says where the goal is (``"You are at (3, 1). You pick up the key. It says: the door is at (4, 4)."``); the
-later observations give the position only, so every step of the second half compares the position just read with a
-goal read turns earlier. Stepping onto the goal with the item ends the walk (``"... You open the door. The walk is
-over."``); the model then replies (a turn without a tool call), which ends the rollout.
+The world is a 5 x 5 grid of cells ``(x, y)``, ``0 <= x, y <= 4``. The prompt gives the walker's start and the way
+to an item (``"You are at (0, 4) on a 5 by 5 grid. The key is 3 steps east and 1 step south of you: it tells you the
+way to the door. Pick it up, then walk to the door."``). The walker moves one cell per tool call (``north``: y + 1,
+``south``: y - 1, ``east``: x + 1, ``west``: x - 1; no arguments) and each call answers with its new position alone
+(``"You are at (1, 4)."``; a step off the grid stays put: ``"A wall. You are at (0, 4)."``). Stepping onto the item
+picks it up, and that observation, once, gives the way to the goal (``"You are at (3, 3). You pick up the key. It
+says: the door is 2 steps north and 1 step east of here."``); the later observations give the position only, so
+every step of the second half follows a way read turns earlier, counting the steps taken since. Stepping onto the
+goal with the item ends the walk (``"... You open the door. The walk is over."``); the model then replies (a turn
+without a tool call), which ends the rollout. Each way names its two directions in a random order (the x part first
+or the y part first), which the shortest walk follows.
+
+A first design gave the item's and the goal's cells as coordinates (``"the door is at (4, 4)"``): SmolLM2-135M after
+SFT on 64 of its walks learned the calls' format and not the comparison of coordinates (held-out 0.01, walking west
+into the wall; ``benchmarks/reports/issue59/walk_abs_d64_e1_s0_sft.json``). A way in steps asks for reading,
+counting and remembering instead, which such a model can learn.
 
 Worlds: the item at least 2 steps from the start, the goal at least 2 from the item, the shortest walk (start ->
 item -> goal) :data:`MIN_MOVES` to :data:`MAX_MOVES` steps, so a success takes 6 to 8 model turns (the steps and the
 reply; 24 tokens a step with SmolLM2's tokenizer and ``model.py``'s template, ``<|im_end|>`` included). Two
-generators, each a list of stories (what the item and the goal are, the wording of every observation):
-:data:`GENERATORS`' ``train`` (training, SFT and the held-out set) and ``transfer`` (other stories, other
-wording; never trained on). :func:`task_rows` draws the sets from a seed, each from its own; no held-out or transfer world
-(start, item, goal) is a training world.
+generators, each a wording of the prompt, of the ways and of the position, and a list of stories (what the item and
+the goal are, the wording of the other observations): :data:`GENERATORS`' ``train`` (training, SFT and the held-out
+set) and ``transfer`` (other stories, other wording of everything; never trained on). :func:`task_rows` draws the sets
+from a seed, each from its own; no held-out or transfer world (start, item, goal, and the order of each way) is a
+training world.
 
 Signals (:class:`WalkEnvironment`):
 
@@ -65,9 +73,9 @@ MOVES = {"north": (0, 1), "south": (0, -1), "east": (1, 0), "west": (-1, 0)}
 
 @dataclass(frozen=True)
 class Story:
-    """One kind of walk: ``task`` (the prompt after the start: ``{ix}, {iy}`` the item), ``wall`` (before the
-    position when a step leaves the grid), ``pickup`` (after the position on the item: ``{gx}, {gy}`` the goal) and
-    ``finish`` (after the position on the goal, with the item)."""
+    """One kind of walk: ``task`` (the prompt after the start: ``{way}`` the way to the item), ``wall`` (before the
+    position when a step leaves the grid), ``pickup`` (after the position on the item: ``{way}`` the way to the goal)
+    and ``finish`` (after the position on the goal, with the item)."""
 
     task: str
     wall: str
@@ -78,32 +86,44 @@ class Story:
 @dataclass(frozen=True)
 class Generator:
     """A generator's wording: ``opening`` (the prompt's start: ``{x}, {y}``), ``position`` (every observation:
-    ``{x}, {y}``) and its ``stories`` by name."""
+    ``{x}, {y}``), a way's ``part`` (``{n}`` steps toward ``{direction}``, ``{s}`` the plural's ending) and the
+    ``joiner`` of its two parts, and its ``stories`` by name."""
 
     opening: str
     position: str
+    part: str
+    joiner: str
     stories: dict[str, Story]
+
+    def way(self, offset: Cell, order: str) -> str:
+        """The way of ``offset`` (dx, dy) in this wording, the x part first when ``order`` is ``"xy"``."""
+        parts = {"x": (offset[0], "east", "west"), "y": (offset[1], "north", "south")}
+        return self.joiner.join(self.part.format(n=abs(n), s="s" if abs(n) > 1 else "", direction=up if n > 0 else down)
+                                for n, up, down in (parts[axis] for axis in order) if n)
 
 
 GENERATORS = {
-    "train": Generator("You are at ({x}, {y}) on a 5 by 5 grid.", "You are at ({x}, {y}).", {
-        "key": Story("Pick up the key at ({ix}, {iy}): it tells you where the door is. Then walk to the door.",
-                     "A wall.", "You pick up the key. It says: the door is at ({gx}, {gy}).", "You open the door."),
-        "ticket": Story("Get the ticket at ({ix}, {iy}): it names the platform of your train. Then walk to that "
-                        "platform.", "A fence.", "You get the ticket. Your train leaves from ({gx}, {gy}).",
+    "train": Generator("You are at ({x}, {y}) on a 5 by 5 grid.", "You are at ({x}, {y}).", "{n} step{s} {direction}",
+                       " and ", {
+        "key": Story("The key is {way} of you: it tells you the way to the door. Pick it up, then walk to the door.",
+                     "A wall.", "You pick up the key. It says: the door is {way} of here.", "You open the door."),
+        "ticket": Story("The ticket is {way} of you: it names the way to your train. Get it, then walk to the train.",
+                        "A fence.", "You get the ticket. It says: your train is {way} of here.",
                         "You board the train."),
-        "letter": Story("Collect the letter at ({ix}, {iy}): its address is where you deliver it. Then walk there.",
-                        "A hedge.", "You collect the letter. It is addressed to ({gx}, {gy}).",
+        "letter": Story("The letter is {way} of you: its address is where you deliver it. Collect it, then walk "
+                        "there.", "A hedge.", "You collect the letter. It says: deliver me {way} of here.",
                         "You deliver the letter."),
-        "lamp": Story("Take the lamp at ({ix}, {iy}): a note on it marks the cave. Then walk to the cave.", "A rock.",
-                      "You take the lamp. The note marks the cave at ({gx}, {gy}).", "You enter the cave."),
+        "lamp": Story("The lamp is {way} of you: a note on it gives the way to the cave. Take it, then walk to the "
+                      "cave.", "A rock.", "You take the lamp. The note says: the cave is {way} of here.",
+                      "You enter the cave."),
     }),
-    "transfer": Generator("Start: ({x}, {y}), on a 5 by 5 grid.", "Now at ({x}, {y}).", {
-        "map": Story("A map lies at ({ix}, {iy}) and shows where the treasure is buried. Fetch the map, then go to "
-                     "the treasure.", "The edge of the island.",
-                     "You unfold the map. The treasure is buried at ({gx}, {gy}).", "You dig up the treasure."),
-        "clue": Story("Your friend left a clue at ({ix}, {iy}) that says where they wait. Read the clue, then meet "
-                      "your friend.", "The edge of the park.", "You read the clue. Your friend waits at ({gx}, {gy}).",
+    "transfer": Generator("Start: ({x}, {y}), on a 5 by 5 grid.", "Now at ({x}, {y}).", "{n} pace{s} {direction}",
+                          ", then ", {
+        "map": Story("A map lies {way} from you and shows the way to the treasure. Fetch the map, then go to the "
+                     "treasure.", "The edge of the island.",
+                     "You unfold the map. The treasure is buried {way} from here.", "You dig up the treasure."),
+        "clue": Story("Your friend left a clue {way} from you that says where they wait. Read the clue, then meet "
+                      "your friend.", "The edge of the park.", "You read the clue. Your friend waits {way} from here.",
                       "You meet your friend."),
     }),
 }
@@ -133,29 +153,38 @@ def draw_world(rng: random.Random) -> World:
             return start, item, goal
 
 
-def world_of(row: dict[str, Any]) -> World:
-    """The world of a row (its ``start``, ``item`` and ``goal`` columns, each ``[x, y]``)."""
-    return tuple(row["start"]), tuple(row["item"]), tuple(row["goal"])  # type: ignore[return-value]
+def offset(a: Sequence[int], b: Sequence[int]) -> Cell:
+    """The (dx, dy) from cell ``a`` to cell ``b``."""
+    return b[0] - a[0], b[1] - a[1]
 
 
-def make_rows(n: int, seed: int, generator: str = "train", exclude: set[World] = frozenset()) -> list[dict[str, Any]]:
+def world_of(row: dict[str, Any]) -> tuple[Any, ...]:
+    """What makes a row's walk (its ``start``, ``item`` and ``goal`` cells and the order of each way), the story
+    apart."""
+    return (*(tuple(row[key]) for key in ("start", "item", "goal")), row["item_order"], row["goal_order"])
+
+
+def make_rows(n: int, seed: int, generator: str = "train", exclude: frozenset | set = frozenset()) -> list[dict[str, Any]]:
     """``n`` walks of ``generator`` (``"train"`` or ``"transfer"``) drawn from ``seed``: the stories in turn, the
-    worlds at random, none in ``exclude``. A row: ``question`` (the task as the prompt states it), ``story``,
-    ``start``/``item``/``goal`` (``[x, y]``: what ``reset`` reads) and ``golden_answers`` (the goal, ``"(x, y)"``:
-    where the walk must end)."""
+    worlds and the order of each way at random, none whose :func:`world_of` is in ``exclude``. A row: ``question``
+    (the task as the prompt states it), ``story``, ``start``/``item``/``goal`` (``[x, y]``) and ``item_order`` /
+    ``goal_order`` (``"xy"`` or ``"yx"``: the way to each, x part first or y part first), what ``reset`` reads, and
+    ``golden_answers`` (the goal, ``"(x, y)"``: where the walk must end)."""
     rng = random.Random(seed)
     stories = list(GENERATORS[generator].stories)
     rows = []
     for k in range(n):
-        world = draw_world(rng)
-        while world in exclude:
-            world = draw_world(rng)
-        (x, y), (ix, iy), (gx, gy) = world
+        while True:
+            start, item, goal = draw_world(rng)
+            row = {"start": list(start), "item": list(item), "goal": list(goal),
+                   "item_order": rng.choice(("xy", "yx")), "goal_order": rng.choice(("xy", "yx"))}
+            if world_of(row) not in exclude:
+                break
         story = stories[k % len(stories)]
         wording, told = STORIES[story]
-        question = f"{wording.opening} {told.task}".format(x=x, y=y, ix=ix, iy=iy)
-        rows.append({"question": question, "story": story,
-                     "start": [x, y], "item": [ix, iy], "goal": [gx, gy], "golden_answers": [f"({gx}, {gy})"]})
+        way = wording.way(offset(start, item), row["item_order"])
+        question = f"{wording.opening.format(x=start[0], y=start[1])} {told.task.format(way=way)}"
+        rows.append({"question": question, "story": story, **row, "golden_answers": [f"({goal[0]}, {goal[1]})"]})
     return rows
 
 
@@ -183,9 +212,10 @@ class WalkEnvironment:
         self._progress: list[float] = []
 
     def reset(self, story: str = "key", start: Sequence[int] = (0, 0), item: Sequence[int] = (0, 0),
-              goal: Sequence[int] = (0, 0), **row: Any) -> None:
+              goal: Sequence[int] = (0, 0), goal_order: str = "xy", **row: Any) -> None:
         self._wording, self._story = STORIES[story]
         self._position, self._item, self._goal = (start[0], start[1]), (item[0], item[1]), (goal[0], goal[1])
+        self._goal_order = goal_order
         self._carrying = self._done = False
         self._progress = []
 
@@ -231,7 +261,7 @@ class WalkEnvironment:
         text = position.format(x=x, y=y) if inside else f"{story.wall} {position.format(x=x, y=y)}"
         if not self._carrying and self._position == self._item:
             self._carrying = True
-            text += " " + story.pickup.format(gx=self._goal[0], gy=self._goal[1])
+            text += " " + story.pickup.format(way=self._wording.way(offset(self._item, self._goal), self._goal_order))
         elif self._carrying and self._position == self._goal:
             self._done = True
             text += f" {story.finish} {DONE}"
@@ -256,12 +286,13 @@ class ShapedWalkEnvironment(WalkEnvironment):
 
 
 def shortest_walk(row: dict[str, Any]) -> list[str]:
-    """The steps of an optimal walk (the demonstrations' policy): to the item, then to the goal, each leg along x
-    first, then y."""
-    start, item, goal = world_of(row)
+    """The steps of an optimal walk (the demonstrations' policy): to the item, then to the goal, each way as it is
+    told (its first part, then its second)."""
     steps = []
-    for (x, y), (tx, ty) in ((start, item), (item, goal)):
-        steps += ["east" if tx > x else "west"] * abs(tx - x) + ["north" if ty > y else "south"] * abs(ty - y)
+    for a, b, order in ((row["start"], row["item"], row["item_order"]), (row["item"], row["goal"], row["goal_order"])):
+        dx, dy = offset(a, b)
+        legs = {"x": ["east" if dx > 0 else "west"] * abs(dx), "y": ["north" if dy > 0 else "south"] * abs(dy)}
+        steps += legs[order[0]] + legs[order[1]]
     return steps
 
 
