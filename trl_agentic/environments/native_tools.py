@@ -64,6 +64,15 @@ def check_tool_schema(tool: Callable[..., Any]) -> None:
                          "hints and a Google-style docstring, a summary line and an Args: line per parameter") from None
 
 
+def rendered_tool(tool: Any) -> Any:
+    """What the chat template (``apply_chat_template(tools=...)``) and the response parser are given for ``tool``: the
+    JSON schema of a tool that carries its own (a ``json_schema`` dict, ``{"type": "function", "function": {...}}``:
+    a tool described by a listing, such as an MCP server's, rather than by a Python signature), else the callable,
+    whose schema transformers reads from its type hints and docstring (``get_json_schema``)."""
+    schema = getattr(tool, "json_schema", None)
+    return schema if isinstance(schema, dict) else tool
+
+
 def ensure_response_parser(processing_class: Any) -> Any:
     """Give ``processing_class`` the response template of its chat template's family (TRL's ``add_response_schema``) unless
     it has one; raises a one-line ``ValueError`` when the family is unknown. Returns the tokenizer."""
@@ -108,7 +117,8 @@ class ToolCallEnvironment:
 
     Args:
         tools: Callables (sync or async) with type hints and a Google-style docstring, as for transformers'
-            ``apply_chat_template(tools=...)``; their names are the tool names.
+            ``apply_chat_template(tools=...)``, or callables that carry their own JSON schema (``json_schema``:
+            :func:`rendered_tool`); their ``__name__`` is the tool's name.
         tool_timeout: Seconds one tool call may take; a slower call answers ``{'error': '... timed out ...'}``.
         sequential: Tools that run one after another, in the order called (the methods of one stateful
             environment instance); with ``sync_tools_on_caller_thread`` every sync tool does.
@@ -220,13 +230,15 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
 
 
 def argument_type_error(tool: Callable[..., Any], arguments: dict[str, Any]) -> str | None:
-    """Why an argument does not have the JSON type the tool's schema (transformers' ``get_json_schema``, the schema
-    the model was shown) declares, or ``None``. Names and missing arguments are left to the call itself (its
+    """Why an argument does not have the JSON type the tool's schema (the schema the model was shown:
+    :func:`rendered_tool`) declares, or ``None``. Names and missing arguments are left to the call itself (its
     ``TypeError`` is the error TRL reports)."""
     from transformers.utils import get_json_schema
 
     try:
-        properties = get_json_schema(tool)["function"]["parameters"].get("properties", {})
+        schema = rendered_tool(tool)
+        schema = schema if isinstance(schema, dict) else get_json_schema(tool)
+        properties = schema["function"]["parameters"].get("properties", {})
     except Exception:  # noqa: BLE001 - a tool without a usable schema: nothing to check against
         return None
     for name, value in arguments.items():
@@ -251,6 +263,9 @@ def _arguments(call: dict[str, Any]) -> Any:
 
 def native_tools(env: Any) -> list[Any] | None:
     """The tools of an environment whose actions are messages (``action_format = "message"``: a
-    :class:`ToolCallEnvironment`), read after ``reset`` (they may depend on the row); ``None`` for an environment whose
-    actions are text (the protocol's default, :attr:`~trl_agentic.Environment.action_format`)."""
-    return list(getattr(env, "tools", ())) if getattr(env, "action_format", "text") == "message" else None
+    :class:`ToolCallEnvironment`), read after ``reset`` (they may depend on the row), as the chat template is given
+    them (:func:`rendered_tool`); ``None`` for an environment whose actions are text (the protocol's default,
+    :attr:`~trl_agentic.Environment.action_format`)."""
+    if getattr(env, "action_format", "text") != "message":
+        return None
+    return [rendered_tool(tool) for tool in getattr(env, "tools", ())]
