@@ -1,4 +1,4 @@
-"""The KL gradient claims of the README table and of AgenticGRPOConfig's help, checked exactly: on a categorical
+"""The KL gradient claims of the table in docs/guide.md and of AgenticGRPOConfig's help, checked exactly: on a categorical
 distribution the expectation over samples is a finite sum, so the expected gradient of ``beta * KL_t`` as a loss
 term (times the importance ratio ``pi / pi_old`` when ``use_bias_correction_kl``) is computed by autograd and
 compared with the gradients of KL(pi||ref) and KL(ref||pi) written out directly."""
