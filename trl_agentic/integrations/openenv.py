@@ -13,7 +13,9 @@ that client a ``base_url``:
         ...
 
 :class:`~trl_agentic.integrations.openenv_environment.OpenEnvEnvironment`, the class's base, keeps what the client
-returns, so that each turn carries the environment's reward and the key of its observation (GiGPO's state).
+returns, so that each turn carries the environment's reward and the key of its observation (GiGPO's state). An MCP
+tool environment needs no class: ``environment=openenv_mcp_environment(servers, client=...)`` shows the model the
+tools its server lists (:mod:`~trl_agentic.integrations.openenv_mcp`).
 
 - **Started by the run.** Each server is ``python -m uvicorn <app> --host 127.0.0.1 --port <free port>`` with this
   process's interpreter (no Docker, no ``uv``), in a session of its own; its output goes to a log file whose tail is
@@ -65,6 +67,7 @@ import weakref
 from typing import Any
 
 from .openenv_environment import OpenEnvEnvironment
+from .openenv_mcp import OpenEnvMCPEnvironment, openenv_mcp_environment
 
 logger = logging.getLogger(__name__)
 
@@ -427,4 +430,5 @@ def environments_per_round(args: Any) -> int:
     return train + now if getattr(args, "max_staleness", 0) else max(train, now)
 
 
-__all__ = ["OpenEnvEnvironment", "OpenEnvServer", "OpenEnvServerError", "OpenEnvServers", "environments_per_round"]
+__all__ = ["OpenEnvEnvironment", "OpenEnvMCPEnvironment", "OpenEnvServer", "OpenEnvServerError", "OpenEnvServers",
+           "environments_per_round", "openenv_mcp_environment"]

@@ -73,13 +73,17 @@ class OpenEnvEnvironment:
 
     def _state_key(self) -> str | None:
         """The key of the last observation, its fields but ``reward`` (module docstring); ``None`` before a reset."""
-        if self.result is None:
-            return None
-        observation = self.result.observation
-        fields = observation.model_dump() if callable(getattr(observation, "model_dump", None)) else observation
-        if isinstance(fields, Mapping):
-            fields = {name: value for name, value in fields.items() if name != "reward"}
-        return state_key(fields)
+        return None if self.result is None else observation_key(self.result.observation)
 
 
-__all__ = ["OpenEnvEnvironment"]
+def observation_key(observation: Any) -> str | None:
+    """The key of an OpenEnv observation (a pydantic ``Observation``, or its fields): its fields but ``reward`` (the
+    reward belongs to the step, not to the state it led to) as canonical text
+    (:func:`~trl_agentic.integrations.state_keys.state_key`); ``None`` when a field has no stable text."""
+    fields = observation.model_dump() if callable(getattr(observation, "model_dump", None)) else observation
+    if isinstance(fields, Mapping):
+        fields = {name: value for name, value in fields.items() if name != "reward"}
+    return state_key(fields)
+
+
+__all__ = ["OpenEnvEnvironment", "observation_key"]
