@@ -1,8 +1,8 @@
-"""docs/environments.md runs as written: each section (verifiers, OpenEnv, TextArena) in the venv that has its package
-(the others are skipped there), in a fresh directory beside the checkout's tests/, as a reader would: its bash lines
-run (``pip install -e ...``: the environment packages of tests/integrations/envs), then its python blocks, in order,
-as one script in a fresh interpreter. A block whose first line is ``# <path>`` is that file of tests/integrations/envs,
-and must be it, byte for byte."""
+"""docs/environments.md runs as written: each section (verifiers, OpenEnv, OpenEnv's MCP tool environments,
+TextArena) in the venv that has its package (the others are skipped there), in a fresh directory beside the
+checkout's tests/, as a reader would: its bash lines run (``pip install -e ...``: the environment packages of
+tests/integrations/envs), then its python blocks, in order, as one script in a fresh interpreter. A block whose
+first line is ``# <path>`` is that file of tests/integrations/envs, and must be it, byte for byte."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "environments.md"
 ENVS = Path(__file__).resolve().parent / "envs"
-PACKAGES = {"verifiers": "verifiers.v1", "OpenEnv": "openenv.core.env_server", "TextArena": "textarena"}
+PACKAGES = {"verifiers": "verifiers.v1", "OpenEnv": "openenv.core.env_server",
+            "OpenEnv MCP tool environments": "openenv.core.env_server", "TextArena": "textarena"}
 _BLOCK = re.compile(r"^```(python|bash)\n(.*?)^```", re.S | re.M)
 
 
@@ -62,5 +63,5 @@ def test_a_section_runs_as_written(title, tmp_path):
     assert (tmp_path / "tiny-qwen2" / "config.json").is_file()
     if title == "verifiers":
         assert files == 1 and "accuracy" in proc.stdout, proc.stdout
-    if title == "OpenEnv":
+    if title in ("OpenEnv", "OpenEnv MCP tool environments"):
         assert files == 2
