@@ -67,6 +67,9 @@ class Trajectory:
         policy_version: The optimizer step whose weights sampled the run when a copy of the policy rolled it out
             (asynchronous rollouts, ``max_staleness >= 1``: :mod:`~trl_agentic.rollout.pipeline`); ``None``
             when the training model did.
+        seat: The seat of a game with several seats this trajectory played (:mod:`trl_agentic.rollout.seats`): its
+            own context, the other seats' moves among its observations; ``None`` for an environment of one agent.
+            GRPO groups runs by prompt and seat.
         generated_ids: The ids the generator returned for each turn, before the engine's cut (at the first end id,
             stop string or budget); the reference of the mask audit (:mod:`trl_agentic.rollout.audit`). Not
             written to JSONL.
@@ -87,6 +90,7 @@ class Trajectory:
     error: str = ""
     messages: list[dict[str, Any]] = field(default_factory=list)
     policy_version: int | None = None
+    seat: str | None = None
     generated_ids: list[list[int]] = field(default_factory=list, repr=False)
 
     @property
@@ -184,7 +188,7 @@ def row_problem(data: Any) -> str | None:
             value = data[name]
             if not isinstance(value, list) or not all(ok(v) for v in value):
                 return f"field {name!r} must be a list of {what}, got {json.dumps(value, default=str)[:60]}"
-    for name, kind in (("stop_reason", (str, type(None))), ("error", str), ("events", dict)):
+    for name, kind in (("stop_reason", (str, type(None))), ("error", str), ("events", dict), ("seat", (str, type(None)))):
         if name in data and not isinstance(data[name], kind):
             return f"field {name!r} has the wrong type ({type(data[name]).__name__})"
     if len(data.get("env_mask", [])) != len(data.get("completion_ids", [])):

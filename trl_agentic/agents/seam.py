@@ -33,6 +33,7 @@ class AgentSeam:
 
     reward_fields = ("trajectory", "agent_output")
     tools_on_training_thread = False
+    trained_seats: tuple[str, ...] = ()
 
     def __init__(self, runner: AgentRollout, generator: Generator, sync_any: Callable[[bool], bool] | None = None,
                  multi_process: bool = False, prompt_column: str = "prompt") -> None:

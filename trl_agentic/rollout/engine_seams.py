@@ -28,6 +28,7 @@ class EngineSeam:
 
     reward_fields = ("trajectory",)
     tools_on_training_thread = False
+    trained_seats: tuple[str, ...] = ()
 
     def __init__(self, engine: RolloutEngine, prompt_column: str = "prompt") -> None:
         self.engine = engine

@@ -34,7 +34,7 @@ import inspect
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from ..environments.base import check_reset_result, check_step_result
 from ..loop_watch import Block, owned_context, within
@@ -46,6 +46,8 @@ logger = logging.getLogger(__name__)
 _DEADLINE_GRACE_S = 5.0  # the batch deadline: the per-call timeout plus this
 
 Method = Literal["reset", "step", "close"]
+Check = Callable[[Any, str], Any]
+"""Validates what a call returned (the value, and where it came from); returns it, or raises naming the problem."""
 
 
 @dataclass(frozen=True)
@@ -93,11 +95,16 @@ _UNFINISHED = object()
 """A call's result before it finishes."""
 
 
-async def call_one(env: Any, method: Method, arg: Any, timeout: float) -> Any:
-    """Call ``env.<method>`` and validate its result; returns the result, or an :class:`EnvFailure`."""
-    name = f"{type(env).__name__}.{method}"
+async def call_one(env: Any, method: Method, arg: Any, timeout: float, check: Check | None = None,
+                   name: str | None = None) -> Any:
+    """Call ``env.<method>`` and validate its result (``check(result, name)`` when given, else the check of an
+    :class:`~trl_agentic.Environment`'s method); returns the result, or an :class:`EnvFailure` whose detail starts
+    with ``name`` (``<class>.<method>``)."""
+    name = name or f"{type(env).__name__}.{method}"
     try:
         result = await _invoke(env, method, arg, timeout)
+        if check is not None and method != "close":
+            return check(result, name)
         if method == "reset":
             return check_reset_result(result, type(env).__name__)
         if method == "step":
@@ -121,13 +128,16 @@ class PendingCalls:
     calls run on the background loop while the caller goes on (e.g. generating for other trajectories).
     :meth:`results` waits for them (at most the per-call timeout plus a few seconds after their start) and gives
     each validated result or an :class:`EnvFailure`, in order. ``seconds`` is the wall time from the start until the
-    last call finished."""
+    last call finished. ``check`` validates each result instead of an :class:`~trl_agentic.Environment`'s check (a
+    game's :class:`~trl_agentic.environments.seats.SeatTurn`); ``names`` names each call in its failure (default:
+    ``<class>.<method>``)."""
 
-    def __init__(self, envs: list[Any], method: Method, args: list[Any], timeout: float) -> None:
-        self.method, self.timeout = method, timeout
+    def __init__(self, envs: list[Any], method: Method, args: list[Any], timeout: float, check: Check | None = None,
+                 names: list[str] | None = None) -> None:
+        self.method, self.timeout, self.check = method, timeout, check
         skipped = [method == "close" and not hasattr(env, "close") for env in envs]
         self._results: list[Any] = [None if skip else _UNFINISHED for skip in skipped]
-        self._names = [f"{type(env).__name__}.{method}" for env in envs]
+        self._names = names or [f"{type(env).__name__}.{method}" for env in envs]
         self._blocks: dict[int, Block] = {}  # written by the loop's watchdog thread
         self.seconds = 0.0
         self._submitted = None
@@ -138,7 +148,7 @@ class PendingCalls:
         started = time.monotonic()
 
         async def one(i: int) -> None:
-            result = await call_one(envs[i], self.method, args[i], self.timeout)
+            result = await call_one(envs[i], self.method, args[i], self.timeout, self.check, self._names[i])
             self._results[i] = self._blocked(i) or result
 
         loop = asyncio.get_running_loop()
@@ -169,9 +179,10 @@ class PendingCalls:
         return self._results
 
 
-def call_all(envs: list[Any], method: Method, args: list[Any], timeout: float) -> list[Any]:
+def call_all(envs: list[Any], method: Method, args: list[Any], timeout: float, check: Check | None = None,
+             names: list[str] | None = None) -> list[Any]:
     """Call ``method`` on every environment concurrently and return, in order, each validated result or an
     :class:`EnvFailure`. The whole batch waits at most ``timeout`` plus a few seconds: a call not finished by then
     (the loop was blocked) is an ``env_timeout``. Environments without ``close`` are skipped for
-    ``method="close"``."""
-    return PendingCalls(envs, method, args, timeout).results()
+    ``method="close"``. ``check`` and ``names``: see :class:`PendingCalls`."""
+    return PendingCalls(envs, method, args, timeout, check, names).results()

@@ -41,12 +41,16 @@ class RolloutSeam(Protocol):
         tools_on_training_thread: Whether sync tools must run on the thread that runs the rollout (TRL's ``tools=``
             / ``environment_factory=`` without ``concurrent_sync_tools``), which rollouts ahead of training cannot
             offer.
+        trained_seats: The seats of a game with several seats that the runs train, each run one seat's trajectory
+            (``Trajectory.seat``; :mod:`~trl_agentic.rollout.seats`): GRPO compares a run with runs of its own seat.
+            ``()`` for every other kind.
     """
 
     eos_token_ids: list[int]
     tools: list[Callable[..., Any]]
     reward_fields: tuple[str, ...]
     tools_on_training_thread: bool
+    trained_seats: tuple[str, ...]
 
     def run(self, rows: Sequence[dict[str, Any]]) -> Runs:
         """One run per dataset row (each row's columns reach the environment's ``reset`` or the agent)."""
