@@ -8,12 +8,17 @@ as the Messages event stream. The key is the path's (``/t/<key>``, the Anthropic
 without ``/v1``), else the ``x-api-key`` header's.
 
 What is read: ``system`` (a string or text blocks), ``messages`` (``user``: ``text`` and ``tool_result`` blocks, each
-result a tool message; ``assistant``: ``text`` and ``tool_use`` blocks, as one assistant message with its calls;
-``thinking`` blocks are dropped, other blocks refused), ``tools`` (``name``, ``description``, ``input_schema``),
-``tool_choice`` (``auto``, ``any`` as ``"required"``, ``tool`` as a named function, ``none``; see
-:mod:`~trl_agentic.agents.forcing`), ``max_tokens``, ``stop_sequences``, ``stream``, ``model``; ``temperature``,
-``top_p``, ``top_k``, ``metadata``, ``thinking`` ... are accepted and ignored (the training's sampling settings win).
-A turn that stopped at a stop sequence reports ``end_turn`` (which sequence is not tracked).
+result a tool message, its content a string or text blocks; ``assistant``: ``text`` and ``tool_use`` blocks, as one
+assistant message with its calls, ``thinking`` blocks dropped; ``system``: text, a system message where it stands, as
+Claude Code sends its agent and skill lists; other blocks refused; ``cache_control`` ignored), ``tools`` (client
+tools: ``name``, ``description``, ``input_schema``; server tools refused), ``tool_choice`` (``auto``, ``any`` as
+``"required"``, ``tool`` as a named function, ``none``; see :mod:`~trl_agentic.agents.forcing`), ``max_tokens``,
+``stop_sequences``, ``stream``, ``model``; ``context_management`` (its ``clear_thinking_*`` edits only: earlier
+thinking is never rendered here; other edits, which would rewrite the history, are refused), ``output_config``
+(``effort`` ignored; a ``format`` is not enforced and makes the request an auxiliary call,
+:mod:`~trl_agentic.agents.auxiliary`). ``temperature``, ``top_p``, ``top_k``, ``metadata``, ``thinking``, the
+``beta`` query and the ``anthropic-beta`` header are accepted and ignored (the training's sampling settings win). A
+turn that stopped at a stop sequence reports ``end_turn`` (which sequence is not tracked).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import json
 import uuid
 from typing import Any, Iterator
 
+from .auxiliary import auxiliary_kind
 from .protocol import ChatRequest, Limits, Reply, RequestError, check_request, load_json, normalize_message
 
 _CHOICES = {"auto": "auto", "any": "required", "none": "none"}
@@ -48,10 +54,31 @@ def parse_messages(body: bytes, limits: Limits) -> ChatRequest:
     if tools is not None and not isinstance(tools, list):
         raise _fail("'tools' must be a list", "tools")
     chat_tools = [_chat_tool(tool, f"tools[{i}]") for i, tool in enumerate(tools or [])]
-    return check_request({"messages": messages, "tools": chat_tools or None,
-                          "tool_choice": _tool_choice(data.get("tool_choice")), "max_tokens": data.get("max_tokens"),
-                          "stop": data.get("stop_sequences"), "stream": data.get("stream"),
-                          "model": data.get("model")}, limits)
+    _check_context_management(data.get("context_management"))
+    output = data.get("output_config")
+    if output is not None and not isinstance(output, dict):
+        raise _fail("'output_config' must be an object", "output_config")
+    request = check_request({"messages": messages, "tools": chat_tools or None,
+                             "tool_choice": _tool_choice(data.get("tool_choice")), "max_tokens": data.get("max_tokens"),
+                             "stop": data.get("stop_sequences"), "stream": data.get("stream"),
+                             "model": data.get("model")}, limits)
+    request.auxiliary = auxiliary_kind(data)
+    return request
+
+
+def _check_context_management(value: Any) -> None:
+    """``context_management``: only edits that clear earlier thinking (never rendered here) are served."""
+    if value is None:
+        return
+    edits = value.get("edits", []) if isinstance(value, dict) else None
+    if not isinstance(edits, list):
+        raise _fail("'context_management' must be an object with a list of 'edits'", "context_management")
+    for i, edit in enumerate(edits):
+        kind = edit.get("type") if isinstance(edit, dict) else None
+        if not isinstance(kind, str) or not kind.startswith("clear_thinking_"):
+            raise _fail(f"context_management.edits[{i}]: {str(kind)[:40]!r} is not served (it would rewrite the "
+                        "history the policy is trained on); only clear_thinking_* edits are (earlier thinking is "
+                        "never rendered here)", f"context_management.edits[{i}]")
 
 
 def _blocks(content: Any, where: str) -> list[dict[str, Any]]:
@@ -63,9 +90,12 @@ def _blocks(content: Any, where: str) -> list[dict[str, Any]]:
 
 
 def _chat_messages(message: Any, where: str) -> list[dict[str, Any]]:
-    """One Messages message as chat messages: a user turn's tool results first (tool messages), then its text."""
-    if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
-        raise _fail(f"{where} must be an object with role 'user' or 'assistant'", f"{where}.role")
+    """One Messages message as chat messages: a user turn's tool results first (tool messages), then its text; a
+    system message where it stands."""
+    if not isinstance(message, dict) or message.get("role") not in ("user", "assistant", "system"):
+        raise _fail(f"{where} must be an object with role 'user', 'assistant' or 'system'", f"{where}.role")
+    if message["role"] == "system":
+        return [normalize_message({"role": "system", "content": message.get("content")}, where)]
     texts, calls, results = [], [], []
     for j, block in enumerate(_blocks(message.get("content"), where)):
         spot, kind = f"{where}.content[{j}]", block.get("type")
@@ -91,7 +121,9 @@ def _chat_messages(message: Any, where: str) -> list[dict[str, Any]]:
 
 def _chat_tool(tool: Any, where: str) -> dict[str, Any]:
     if not isinstance(tool, dict) or not isinstance(tool.get("name"), str) or tool.get("type") not in (None, "custom"):
-        raise _fail(f"{where}: only client tools are served ({{'name', 'description', 'input_schema'}})", where)
+        kind = tool.get("type") if isinstance(tool, dict) else type(tool).__name__
+        raise _fail(f"{where}: {str(kind)[:40]!r} is not served: only client tools are ({{'name', 'description', "
+                    "'input_schema'}), which the client runs; the endpoint runs no server tool", where)
     function = {"name": tool["name"]}
     if "description" in tool:
         function["description"] = tool["description"]

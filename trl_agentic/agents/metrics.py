@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from .session import AgentTrajectory
 
 AGENT_EVENTS = ("bad_request", "template_fallback", "over_budget_requests", "no_model_calls", "malformed_tool_call",
-                "forced_call", "tool_choice_unforced", "text_join_mismatch", "restarted")
+                "forced_call", "tool_choice_unforced", "text_join_mismatch", "restarted", "auxiliary")
 AGENT_COUNTS = ("segments", "requests", *AGENT_EVENTS)
 """What :func:`agent_sums` counts, in the order the metrics are logged."""
 

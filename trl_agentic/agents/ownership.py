@@ -18,7 +18,7 @@ land in another trajectory's record and train under that trajectory's reward. Tw
   :class:`~trl_agentic.agents.session.Session` answers 409 ``unproven_sender`` (:data:`UNPROVEN`) and records
   nothing. For an agent handed a client, whose own requests carry proof, that holds from the start. An agent that
   takes ``endpoint`` and builds its own client proves nothing unless it builds it over ``endpoint.http_client()``
-  (the same hooks); its key is bound by the first conversation it receives, and a later one must open with the same
+  (the same hooks) or, for a client in another process (a CLI), has it send ``endpoint.headers``; its key is bound by the first conversation it receives, and a later one must open with the same
   messages (the same task, its history re-rendered by a framework or summarised), not another agent's.
 """
 
@@ -39,7 +39,8 @@ UNPROVEN = ("not this trajectory's conversation: the request does not continue a
             "and carries no proof that this trajectory's agent sent it (a raw HTTP request, or a client built from a "
             "base URL and key, perhaps another trajectory's), so it is refused rather than trained under that "
             "trajectory's reward; send each agent's requests through the client the agent receives (agent(client, "
-            "...)), or build the agent's clients over endpoint.http_client(): their requests carry that proof")
+            "...)), or build the agent's clients over endpoint.http_client(), or send endpoint.headers with each "
+            "request of a client in another process (a CLI agent): these carry that proof")
 
 _running: contextvars.ContextVar[str | None] = contextvars.ContextVar("trl_agentic_caller", default=None)
 

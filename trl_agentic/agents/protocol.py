@@ -85,6 +85,9 @@ class ChatRequest:
         model: The model name the client sent (echoed back; any name is served by the policy).
         prompt: Legacy completions only (:mod:`~trl_agentic.agents.completions`): the prompt text, ``messages``
             then empty.
+        auxiliary: The kind of auxiliary call the request is (:mod:`~trl_agentic.agents.auxiliary`: a title, a
+            summary, a quota check beside the task's conversation; read from Messages and Responses requests),
+            ``None`` for the task's conversation.
     """
 
     messages: list[dict[str, Any]]
@@ -98,6 +101,7 @@ class ChatRequest:
     include_usage: bool = False
     model: str = ""
     prompt: str | None = None
+    auxiliary: str | None = None
 
 
 def _fail(message: str, param: str | None = None, code: str | None = None) -> RequestError:

@@ -6,22 +6,26 @@ to ``/v1/chat/completions`` (:mod:`~trl_agentic.agents.session`): the same recor
 and one trajectory may mix both. The reply is answered as a ``response`` object, or as the Responses event stream.
 
 What is read (the rest, ``temperature``, ``top_p``, ``reasoning``, ``truncation``, ``parallel_tool_calls``,
-``metadata``, ``user``, ``prompt_cache_key``, ..., is accepted and ignored, as for chat completions):
+``metadata``, ``user``, ``prompt_cache_key``, ``client_metadata``, ``store``, ..., is accepted and ignored, as for chat
+completions):
 
 - ``input``: a string (one user message) or a list of items: messages (``{"role", "content"}``, with or without
   ``"type": "message"``; content a string or ``input_text`` / ``output_text`` parts), ``function_call`` (``call_id``,
-  ``name``, ``arguments``; joined to the assistant message before it, as a chat message's ``tool_calls``),
-  ``function_call_output`` (``call_id``, ``output``: a tool message), and ``reasoning`` items (dropped: the chat
-  templates served here render no earlier reasoning).
+  ``name``, ``arguments``, ``namespace``) and ``custom_tool_call`` (``call_id``, ``name``, ``input``), each joined
+  to the assistant message before it as a chat message's ``tool_calls``, ``function_call_output`` and
+  ``custom_tool_call_output`` (``call_id``, ``output``: a string or text parts; a tool message), and ``reasoning``
+  items (dropped: the chat templates served here render no earlier reasoning). Items' ``id`` and ``status`` are
+  ignored.
 - ``instructions``: a system message before the input (not carried over by ``previous_response_id``, as OpenAI).
 - ``previous_response_id``: the id of a response this endpoint gave *in this trajectory*; its conversation (input and
   output) comes before the new input. Any other id is refused (400): send the whole conversation in ``input``.
   Nothing is stored beyond the trajectory, whatever ``store`` says.
-- ``tools``: ``{"type": "function", "name", "description", "parameters", "strict"}`` (rendered as a chat tool with
-  these fields); other tool types are refused. ``tool_choice``: as for chat completions (``"auto"``, ``"none"``,
-  ``"required"``, ``{"type": "function", "name"}``).
-- ``max_output_tokens``, ``stream``, ``text.format`` (``text`` only), ``include``
-  (``message.output_text.logprobs``), ``model``.
+- ``tools``: ``function``, ``namespace`` and ``custom`` tools, as chat functions
+  (:mod:`~trl_agentic.agents.response_tools`, which also answers each call as the item its tool type expects); other
+  tool types are refused. ``tool_choice``: as for chat completions (``"auto"``, ``"none"``, ``"required"``,
+  ``{"type": "function" | "custom", "name"}``).
+- ``max_output_tokens``, ``stream``, ``text.format`` (``text`` only), ``include`` (``message.output_text.logprobs``;
+  ``reasoning.encrypted_content`` asks for nothing here: no reasoning item is given), ``model``.
 
 The response carries ``token_ids``: the sampled ids kept for the turn, exactly the ids recorded and trained on.
 """
@@ -34,6 +38,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+from .auxiliary import auxiliary_kind
 from .protocol import (
     ChatRequest,
     Limits,
@@ -44,6 +49,7 @@ from .protocol import (
     normalize_message,
     token_logprobs,
 )
+from .response_tools import ToolKinds, chat_tools, history_call, output_item
 
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
 
@@ -60,6 +66,7 @@ class ResponsesRequest:
         tools: The tools as sent (echoed in the response).
         tool_choice: The ``tool_choice`` as sent (echoed).
         max_output_tokens: The ``max_output_tokens`` sent.
+        kinds: Which chat functions stand for namespaced functions and custom tools (how calls are answered).
     """
 
     chat: ChatRequest
@@ -69,6 +76,7 @@ class ResponsesRequest:
     tools: list[dict[str, Any]]
     tool_choice: Any
     max_output_tokens: int | None
+    kinds: ToolKinds
 
 
 def _fail(message: str, param: str | None = None) -> RequestError:
@@ -103,31 +111,16 @@ def parse_responses(body: bytes, limits: Limits,
     limit = data.get("max_output_tokens")
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
         raise _fail("'max_output_tokens' must be an integer >= 1", "max_output_tokens")
-    tools = _tools(data.get("tools"))
+    tools, kinds = chat_tools(data.get("tools"))
     tool_choice = data.get("tool_choice")
-    if isinstance(tool_choice, dict) and tool_choice.get("type") == "function" and "name" in tool_choice:
+    if isinstance(tool_choice, dict) and tool_choice.get("type") in ("function", "custom") and "name" in tool_choice:
         tool_choice = {"type": "function", "function": {"name": tool_choice["name"]}}
     chat = check_request({"messages": system + history, "tools": tools or None, "tool_choice": tool_choice,
                           "max_tokens": limit, "stream": data.get("stream"),
                           "logprobs": LOGPROBS_INCLUDE in include, "model": data.get("model")}, limits)
+    chat.auxiliary = auxiliary_kind(data)
     return ResponsesRequest(chat, chat.messages[len(system):], instructions, previous, list(data.get("tools") or []),
-                            data.get("tool_choice", "auto"), chat.max_tokens)
-
-
-def _tools(value: Any) -> list[dict[str, Any]]:
-    """Responses' flat function tools as chat tools (their fields as sent, ``type`` aside)."""
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise _fail("'tools' must be a list", "tools")
-    tools = []
-    for i, tool in enumerate(value):
-        if not isinstance(tool, dict) or tool.get("type") != "function":
-            kind = tool.get("type") if isinstance(tool, dict) else type(tool).__name__
-            raise _fail(f"tools[{i}]: only function tools are served ({{'type': 'function', 'name', 'parameters'}}), "
-                        f"got {str(kind)[:40]!r}", f"tools[{i}]")
-        tools.append({"type": "function", "function": {k: v for k, v in tool.items() if k != "type"}})
-    return tools
+                            data.get("tool_choice", "auto"), chat.max_tokens, kinds)
 
 
 def _messages(value: Any, limits: Limits) -> list[dict[str, Any]]:
@@ -146,26 +139,22 @@ def _messages(value: Any, limits: Limits) -> list[dict[str, Any]]:
         kind = item.get("type", "message")
         if kind == "message":
             messages.append(normalize_message({"role": item.get("role"), "content": item.get("content")}, where))
-        elif kind == "function_call":
-            for name in ("call_id", "name", "arguments"):
-                if not isinstance(item.get(name), str):
-                    raise _fail(f"{where}.{name} must be a string", f"{where}.{name}")
-            call = {"id": item["call_id"], "type": "function",
-                    "function": {"name": item["name"], "arguments": item["arguments"]}}
+        elif kind in ("function_call", "custom_tool_call"):
+            call = normalize_message({"role": "assistant", "tool_calls": [history_call(item, where)]},
+                                     where)["tool_calls"][0]
             last = messages[-1] if messages else None
             if last is not None and last["role"] == "assistant":  # the turn's text and its calls: one chat message
-                call = normalize_message({"role": "assistant", "tool_calls": [call]}, where)["tool_calls"][0]
                 last.setdefault("tool_calls", []).append(call)
             else:
-                messages.append(normalize_message({"role": "assistant", "content": "", "tool_calls": [call]}, where))
-        elif kind == "function_call_output":
+                messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        elif kind in ("function_call_output", "custom_tool_call_output"):
             if not isinstance(item.get("call_id"), str):
                 raise _fail(f"{where}.call_id must be a string", f"{where}.call_id")
             messages.append(normalize_message({"role": "tool", "tool_call_id": item["call_id"],
                                                "content": item.get("output")}, where))
         elif kind != "reasoning":
             raise _fail(f"{where}: items of type {str(kind)[:40]!r} are not served (message, function_call, "
-                        "function_call_output, reasoning)", f"{where}.type")
+                        "function_call_output, custom_tool_call, custom_tool_call_output, reasoning)", f"{where}.type")
     return messages
 
 
@@ -182,7 +171,8 @@ def response_id() -> str:
 
 
 def _output(reply: Reply, request: ResponsesRequest, done: bool = True) -> list[dict[str, Any]]:
-    """The output items: a ``message`` (when there is text, or nothing else), then one ``function_call`` per call."""
+    """The output items: a ``message`` (when there is text, or nothing else), then one item per call
+    (:func:`~trl_agentic.agents.response_tools.output_item`)."""
     status = "completed" if done else "in_progress"
     items: list[dict[str, Any]] = []
     if reply.content or not reply.tool_calls:
@@ -190,10 +180,7 @@ def _output(reply: Reply, request: ResponsesRequest, done: bool = True) -> list[
         part = {"type": "output_text", "text": reply.content, "annotations": [], "logprobs": logprobs}
         items.append({"type": "message", "id": f"msg_{uuid.uuid4().hex}", "status": status, "role": "assistant",
                       "content": [part] if done else []})
-    for call in reply.tool_calls:
-        items.append({"type": "function_call", "id": f"fc_{uuid.uuid4().hex}", "call_id": call["id"],
-                      "name": call["function"]["name"], "status": status,
-                      "arguments": json.dumps(call["function"]["arguments"], ensure_ascii=False) if done else ""})
+    items += [output_item(call, request.kinds, done) for call in reply.tool_calls]
     return items
 
 
@@ -243,6 +230,9 @@ def response_events(reply: Reply, request: ResponsesRequest, model: str, rid: st
             yield event("response.output_text.done", **place, content_index=0, text=part["text"],
                         logprobs=part["logprobs"])
             yield event("response.content_part.done", **place, content_index=0, part=part)
+        elif item["type"] == "custom_tool_call":
+            yield event("response.custom_tool_call_input.delta", **place, delta=item["input"])
+            yield event("response.custom_tool_call_input.done", **place, input=item["input"])
         else:
             yield event("response.function_call_arguments.delta", **place, delta=item["arguments"])
             yield event("response.function_call_arguments.done", **place, name=item["name"],

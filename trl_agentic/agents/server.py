@@ -8,8 +8,10 @@ Routes (each under ``/v1`` and under ``/t/<key>/v1``, the per-trajectory base UR
 - ``POST .../responses``: the same, asked and answered in the Responses API's shapes
   (:mod:`trl_agentic.agents.responses`);
 - ``POST .../completions``: legacy completions, a prompt string continued (:mod:`trl_agentic.agents.completions`);
-- ``POST .../messages``: Anthropic's Messages API (:mod:`trl_agentic.agents.messages`);
-- ``GET .../models``: the one model served.
+- ``POST .../messages``: Anthropic's Messages API (:mod:`trl_agentic.agents.messages`), and
+  ``POST .../messages/count_tokens``: the tokens of such a request's conversation as the chat template renders it;
+- ``GET .../models``: the one model served;
+- ``GET`` / ``HEAD`` ``/`` (and ``/t/<key>``): a health check that needs no key (Claude Code sends one first).
 
 The key is the path's (``/t/<key>/v1``), else the ``Authorization: Bearer <key>`` header's (or ``x-api-key``'s): a base URL that names its
 trajectory works for agents that share one process-wide API key. Answers, with OpenAI's error body: 400 malformed
@@ -54,7 +56,7 @@ logger = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
 ROUTES = (("POST", "/chat/completions"), ("POST", "/responses"), ("POST", "/completions"), ("POST", "/messages"),
-          ("GET", "/models"))
+          ("POST", "/messages/count_tokens"), ("GET", "/models"))
 """The routes (method, path after ``/v1``)."""
 SERVED = tuple(f"{method} /v1{path}" for method, path in ROUTES)
 """The routes, as an unserved path's error lists them."""
@@ -222,6 +224,17 @@ def build_app(registry: Registry, bridge: GenerationBridge, limits: Limits, mode
             raise RequestError(500, f"generation failed: {type(exc).__name__}") from None
         return session.finish(turn, generation)
 
+    async def count_tokens(request: Request, path_key: str | None) -> Any:
+        session: Session | None = None
+        try:
+            session = registry.get(key_of(request, path_key), request.headers.get(CALLER_HEADER))
+            tokens = session.prompt_tokens(parse_messages(await body_of(request), limits))
+        except RequestError as exc:
+            if session is not None and exc.status in (400, 413):
+                session.refuse(exc.message)
+            return error(exc)
+        return JSONResponse({"input_tokens": tokens})
+
     async def models(request: Request, path_key: str | None) -> Any:
         try:
             registry.get(key_of(request, path_key), request.headers.get(CALLER_HEADER))
@@ -232,9 +245,15 @@ def build_app(registry: Registry, bridge: GenerationBridge, limits: Limits, mode
     handlers = {"/chat/completions": answering(parse_request, completion_body, stream_events), "/responses": respond,
                 "/completions": answering(parse_completion, text_completion_body, text_completion_events),
                 "/messages": answering(parse_messages, message_body, message_events),
-                "/models": models}
+                "/messages/count_tokens": count_tokens, "/models": models}
     for method, path in ROUTES:  # each under /v1 and under the trajectory's own /t/<key>/v1
         add_routes(app, method, path, handlers[path])
+
+    async def health() -> Any:
+        return JSONResponse({})
+
+    for path in ("/", "/t/{key}", "/t/{key}/"):
+        app.add_api_route(path, health, methods=["GET", "HEAD"])
     return app
 
 

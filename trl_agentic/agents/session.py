@@ -17,6 +17,10 @@ a delta the template cannot render as a suffix) **starts a new segment**: its me
 segment they continue (the longest match), so a main agent and a sub-agent each grow their own. Every segment becomes
 its own training row, sharing the trajectory's reward (:func:`trl_agentic.trainers.round.training_rows`).
 
+Auxiliary calls (:mod:`~trl_agentic.agents.auxiliary`: a title, a summary, a quota check a CLI makes beside its task)
+are recorded in segments of their own, which requests of the task never extend (nor they the task's); they are kept
+out of training (``auxiliary``) unless ``train_auxiliary``, and counted.
+
 Whose requests: a request that starts a segment must come with proof that the trajectory's own agent sent it, except
 the first conversation of an agent that builds its own client and later ones that open as it did
 (:meth:`Session._may_start`, :mod:`~trl_agentic.agents.ownership`); any other is refused (409 ``unproven_sender``) and
@@ -58,12 +62,15 @@ class AgentTrajectory(Trajectory):
 
     Attributes:
         segments: Every segment (training sequence) of the run, in the order they started; the main one included.
+        auxiliary: The segments of its auxiliary calls (:mod:`~trl_agentic.agents.auxiliary`), not trained (with
+            ``Agent(train_auxiliary=True)`` they are among ``segments`` instead).
         agent_output: What the agent returned (reward functions receive it as ``agent_output``).
         requests: Chat-completion requests the agent sent.
         refusal: The endpoint's message for the first request it refused (400 or 413), else ``None``.
     """
 
     segments: list[Trajectory] = field(default_factory=list)
+    auxiliary: list[Trajectory] = field(default_factory=list)
     agent_output: Any = None
     requests: int = 0
     refusal: str | None = None
@@ -75,6 +82,7 @@ class AgentTrajectory(Trajectory):
     def to_dict(self) -> dict[str, Any]:
         data = super().to_dict()
         data["segments"] = [segment.to_dict() for segment in self.segments]
+        data["auxiliary"] = [segment.to_dict() for segment in self.auxiliary]
         return data
 
 
@@ -88,6 +96,7 @@ class Segment:
     busy: bool = False
     used: int = 0
     text: str | None = None  # a legacy completions segment: the text the agent was given so far
+    auxiliary: str | None = None  # the kind of auxiliary call it records (None: the task's conversation)
 
 
 @dataclass
@@ -146,13 +155,17 @@ class Session:
         proves_sender: The agent's own requests carry proof of their sender (it was handed a client,
             :mod:`~trl_agentic.agents.ownership`): a request without that proof may continue a segment, never start
             one. ``False`` (an agent that builds its own client): the first conversation binds the key.
+        train_auxiliary: Train the segments of auxiliary calls (training rows of their own); ``False`` keeps them in
+            :attr:`AgentTrajectory.auxiliary`, untrained.
     """
 
     def __init__(self, key: str, encoder: ObservationEncoder, config: RolloutConfig, eos_token_ids: list[int],
                  max_prompt_tokens: int | None = None, openings: CallOpenings | None = None,
-                 context: ContextLimit | None = None, proves_sender: bool = False) -> None:
+                 context: ContextLimit | None = None, proves_sender: bool = False,
+                 train_auxiliary: bool = False) -> None:
         self.key, self.encoder, self.config = key, encoder, config
         self.proves_sender = proves_sender
+        self.train_auxiliary = train_auxiliary
         self.caller_id = new_caller_id()
         self.tokenizer = encoder.tokenizer
         self.eos_token_ids = eos_token_ids
@@ -184,6 +197,8 @@ class Session:
             if placement.segment is None and not proven and not self._may_start(request):
                 raise RequestError(409, UNPROVEN, code="unproven_sender")  # never recorded, never counted here
             self.requests += 1
+            if request.auxiliary is not None:
+                self.events["auxiliary"] += 1
             cfg = self.config
             if self.truncation is not None or self.turns >= cfg.max_turns:
                 return self._over_budget(self.truncation or "max_turns")
@@ -192,7 +207,7 @@ class Session:
             forced = self.openings.ids(request.tools, request.forced_call) \
                 if request.forced_call is not None and self.openings is not None else None
             room = self._room(placement, forced or [], "prompt" if request.prompt is not None else "messages")
-            segment = self._record(placement)
+            segment = self._record(placement, request.auxiliary)
             if segment is None:
                 return self._over_budget("max_tokens")
             if request.forced_call is not None and self.openings is not None:
@@ -211,6 +226,13 @@ class Session:
             stop = list(dict.fromkeys([*request.stop, *cfg.stop_strings]))
             return Turn(segment, t.prompt_ids + t.completion_ids + forced, max_new, stop,
                         max_new in (remaining, room), request, forced)
+
+    def prompt_tokens(self, request: ChatRequest) -> int:
+        """How many tokens the request's conversation is, rendered whole (Anthropic's ``count_tokens``); nothing is
+        recorded."""
+        with self._lock:
+            self._check_open()
+            return len(self._conversation_ids(request))
 
     def finish(self, turn: Turn, generation: Generation) -> Reply:
         """Record what the model sampled for ``turn`` (kept up to the first end id, stop string or budget) and the
@@ -238,8 +260,8 @@ class Session:
             t.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
             t.turn_spans.append((start, start + len(ids)))
             t.actions.append(self._decode(turn.forced + ids))
-            if reason is None and turn.last_of_budget and end == turn.max_new_tokens:
-                self._truncate("max_tokens")
+            if reason is None and turn.last_of_budget and end == turn.max_new_tokens and segment.auxiliary is None:
+                self._truncate("max_tokens")  # an auxiliary call's budget is its own, not the task's
             message = self._message(turn, turn.forced + ids, t.prompt_ids + t.completion_ids[:opened],
                                     reason == "stop")
             if segment.text is not None:
@@ -315,22 +337,25 @@ class Session:
         ``terminated`` (the agent returned)."""
         with self._lock:
             reason, error = self.failure or (self.truncation or "terminated", "")
-            segments = [s.trajectory for s in self.segments]
-            for t in segments:
-                t.stop_reason, t.error = reason, error
-                t.observations += [None] * (len(t.actions) - len(t.observations))
-            if self.segments:
-                main = max(self.segments, key=lambda s: s.used).trajectory
+            for s in self.segments:
+                s.trajectory.stop_reason, s.trajectory.error = reason, error
+                s.trajectory.observations += [None] * (len(s.trajectory.actions) - len(s.trajectory.observations))
+            trained = [s for s in self.segments if s.auxiliary is None or self.train_auxiliary]
+            segments = [s.trajectory for s in trained]
+            auxiliary = [s.trajectory for s in self.segments if s not in trained]
+            task = [s for s in self.segments if s.auxiliary is None]
+            if task:
+                main = max(task, key=lambda s: s.used).trajectory
             else:  # the agent never called the model: nothing to train, one masked token to keep TRL's layout
                 main = Trajectory(prompt_ids=[self.eos_token_ids[0]], stop_reason=reason, error=error)
                 self.events["no_model_calls"] += 1
             values = {f.name: getattr(main, f.name) for f in fields(Trajectory)}
             events = Counter(self.events)
-            for t in segments:
+            for t in segments + auxiliary:
                 events.update(t.events)
             values["events"] = dict(events)
-            return AgentTrajectory(**values, segments=segments, agent_output=agent_output, requests=self.requests,
-                                   refusal=self.refusal)
+            return AgentTrajectory(**values, segments=segments, auxiliary=auxiliary, agent_output=agent_output,
+                                   requests=self.requests, refusal=self.refusal)
 
     # -- helpers ---------------------------------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -363,7 +388,7 @@ class Session:
         ids = self._bos + self.encoder.tokenize_untrusted(prompt)
         best, joined = None, False
         for segment in self.segments:
-            if segment.text is None or segment.busy:
+            if segment.text is None or segment.busy or segment.auxiliary != request.auxiliary:
                 continue
             held = segment.trajectory.prompt_ids + segment.trajectory.completion_ids
             if len(ids) > len(held) and ids[:len(held)] == held:
@@ -378,20 +403,24 @@ class Session:
 
     def _may_start(self, request: ChatRequest) -> bool:
         """Whether a request without proof of its sender may start a segment: never when the agent's own requests
-        carry proof (``proves_sender``); else (an agent that builds its own client) the first conversation binds the
-        key, and a later one must open as a recorded one does (the same messages before the first reply, or the same
-        prompt text begun): the same task, its history rewritten (a framework that re-renders it, a summary), not
-        another agent's conversation."""
+        carry proof (``proves_sender``); else (an agent that builds its own client) the first conversation of the task
+        binds the key, and a later one must open as a recorded one does (the same messages before the first reply, or
+        the same prompt text begun): the same task, its history rewritten (a framework that re-renders it, a summary),
+        not another agent's conversation. An auxiliary call binds nothing and may start its own segment unless
+        auxiliary calls are trained (then it is held to the task's rule)."""
         if self.proves_sender:
             return False
-        if not self.segments:
+        if request.auxiliary is not None and not self.train_auxiliary:
+            return True
+        task = [s for s in self.segments if s.auxiliary is None]
+        if not task:
             return True
         if request.prompt is not None:
-            return any(s.text is not None and request.prompt.startswith(s.trajectory.prompt) for s in self.segments)
+            return any(s.text is not None and request.prompt.startswith(s.trajectory.prompt) for s in task)
         opening = _opening(request.messages)
         return any(s.text is None and len(_opening(s.trajectory.prompt)) == len(opening)
                    and all(same_message(a, b) for a, b in zip(_opening(s.trajectory.prompt), opening))
-                   for s in self.segments)
+                   for s in task)
 
     def _room(self, placement: Placement, forced: list[int], param: str) -> int:
         """The positions left to generate in once ``placement`` and ``forced`` are held (400
@@ -410,8 +439,9 @@ class Session:
                                param, "context_length_exceeded")
         return room
 
-    def _record(self, placement: Placement) -> Segment | None:
-        """Record a placement: the new segment, or the extended one; ``None`` (nothing recorded) past the budget."""
+    def _record(self, placement: Placement, auxiliary: str | None = None) -> Segment | None:
+        """Record a placement: the new segment (recording an auxiliary call of kind ``auxiliary``, or the task), or the
+        extended one; ``None`` (nothing recorded) past the budget."""
         if placement.template_fallback:
             self.events["template_fallback"] += 1
         if placement.text_join_mismatch:
@@ -421,10 +451,11 @@ class Session:
             t = Trajectory(prompt_ids=list(placement.ids))
             if placement.prompt is not None:
                 t.prompt = placement.prompt
-                segment = Segment(t, history=[], tools=[], text=placement.prompt)
+                segment = Segment(t, history=[], tools=[], text=placement.prompt, auxiliary=auxiliary)
             else:
                 t.prompt = [dict(m) for m in placement.messages]
-                segment = Segment(t, history=[dict(m) for m in placement.messages], tools=placement.tools)
+                segment = Segment(t, history=[dict(m) for m in placement.messages], tools=placement.tools,
+                                  auxiliary=auxiliary)
             self.segments.append(segment)
             return segment
         if not self._append(segment, placement.ids, placement.text):
@@ -456,8 +487,9 @@ class Session:
         for segment in self.segments:
             held = len(segment.history)
             if segment.text is not None or segment.busy or segment.tools != request.tools or len(request.messages) <= held \
-                    or not segment.trajectory.turn_spans or segment.history[-1]["role"] != "assistant":
-                continue  # busy, other tools, nothing new, or no recorded reply to continue from
+                    or not segment.trajectory.turn_spans or segment.history[-1]["role"] != "assistant" \
+                    or segment.auxiliary != request.auxiliary:
+                continue  # busy, other tools, nothing new, no recorded reply to continue from, or task vs auxiliary
             if any(m["role"] == "assistant" for m in request.messages[held:]):
                 continue
             if not all(same_message(a, b) for a, b in zip(segment.history, request.messages)):
