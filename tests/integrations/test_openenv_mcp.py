@@ -310,3 +310,19 @@ def test_an_app_that_serves_no_mcp_tools_is_refused_before_training():
                                              r"serve an MCPEnvironment \(create_app\(\.\.\., CallToolAction, "
                                              r"CallToolObservation\)\); nothing trains on it$"):
             openenv_mcp_environment(servers)
+
+
+def test_a_results_text_is_its_content_as_mcp_clients_show_it():
+    """MCP's CallToolResult (as the session's observation carries it): its text parts one after another, a part
+    that is not text as its JSON; a result marked isError is the call's error; an environment's own value (a
+    result that is not MCP's) as its text."""
+    from trl_agentic.integrations.openenv_mcp import MCPToolError, result_text
+
+    image = {"type": "image", "data": "AAAA", "mimeType": "image/png"}
+    result = {"content": [{"type": "text", "text": "5"}, image, {"type": "text", "text": "done"}],
+              "structured_content": {"result": 5}, "is_error": False}
+    assert result_text(result) == "5\n" + json.dumps(image, sort_keys=True) + "\ndone"
+    with pytest.raises(MCPToolError, match=r"^no such table$"):
+        result_text({"content": [{"type": "text", "text": "no such table"}], "isError": True})
+    assert result_text("Hello!") == "Hello!" and result_text({"message": "Hi", "length": 2}) == \
+        '{"message": "Hi", "length": 2}' and result_text(None) == "None"
