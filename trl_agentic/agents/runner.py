@@ -21,12 +21,14 @@ thread, the trainer's main thread (:meth:`GenerationBridge.serve`). The server a
 Failures cost one trajectory: an agent that raises ends it with ``env_error`` (the exception in
 ``Trajectory.error``); one that neither calls the model nor returns for ``env_timeout`` seconds (time spent waiting
 for the model does not count) is cancelled and ends it with ``env_timeout``; either way its key answers 409 from then
-on. Python cannot stop a thread, so a plain ``def`` agent that hangs is abandoned, not stopped. An ``async def`` agent
-that blocks the agents' event loop is named and fails alone (:mod:`~trl_agentic.agents.agent_loop`): the time it held
-the loop is not counted against the others, and a block past ``env_timeout`` gives the loop up and starts the others
-again, each from its start with a fresh trajectory, on a fresh loop. An agent that reaches the policy through another
-trajectory's client fails, and a request that cannot be proven to come from its key's agent never starts a segment
-in that key's record (:mod:`~trl_agentic.agents.ownership`).
+on. An agent that returns though the model never answered it, the endpoint having refused its requests, ends with
+``env_error`` naming the refusal (it never attempted its task). Python cannot stop a thread, so a plain ``def`` agent
+that hangs is abandoned, not stopped. An ``async def`` agent that blocks the agents' event loop is named and fails
+alone (:mod:`~trl_agentic.agents.agent_loop`): the time it held the loop is not counted against the others, and a
+block past ``env_timeout`` gives the loop up and starts the others again, each from its start with a fresh
+trajectory, on a fresh loop. An agent that reaches the policy through another trajectory's client fails, and a
+request that cannot be proven to come from its key's agent never starts a segment in that key's record
+(:mod:`~trl_agentic.agents.ownership`).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from .agent_loop import AgentLoop
 from .bridge import GenerationBridge
 from .context import ContextLimit, context_limit
 from .forcing import CallOpenings
-from .ownership import in_context, request_hooks, running_as
+from .ownership import CALLER_HEADER, in_context, request_hooks, running_as
 from .protocol import Limits
 from .server import AgentServer, Registry, new_key
 from .session import AgentTrajectory, Session
@@ -72,12 +74,16 @@ class AgentEndpoint:
 
     A client built from these alone carries no proof of which agent sends its requests: the trajectory then keeps to
     the first conversation its key receives (:mod:`~trl_agentic.agents.ownership`). Give it :meth:`http_client` to
-    send several (sub-agents, a rewritten history)."""
+    send several (sub-agents, a rewritten history), or, for a client in another process (a CLI agent), ``headers``:
+    sent with each request, they prove that this trajectory's agent sent it (Codex CLI's provider ``http_headers``,
+    Claude Code's ``ANTHROPIC_CUSTOM_HEADERS``)."""
 
     base_url: str
     api_key: str
     model: str
     _http: Callable[[bool], Any] | None = field(default=None, repr=False, compare=False)
+    _replies: Callable[[], int] | None = field(default=None, repr=False, compare=False)
+    headers: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def http_client(self, asynchronous: bool = True) -> Any:
         """An HTTP client (openai's ``DefaultAsyncHttpxClient``, or ``DefaultHttpxClient`` with ``asynchronous=False``)
@@ -88,6 +94,13 @@ class AgentEndpoint:
         if self._http is None:
             raise RuntimeError("this endpoint was not handed to an agent by a rollout: it has no HTTP client")
         return self._http(asynchronous)
+
+    def model_replies(self) -> int:
+        """How many of this trajectory's requests the model has answered so far (a request refused or answered over
+        budget is not one): an agent in another process learns whether it ever reached the policy."""
+        if self._replies is None:
+            raise RuntimeError("this endpoint was not handed to an agent by a rollout: it has no trajectory")
+        return self._replies()
 
 
 @dataclass
@@ -113,6 +126,9 @@ class Agent:
             turn-level GAE and GiGPO read them). It runs on the trainer's thread after the round's agents ended; a
             call that raises or returns anything else costs its run alone (``env_error``).
             :mod:`~trl_agentic.agents.turn_rewards`. ``None``: every turn's reward is 0.
+        train_auxiliary: Train the auxiliary calls a CLI makes beside its task (a title, a summary, a quota check:
+            :mod:`~trl_agentic.agents.auxiliary`), each as a training row of its own; ``False`` (the default) answers
+            and counts them, and keeps them out of training (``AgentTrajectory.auxiliary``).
     """
 
     fn: Callable[..., Any]
@@ -123,6 +139,7 @@ class Agent:
     limits: Limits = Limits()
     force_tool_choice: bool = True
     turn_rewards: TurnRewards | None = None
+    train_auxiliary: bool = False
 
     def __post_init__(self) -> None:
         if not callable(self.fn):
@@ -281,7 +298,7 @@ class AgentRollout:
     def _session(self) -> Session:
         handed = not self.agent.signature()[0]  # the client it is handed proves its requests' sender
         return Session(new_key(), self.encoder, self.config, self.eos_token_ids, self.agent.max_prompt_tokens,
-                       self.openings, self._context, proves_sender=handed)
+                       self.openings, self._context, proves_sender=handed, train_auxiliary=self.agent.train_auxiliary)
 
     def _submit(self, run: AgentRun) -> None:
         """Start ``run``'s agent on the agents' loop, in its own context (:meth:`_agent_context`)."""
@@ -294,13 +311,17 @@ class AgentRollout:
         client = self._client(session)
         try:
             output = await self._call(client, run.row)
-            if session.close() and run.session is session:
+            refused = _refused_only(session)
+            failure = None if refused is None else ("env_error", f"the agent got no model reply: {refused}")
+            if session.close(failure) and run.session is session:
                 run.output = output
         except asyncio.CancelledError:
             session.close(("env_timeout", "the agent was cancelled"))
         except Exception as exc:  # noqa: BLE001 - the agent's failure costs its trajectory alone
             logger.debug("agent raised %s: %s", type(exc).__name__, exc)  # named once per round by the trainer
-            session.close(("env_error", f"agent raised {type(exc).__name__}: {exc}"))
+            refused = _refused_only(session)
+            error = f"agent raised {type(exc).__name__}: {exc}" + (f"; {refused}" if refused else "")
+            session.close(("env_error", error))
         finally:
             self.bridge.finished(session.key)
             if run.session is session:
@@ -371,7 +392,8 @@ class AgentRollout:
         base_url = self._server.base_url(session.key)
         if self.agent.signature()[0]:
             return AgentEndpoint(base_url, session.key, self.agent.model_name,
-                                 functools.partial(self._http_client, session))
+                                 functools.partial(self._http_client, session), lambda: session.turns,
+                                 headers={CALLER_HEADER: session.caller_id})
         import openai
 
         asynchronous = self.agent.is_async()
@@ -437,6 +459,15 @@ class AgentRollout:
                     future.cancel()
                     self.bridge.finished(session.key)
                     run.ended.set()
+
+
+def _refused_only(session: Session) -> str | None:
+    """For a run the model never answered though the endpoint refused its requests (a CLI whose every request is
+    refused exits with an error; an agent may catch the error and return): the refusal, in one line; else ``None``.
+    Such a run did not attempt its task, so it fails rather than end ``terminated`` with zero turns."""
+    if session.turns or not session.refusal:
+        return None
+    return "the endpoint refused its request: " + " ".join(session.refusal.split())
 
 
 def _answers(loop: asyncio.AbstractEventLoop, seconds: float) -> bool:
