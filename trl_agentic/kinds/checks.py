@@ -14,7 +14,9 @@ functions of what the trainer (or ``evaluate``) is given; each raises one line t
 - :func:`check_reset_parameters`: every required parameter of ``reset()`` is a dataset column (and a dict
   ``environment_factory`` has the ``environment`` column);
 - :meth:`~trl_agentic.agents.runner.Agent.check_columns`: every required parameter of an agent is a dataset column;
-- :func:`check_reward_signatures`: each reward function can bind the keyword arguments TRL passes it.
+- :func:`check_reward_signatures`: each reward function can bind the keyword arguments TRL passes it;
+- :func:`check_one_seat`: a game with several seats comes as ``Seats(game, players=...)``, and
+  :func:`check_seat_arguments` refuses the trainer's settings that would group its seats together.
 
 :func:`check_environment_arguments` (our environments and TRL's) and :func:`check_agent_arguments` run them on a
 trainer's arguments, each dataset and the reward functions through :func:`check_datasets_and_rewards`; the kind of
@@ -225,6 +227,7 @@ def check_environment_arguments(environment: Any, datasets: dict[str, Any], rewa
     from ..environments.trl_environments import TRLEnvironments
 
     check_environment_factory(environment)
+    check_one_seat(environment)
     check_rollout_mode(environment, rollout_mode)
 
     def check_dataset(dataset: Any, name: str) -> None:
@@ -236,6 +239,46 @@ def check_environment_arguments(environment: Any, datasets: dict[str, Any], rewa
         check_reset_parameters(environment, dataset, name)
 
     check_datasets_and_rewards(datasets, reward_funcs, reward_fields, check_dataset)
+
+def check_one_seat(environment: Any) -> None:
+    """``environment=`` given a game with several seats (a class with ``seats``): its ``reset`` answers whose turn it
+    is, which an environment of one agent never does, so every trajectory would end ``env_error``."""
+    cls = environment_class(environment)
+    if cls is not None and getattr(cls, "seats", ()):
+        raise ValueError(f"{cls.__name__} is a game with several seats ({', '.join(map(str, cls.seats))}): pass "
+                         f"environment=Seats({cls.__name__}, players={{seat: 'policy' | FrozenCopy() | ...}}) "
+                         "(from trl_agentic.rollout.seats import Seats)")
+
+
+def check_seat_arguments(seats: Any, datasets: dict[str, Any], reward_funcs: Any, args: Any,
+                         reward_fields: Sequence[str]) -> None:
+    """Every check of a game with several seats (:class:`~trl_agentic.rollout.seats.Seats`) before anything is built:
+    each dataset has a ``prompt`` and the columns the game's ``reset`` needs; the reward functions' signatures; and
+    the trainer's settings that would group a game's seats together, each refused in one line naming what to pass:
+    GiGPO's step groups, dynamic sampling's and ``normalize_then_sum``'s groups of ``num_generations`` runs, and GRPO
+    groups per prompt and seat of fewer than two runs (``num_generations`` below twice the trained seats)."""
+    trained = len(seats.trained)
+    if getattr(args, "gigpo", False):
+        raise ValueError("gigpo=True groups the steps of a group's runs by state, which a game's seats would share: "
+                         "pass gigpo=False with Seats")
+    if getattr(args, "zero_variance_groups", "keep") == "dynamic_sampling":
+        raise ValueError("zero_variance_groups='dynamic_sampling' keeps whole groups of num_generations runs, which a "
+                         "game's seats split: pass zero_variance_groups='keep' or 'std_floor' with Seats")
+    if getattr(args, "multi_objective_aggregation", "sum_then_normalize") == "normalize_then_sum":
+        raise ValueError("multi_objective_aggregation='normalize_then_sum' normalizes within groups of "
+                         "num_generations runs, which a game's seats split: pass 'sum_then_normalize' with Seats")
+    generations = getattr(args, "num_generations", None)
+    if getattr(args, "seat_baseline", None) == "group" and generations is not None and generations < 2 * trained:
+        raise ValueError(f"num_generations={generations} with {trained} trained seats leaves a group per prompt and "
+                         f"seat of {generations // trained} run: nothing to compare with; pass num_generations="
+                         f"{2 * trained} (or a larger multiple of {trained}), or seat_baseline='rae'")
+
+    def check_dataset(dataset: Any, name: str) -> None:
+        check_prompt_column(dataset, name)
+        check_reset_parameters(seats.game, dataset, name)
+
+    check_datasets_and_rewards(datasets, reward_funcs, reward_fields, check_dataset)
+
 
 def check_agent_arguments(agent: Any, datasets: dict[str, Any], reward_funcs: Any,
                           reward_fields: Sequence[str]) -> None:

@@ -2,7 +2,8 @@
 
 The kinds (one :class:`RolloutChoice` each): our environment (``environment=``), TRL's ``tools=`` /
 ``environment_factory=`` (or a :class:`~trl_agentic.environments.trl_environments.TRLEnvironments` given as
-``environment``), an agent of any framework (``agent=``). A choice
+``environment``), a game with several seats (``environment=Seats(...)``), an agent of any framework (``agent=``). A
+choice
 
 - derives ``GRPOTrainer``'s keyword arguments as its kind needs them and checks them before TRL builds anything
   (:meth:`~RolloutChoice.trainer_kwargs`: a new dict; the caller's objects are left as they were);
@@ -31,11 +32,13 @@ from ..rollout.engine import RolloutEngine
 from ..rollout.engine_seams import EngineSeam, TRLToolsSeam
 from ..rollout.generation import Generator
 from ..rollout.seam import RolloutSeam
+from ..rollout.seats import SeatEngine, Seats, SeatSeam, bound_players
 from .checks import (
     check_agent_arguments,
     check_budget_holds_a_call,
     check_environment_arguments,
     check_response_parser,
+    check_seat_arguments,
     datasets_of,
     uses_native_tool_calls,
 )
@@ -131,6 +134,8 @@ def choose_rollout(environment: Any, agent: Any, kwargs: dict[str, Any]) -> Roll
                          "not both")
     if native is not None or isinstance(environment, TRLEnvironments):
         return TRLToolsChoice(native if native is not None else environment)
+    if isinstance(environment, Seats):
+        return SeatsChoice(environment)
     return EnvironmentChoice(environment) if environment is not None else None
 
 
@@ -245,6 +250,53 @@ class TRLToolsChoice:
     def seam(self, parts: SeamParts) -> RolloutSeam:
         """:class:`~trl_agentic.rollout.engine_seams.TRLToolsSeam` over the engine."""
         return TRLToolsSeam(parts.engine(self.source), self.source, parts.prompt_column)
+
+
+class SeatsChoice:
+    """A game with several seats (:class:`~trl_agentic.rollout.seats.Seats`), each row's run one trained seat's
+    trajectory (:class:`~trl_agentic.rollout.seats.SeatSeam`)."""
+
+    def __init__(self, seats: Seats) -> None:
+        self.seats = seats
+
+    def trainer_kwargs(self, kwargs: dict[str, Any], config_class: type) -> dict[str, Any]:
+        """As given, checked (:func:`~trl_agentic.kinds.checks.check_seat_arguments`: the datasets, the rewards and
+        the settings that would group a game's seats together)."""
+        args = kwargs.get("args")
+        check_seat_arguments(self.seats, datasets_of(kwargs), kwargs.get("reward_funcs"), args, SeatSeam.reward_fields)
+        _no_rollout_func(kwargs)
+        return guarded_rewards(kwargs)
+
+    def rollout_settings(self, config: RolloutConfig, processing_class: Any) -> RolloutConfig:
+        """As given."""
+        return config
+
+    def check(self, datasets: dict[str, Any], reward_funcs: Any, rollout_mode: str | None) -> None:
+        """:func:`~trl_agentic.kinds.checks.check_seat_arguments` on the datasets and rewards."""
+        check_seat_arguments(self.seats, datasets, reward_funcs, None, SeatSeam.reward_fields)
+
+    def implied_fields(self, max_completion_length: int) -> dict[str, Any]:
+        """None."""
+        return {}
+
+    def reward_functions(self, funcs: list[Any], weights: list[float] | None) -> tuple[list[Any], list[float] | None]:
+        """As given."""
+        return funcs, weights
+
+    def environment_factory(self) -> EnvironmentFactory:
+        """Refused: a demonstration replays one agent's trajectory, and a game has several seats."""
+        raise ValueError("SFT replays one agent's demonstrations against its environment, not games with several "
+                         "seats: pass the trained seat's recorded trajectories (Trajectory objects) without "
+                         "environment=")
+
+    def seam(self, parts: SeamParts) -> RolloutSeam:
+        """:class:`~trl_agentic.rollout.seats.SeatSeam` over a :class:`~trl_agentic.rollout.seats.SeatEngine`, each
+        seat's player bound to the rollout (a :class:`~trl_agentic.rollout.players.FrozenCopy` copies the policy
+        here)."""
+        players = bound_players(self.seats, parts.generator, parts.processing_class, parts.config)
+        engine = SeatEngine(parts.generator, parts.processing_class, self.seats, players, parts.config,
+                            parts.sync_any, parts.eos_token_ids, parts.sync_max)
+        return SeatSeam(engine, parts.prompt_column)
 
 
 class AgentChoice:

@@ -38,7 +38,6 @@ seat and its player named in one line); the other games go on.
 
 from __future__ import annotations
 
-import copy
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -49,12 +48,11 @@ from ..environments.seats import SeatTurn, check_seat_turn
 from ..trajectory import StopReason, Trajectory
 from .config import RolloutConfig
 from .engine import RolloutEngine, with_reset_text
+from .engine_seams import EngineSeam
 from .env_calls import EnvFailure, call_all
 from .generation import Generator, generation_session
-from .metrics import metrics_from_sums, rollout_sums
 from .observations import is_conversational
 from .players import POLICY, bind_player
-from .seam import Runs
 
 
 class Seats:
@@ -390,44 +388,24 @@ def opening_messages(prompt: Any, opening: str | None) -> list[dict[str, str]]:
     return [dict(m) for m in with_reset_text(messages, opening)]
 
 
-class SeatSeam:
-    """Games with several seats behind the rollout seam (:mod:`~trl_agentic.rollout.seam`): each row's run is its
-    trained seat's trajectory (:class:`SeatEngine`); reward functions receive ``trajectory``, as for our
-    environments; the metrics add each trained seat's mean game reward (``agentic/seats/<seat>/reward``) and the
-    games played.
+class SeatSeam(EngineSeam):
+    """Games with several seats behind the rollout seam (:mod:`~trl_agentic.rollout.seam`), as
+    :class:`~trl_agentic.rollout.engine_seams.EngineSeam` over a :class:`SeatEngine`: each row's run is its trained
+    seat's trajectory, reward functions receive ``trajectory``; the metrics add each trained seat's mean game reward
+    (``agentic/seats/<seat>/reward``).
 
     Args:
         engine: The engine, built once (its generator, encoder and players).
         prompt_column: The column that holds each row's prompt.
     """
 
-    reward_fields = ("trajectory",)
-    tools_on_training_thread = False
-
     def __init__(self, engine: SeatEngine, prompt_column: str = "prompt") -> None:
-        self.engine = engine
-        self.prompt_column = prompt_column
-        self.eos_token_ids = engine.eos_token_ids
+        super().__init__(engine, prompt_column)
         self.trained_seats = engine.seats.trained
-        self.tools: list[Callable[..., Any]] = []
-
-    def run(self, rows: Sequence[dict[str, Any]]) -> Runs:
-        """One run per row: the trajectory of the seat it trains."""
-        prompts = copy.deepcopy([row[self.prompt_column] for row in rows])
-        return self.engine.run(prompts, [dict(row) for row in rows]), None
-
-    def reward_inputs(self, rows: Sequence[dict[str, Any]], runs: Sequence[Trajectory],
-                      environments: Sequence[Any] | None) -> tuple[list[Any], list[dict[str, Any]]]:
-        """Each run's prompt (its seat's opening appended) and ``trajectory``."""
-        return [t.prompt for t in runs], [{"trajectory": t} for t in runs]
-
-    def refusal(self, runs: Sequence[Trajectory]) -> str | None:
-        """``None``: no endpoint refuses a game."""
-        return None
 
     def sums(self, runs: Sequence[Trajectory]) -> Counter:
         """:func:`~trl_agentic.rollout.metrics.rollout_sums`, and per trained seat its runs and their rewards."""
-        sums = rollout_sums(runs)
+        sums = super().sums(runs)
         for t in runs:
             sums[f"seat/{t.seat}/count"] += 1
             sums[f"seat/{t.seat}/reward"] += t.env_reward
@@ -435,15 +413,12 @@ class SeatSeam:
 
     def metrics(self, sums: Counter) -> dict[str, float]:
         """``agentic/*`` and ``agentic/seats/<seat>/reward``: the mean game reward of each trained seat's runs."""
-        metrics = metrics_from_sums(sums)
+        metrics = super().metrics(sums)
         for seat in self.trained_seats:
             count = sums.get(f"seat/{seat}/count", 0)
             if count:
                 metrics[f"agentic/seats/{seat}/reward"] = sums[f"seat/{seat}/reward"] / count
         return metrics
-
-    def close(self) -> None:
-        """Nothing to release: each game is closed when it ends."""
 
 
 def bound_players(seats: Seats, generator: Generator, processing_class: Any,

@@ -20,6 +20,7 @@ from accelerate.utils import gather_object
 from ..algorithms.advantages import frac_reward_zero_std, group_advantages, zero_std_groups
 from ..algorithms.gigpo import anchor_groups, gigpo_advantages
 from ..algorithms.kl import KL_ESTIMATORS
+from ..algorithms.seats import role_advantages, seat_group_advantages
 from ..compat import TRLBatch
 from .base import AgenticTrainer
 from .config import AgenticConfig
@@ -29,6 +30,7 @@ from .zero_variance import merge_rounds, pick_groups
 
 ZERO_VARIANCE_POLICIES = ("keep", "std_floor", "dynamic_sampling")
 GIGPO_STEP_REWARDS = ("turns_and_outcome", "turns")
+SEAT_BASELINES = ("group", "rae")
 
 
 @dataclass
@@ -54,6 +56,11 @@ class AgenticGRPOConfig(AgenticConfig):
     ``R_t = sum_{k >= t} gigpo_gamma^(k - t) r_k`` is compared with its group's (``F_norm``: the step group's std with
     ``scale_rewards="group"``, 1 with ``"none"``). The math, the defaults and the state keys:
     :mod:`trl_agentic.algorithms.gigpo`, ``docs/credit.md``.
+
+    Games with several seats (``environment=Seats(...)``, :mod:`trl_agentic.rollout.seats`): each run is one seat's
+    trajectory, compared with the runs of its prompt that played its seat (``seat_baseline="group"``), or with its
+    seat's moving-average baseline (``"rae"``, SPIRAL's role-conditioned advantage estimation): the math is in
+    :mod:`trl_agentic.algorithms.seats`.
     """
 
     kl_estimator: str = field(
@@ -92,6 +99,18 @@ class AgenticGRPOConfig(AgenticConfig):
                   "_state_key()) is keyed: 'history', the exact prompt and every observation before the turn; "
                   "'observation', the last observation alone (environments whose observation is their whole state)."},
     )
+    seat_baseline: str = field(
+        default="group",
+        metadata={"help": "Games with several seats (environment=Seats(...)): what each seat's run is compared with: "
+                  "'group', the runs of its prompt that played its seat (GRPO's group per prompt and seat); 'rae', "
+                  "SPIRAL's role-conditioned baseline (arXiv 2506.24119), a moving average of the seat's rewards, "
+                  "A = r - b_seat, not divided by a std. trl_agentic/algorithms/seats.py."},
+    )
+    rae_decay: float = field(
+        default=0.95,
+        metadata={"help": "seat_baseline='rae': the decay alpha of each seat's baseline, b <- alpha * b + (1 - alpha) * r "
+                  "(SPIRAL's 0.95)."},
+    )
     gigpo_step_rewards: str = field(
         default="turns_and_outcome",
         metadata={"help": "GiGPO: what a step's reward r_k is: 'turns_and_outcome', the turn's own reward plus the "
@@ -109,6 +128,10 @@ class AgenticGRPOConfig(AgenticConfig):
         if self.zero_variance_groups == "std_floor" and self.scale_rewards != "group":
             raise ValueError("zero_variance_groups='std_floor' needs scale_rewards='group'")
         self._check_gigpo_fields()
+        if self.seat_baseline not in SEAT_BASELINES:
+            raise ValueError(f"seat_baseline must be one of {SEAT_BASELINES}, got {self.seat_baseline!r}")
+        if not 0.0 < self.rae_decay < 1.0:
+            raise ValueError(f"rae_decay is a moving average's decay in (0, 1), got {self.rae_decay!r}")
         if self.kl_estimator == "k1" and self.beta != 0.0 and not self.use_bias_correction_kl:
             warnings.warn(
                 "kl_estimator='k1' with use_bias_correction_kl=False has zero expected gradient as a GRPO loss term, "
@@ -210,8 +233,11 @@ class AgenticGRPOTrainer(AgenticTrainer):
         the round goes to TRL's completions table (:meth:`~trl_agentic.trainers.base.AgenticTrainer.round_metrics`)."""
         group = self.num_generations if self.model.training else self.num_generations_eval
         floor = self.args.std_floor if self.args.zero_variance_groups == "std_floor" else 0.0
-        per_run = group_advantages(round_.run_rewards, self.reward_weights, group, self.multi_objective_aggregation,
-                                   self.scale_rewards, floor)
+        if self.rollout_seam.trained_seats:  # a game's seats: each run against its own seat's
+            per_run, seat_metrics = self.seat_advantages(round_, group, floor)
+        else:
+            per_run = group_advantages(round_.run_rewards, self.reward_weights, group,
+                                       self.multi_objective_aggregation, self.scale_rewards, floor)
         rows = values_of_rows(self._local(per_run), round_.owners)
         step_metrics = {}
         if self.args.gigpo:
@@ -221,9 +247,39 @@ class AgenticGRPOTrainer(AgenticTrainer):
         metrics, _ = self.round_metrics(round_)
         metrics.update(step_metrics)
         metrics.update(self.reward_metrics(round_.rewards_per_func))
-        metrics["frac_reward_zero_std"] = frac_reward_zero_std(round_.run_rewards, self.reward_weights, group,
-                                                               self.multi_objective_aggregation, self.scale_rewards)
+        if self.rollout_seam.trained_seats:
+            metrics.update(seat_metrics)
+        else:
+            metrics["frac_reward_zero_std"] = frac_reward_zero_std(round_.run_rewards, self.reward_weights, group,
+                                                                   self.multi_objective_aggregation, self.scale_rewards)
         return metrics
+
+    def seat_advantages(self, round_: Round, group: int, floor: float) -> tuple[torch.Tensor, dict[str, float]]:
+        """The advantages of a game's seats (:mod:`~trl_agentic.algorithms.seats`), global, one per run: against the
+        runs of the run's prompt that played its seat (``seat_baseline="group"``: the ``group`` consecutive runs of a
+        prompt split by seat), or against its seat's moving-average baseline (``"rae"``: SPIRAL's; the baselines move
+        in training rounds only). Every process's runs' seats are gathered in one call (:meth:`gather_seats`).
+        Returns the advantages and the metrics: ``frac_reward_zero_std`` over the groups per prompt and seat, and with
+        ``"rae"`` each seat's baseline after the round (``agentic/seats/<seat>/baseline``)."""
+        names = list(self.rollout_seam.trained_seats)
+        seats = torch.tensor([names.index(seat) for seat in self.gather_seats([run.seat for run in round_.runs])])
+        rewards = self.combined_rewards(round_.run_rewards).cpu()
+        groups = torch.arange(len(rewards)) // group * len(names) + seats
+        per_run, stds = seat_group_advantages(rewards, groups, self.scale_rewards, floor)
+        metrics = {"frac_reward_zero_std": torch.isclose(stds, torch.zeros_like(stds)).float().mean().item()}
+        if self.args.seat_baseline == "rae":
+            before = getattr(self, "seat_baselines", torch.zeros(len(names)))
+            per_run, after = role_advantages(rewards, seats, before, self.args.rae_decay)
+            if self.model.training:
+                self.seat_baselines = after
+            metrics.update({f"agentic/seats/{name}/baseline": float(b) for name, b in zip(names, after)})
+        return per_run.to(round_.run_rewards.device), metrics
+
+    def gather_seats(self, local: list[str | None]) -> list[str | None]:
+        """Every process's runs' seats, in rank order (the global order of the runs): the one collective call of a
+        round's seat groups, made by every rank once per round of a game with several seats (from
+        :meth:`seat_advantages`)."""
+        return gather_object(local) if self.accelerator.num_processes > 1 else local
 
     def step_advantages(self, round_: Round, episode: torch.Tensor, group: int,
                         floor: float) -> tuple[torch.Tensor, dict[str, float]]:
