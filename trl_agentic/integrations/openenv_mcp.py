@@ -177,15 +177,16 @@ class OpenEnvMCPEnvironment(ToolCallEnvironment):
         return result_text(getattr(result.observation, "result", None))
 
     async def close(self) -> None:
-        """Close the session (best effort: a server that is gone has closed it already)."""
+        """Close the client: its WebSocket, then the server's session (OpenEnv's client closes the session best
+        effort: a server that is gone has dropped it already)."""
         client, self.client = self.client, None
         if client is not None:
             await client.close()
 
 
 def result_text(result: Any) -> str:
-    """The text of an MCP call's result: the text of its content parts, one after another (a part that is not text
-    as its JSON), as MCP clients show a model; a result that is not MCP's ``CallToolResult`` (an environment's own
+    """The text of an MCP call's result (``CallToolResult`` as JSON, as the session's observation carries it): the
+    text of its content parts, one after another (a part that is not text as its JSON), as MCP clients show a model; a result that is not MCP's ``CallToolResult`` (an environment's own
     value) as its text. :class:`MCPToolError` for a result marked ``isError``."""
     fields = result.model_dump() if callable(getattr(result, "model_dump", None)) else result
     if not isinstance(fields, dict) or not isinstance(fields.get("content"), list):
