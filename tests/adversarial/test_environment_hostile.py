@@ -248,3 +248,40 @@ def test_trajectories_with_lone_surrogates_are_saved_and_loaded_back(tmp_path):
     save_trajectories([t], tmp_path / "t.jsonl")
     (row,) = load_trajectories(tmp_path / "t.jsonl")
     assert row["actions"] == ["bad \ud800 text"]
+
+
+def test_tools_the_chat_template_cannot_describe_cost_their_trajectory():
+    """A native-tool environment whose tools (read after reset, per row) cannot be rendered by the chat template ends
+    its own trajectory with env_error, named in one line; the batch's other trajectories run (issue 58: the engine
+    raised out of the rollout)."""
+    from conventions import build_convention
+    from helpers import native_call
+
+    from trl_agentic.environments.native_tools import ToolCallEnvironment
+
+    def add(a: int, b: int) -> int:
+        """Add two integers.
+
+        Args:
+            a: The first integer.
+            b: The second integer.
+        """
+        return a + b
+
+    def undocumented(a):  # no docstring, no type hint: transformers cannot write its schema
+        return a
+
+    class PerRowTools(ToolCallEnvironment):
+        def reset(self, broken: bool, **row) -> None:
+            self.tools = [add, undocumented] if broken else [add]
+
+    qwen = build_convention("qwen2.5-instruct")
+    tok = qwen.load_tokenizer()
+    turns = iter([native_call("add", a=1, b=2), "3"])
+    generator = ScriptedGenerator(tok, lambda ids: next(turns) + "<|im_end|>")
+    engine = RolloutEngine(generator, tok, PerRowTools, RolloutConfig(rollout_mode="chat", max_turns=3,
+                                                                       max_completion_length=200))
+    prompt = [{"role": "user", "content": "What is 1 plus 2?"}]
+    broken, fine = engine.run([prompt, prompt], [{"broken": True}, {"broken": False}])
+    assert broken.stop_reason == "env_error" and "undocumented" in broken.error and "\n" not in broken.error
+    assert fine.stop_reason == "terminated" and fine.num_turns == 2

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import weakref
 from typing import Any, Callable, Sequence
 
 from ..tools.base import call_tool, tool_error
@@ -53,15 +54,35 @@ def check_tool_schema(tool: Callable[..., Any]) -> None:
     """Raise a one-line ``ValueError`` naming ``tool`` when transformers' ``get_json_schema`` cannot describe it (no
     docstring, a parameter without a type hint or an ``Args:`` line): the chat template renders every tool's schema
     at every rollout, where such a tool would fail."""
-    from transformers.utils import get_json_schema
-    from transformers.utils.chat_template_utils import DocstringParsingException, TypeHintParsingException
+    problem = tool_schema_problem(tool)
+    if problem is not None:
+        raise ValueError(problem)
 
-    try:
-        get_json_schema(tool)
-    except (DocstringParsingException, TypeHintParsingException) as exc:
-        name = getattr(tool, "__qualname__", getattr(tool, "__name__", repr(tool)))
-        raise ValueError(f"tool {name!r} cannot be described to the model ({str(exc).splitlines()[0]}): give it type "
-                         "hints and a Google-style docstring, a summary line and an Args: line per parameter") from None
+
+def tool_schema_problem(tool: Any) -> str | None:
+    """One line saying why the chat template cannot be given ``tool`` (a callable transformers' ``get_json_schema``
+    cannot describe), else ``None``: a tool that carries its own schema (:func:`rendered_tool`) or a schema dict is
+    described. Read once per function (a bound method's answer holds for every instance)."""
+    if isinstance(rendered_tool(tool), dict) or not callable(tool):
+        return None
+    key = getattr(tool, "__func__", tool)
+    if key not in _SCHEMA_PROBLEMS:
+        from transformers.utils import get_json_schema
+        from transformers.utils.chat_template_utils import DocstringParsingException, TypeHintParsingException
+
+        try:
+            get_json_schema(tool)
+            _SCHEMA_PROBLEMS[key] = None
+        except (DocstringParsingException, TypeHintParsingException) as exc:
+            name = getattr(tool, "__qualname__", getattr(tool, "__name__", repr(tool)))
+            _SCHEMA_PROBLEMS[key] = (f"tool {name!r} cannot be described to the model ({str(exc).splitlines()[0]}): "
+                                     "give it type hints and a Google-style docstring, a summary line and an Args: "
+                                     "line per parameter")
+    return _SCHEMA_PROBLEMS[key]
+
+
+_SCHEMA_PROBLEMS: "weakref.WeakKeyDictionary[Any, str | None]" = weakref.WeakKeyDictionary()
+"""What :func:`tool_schema_problem` found for each function (weak keys: a function that goes away leaves no entry)."""
 
 
 def rendered_tool(tool: Any) -> Any:

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from ..environments.base import EnvironmentFactory, check_environment_factory, check_stop_strings
-from ..environments.native_tools import native_tools, parse_turn
+from ..environments.native_tools import native_tools, parse_turn, tool_schema_problem
 from ..trajectory import StopReason, Trajectory
 from .config import RolloutConfig
 from .env_calls import EnvFailure, PendingCalls, call_all
@@ -175,8 +175,11 @@ class RolloutEngine:
             results[i] = result
         trajectories, active = [], []
         for i, (prompt, result) in enumerate(zip(prompts, results)):
+            tools = () if isinstance(result, EnvFailure) else native_tools(envs[i]) or ()  # after reset: per row
+            undescribed = next((problem for problem in map(tool_schema_problem, tools) if problem), None)
+            if undescribed is not None:  # the chat template could not render this trajectory's prompt
+                result, tools = EnvFailure("env_error", f"{type(envs[i]).__name__}'s tools: {undescribed}"), ()
             failed = isinstance(result, EnvFailure)
-            tools = () if failed else native_tools(envs[i]) or ()  # read after reset: it may depend on the row
             text = None if failed else result
             trajectory = Trajectory(prompt_ids=self.encoder.encode_prompt(prompt, text, tools))
             trajectory.prompt = with_reset_text(prompt, text)
