@@ -162,9 +162,10 @@ def test_what_cannot_train_is_refused_in_one_line():
         textarena_environment("Nope-v0")
     with pytest.raises(ValueError, match=r"^\['Wordle-v0'\] is not a registered TextArena game id"):
         textarena_environment(["Wordle-v0"])  # textarena.make draws one of a list: a run trains one game
-    with pytest.raises(ValueError, match=r"^TicTacToe-v0 is not a single-player game \(The number of players has to "
-                                         r"be 2, received 1\); only single-player games train here$"):
-        textarena_environment("TicTacToe-v0")
+    with pytest.raises(ValueError, match=r"^TicTacToe-v0 is a game of several players \(The number of players has to "
+                                         r"be 2, received 1\): say who plays each seat, e.g. players=\{'Player 0': "
+                                         r"'policy', 'Player 1': 'policy'\} \(self-play\), or FrozenCopy\(\), "):
+        textarena_environment("TicTacToe-v0")  # players= plays it: test_textarena_seats.py
     with pytest.raises(ValueError, match="a game id .* or make=, one of them"):
         TextArenaEnvironment()
 
