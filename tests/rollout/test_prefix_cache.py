@@ -141,6 +141,162 @@ def test_rows_prefill_what_they_share_once(name):
     assert cached.prefilled_tokens - cached.shared_tokens == len(system + questions[0]) - common + 4
 
 
+def _distinct_prefixes(sequences) -> int:
+    """How many distinct prefixes ``sequences`` have: the positions a store holding each shared position once holds."""
+    return len({tuple(seq[: k + 1]) for seq in sequences for k in range(len(seq))})
+
+
+def _system_prompt(tokenizer, rules: int = 24) -> list[int]:
+    return tokenizer(" ".join(f"rule {k}: answer with the key." for k in range(rules)), add_special_tokens=False)[
+        "input_ids"]
+
+
+@pytest.mark.parametrize("name", CONVENTIONS)
+def test_a_prompt_shared_across_calls_is_prefilled_and_held_once(name):
+    """Trajectories that share a long system prompt reach the generator in different calls (agents whose first
+    requests come apart: one, then two more), then all their next turns in one call: the system prompt is prefilled
+    once and held once (a radix tree of the kept sequences: each shared position once, not once per trajectory), each
+    kept sequence is a trajectory's, and the ids and log-probs are those of the re-prefilling path, also for rows
+    whose reused keys and values were split off another trajectory's."""
+    conv = build_convention(name)
+    model = conv.load_model().float()
+    cached, plain = _generators(model, conv.tokenizer, do_sample=False)
+    system = _system_prompt(conv.tokenizer)
+    questions = [conv.tokenizer(f" find key k{k}", add_special_tokens=False)["input_ids"] for k in (1, 2, 3)]
+    observation = conv.tokenizer(" the value is 7.", add_special_tokens=False)["input_ids"]
+    eos = conv.eos_token_ids
+
+    def rollout(generator):
+        first = generator.generate([system + questions[0]], 5, [], eos)
+        first += generator.generate([system + q for q in questions[1:]], 5, [], eos)
+        turns = [system + q + g.ids + observation for q, g in zip(questions, first)]
+        return first, turns, generator.generate(turns, 5, [], eos)
+
+    with cached.session():
+        got = rollout(cached)
+        cache: PrefixCache = cached._prefix_cache
+        kept, held = cache.sequences(), cache.held_tokens
+    want = rollout(plain)
+    for got_call, want_call in zip((got[0], got[2]), (want[0], want[2])):
+        assert [g.ids for g in got_call] == [w.ids for w in want_call]
+        for g, w in zip(got_call, want_call):
+            torch.testing.assert_close(torch.tensor(g.logprobs), torch.tensor(w.logprobs), atol=1e-5, rtol=0)
+    turns = got[1]
+    assert plain.prefilled_tokens == sum(len(system + q) for q in questions) + sum(len(t) for t in turns)
+    assert cached.prefilled_tokens - cached.shared_tokens + cached.reused_tokens == plain.prefilled_tokens
+    # the system prompt once: every later row computes its question, then its last sampled id and the observation
+    # (a row computes as many columns as the widest row of its call)
+    widest = max(len(q) for q in questions)
+    assert cached.prefilled_tokens <= len(system) + len(questions[0]) + 2 * widest + 3 * (2 + len(observation))
+    assert len(kept) == 3 and all(any(k[: len(t)] == t for t in turns) for k in kept)
+    assert held == _distinct_prefixes(kept) == cached.peak_cached_tokens
+    assert held <= sum(len(k) for k in kept) - 2 * len(system)
+
+
+def test_a_bounded_cache_drops_the_least_recently_used_and_stays_exact():
+    """``max_cached_tokens``: past the bound the least recently used leaf goes (the trajectory not continued), the
+    prefix its sibling shares stays; a row whose positions were dropped prefills them again, exactly."""
+    conv = build_convention("qwen2.5-instruct")
+    model = conv.load_model().float()
+    cached, plain = _generators(model, conv.tokenizer, do_sample=False)
+    system = _system_prompt(conv.tokenizer, rules=8)
+    one, two = (system + conv.tokenizer(f" find key k{k}", add_special_tokens=False)["input_ids"] for k in (1, 2))
+    eos = conv.eos_token_ids
+    seen = []
+
+    def rollout(generator):
+        outputs = [generator.generate([one], 4, [], eos)[0]]
+        outputs.append(generator.generate([two], 4, [], eos)[0])
+        if generator is cached:
+            seen.append((cached._prefix_cache.sequences(), cached._prefix_cache.held_tokens))
+        outputs.append(generator.generate([two + outputs[1].ids + [eos[0]]], 4, [], eos)[0])
+        outputs.append(generator.generate([one + outputs[0].ids + [eos[0]]], 4, [], eos)[0])
+        return outputs
+
+    want = rollout(plain)
+    first, second = (len(want[k].ids) - 1 for k in (0, 1))  # the ids fed back (the last sampled one is not)
+    common = next(k for k in range(len(one)) if one[k] != two[k])
+    cached.max_cached_tokens = len(one) + first + len(two) - common + second - 1  # both first turns but one position
+    with cached.session():
+        got = rollout(cached)
+    for g, w in zip(got, want, strict=True):
+        assert g.ids == w.ids
+        torch.testing.assert_close(torch.tensor(g.logprobs), torch.tensor(w.logprobs), atol=1e-5, rtol=0)
+    # the first trajectory's own positions went; the head the second one reused, and the second one, stay
+    assert seen == [([two + want[1].ids[:-1]], len(two) + second)]
+    assert cached.peak_cached_tokens <= cached.max_cached_tokens < len(one) + first + len(two) + second
+    # reused: the head (second call), the second trajectory's whole first turn (third), only the head (fourth)
+    assert cached.reused_tokens == common + (len(two) + second) + common
+
+
+def test_agents_whose_first_requests_come_apart_prefill_their_shared_prompt_once():
+    """Agents through the endpoint sending one long system prompt and tool schemas (as coding CLIs do), each agent's
+    first request held back until the one before it was answered, so that each lands in a later ``generate`` call
+    (CLI processes start at different times): the shared prompt is prefilled once and held once for the three, and
+    the trajectories are those of the re-prefilling path."""
+    import asyncio
+    import json
+
+    from helpers import native_call, scripted
+
+    from trl_agentic.agents import AgentRollout
+
+    conv = build_convention("qwen2.5-instruct")
+    tok = conv.load_tokenizer()
+    model = scripted(conv.load_model().float(), tok, [native_call("add", a=2, b=3), "5"])
+    system = " ".join(f"rule {k}: answer with the key." for k in range(24))
+    tools = [{"type": "function", "function": {
+        "name": "add", "description": "Add two integers.",
+        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                       "required": ["a", "b"]}}}]
+    answered: list[asyncio.Event] = []
+
+    async def agent(client, i, **row):
+        if i:
+            await answered[i - 1].wait()
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": f"What is {i} plus 3?"}]
+        while True:
+            reply = await client.chat.completions.create(model="p", messages=messages, tools=tools)
+            answered[i].set()
+            message = reply.choices[0].message
+            messages.append(message.model_dump(exclude_none=True))
+            if not message.tool_calls:
+                return message.content
+            for call in message.tool_calls:
+                arguments = json.loads(call.function.arguments)
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": str(sum(arguments.values()))})
+
+    class Counting(HFGenerator):
+        def generate(self, prompts, *args):
+            self.sizes.append(len(prompts))
+            return super().generate(prompts, *args)
+
+    config = copy.deepcopy(model.generation_config)
+    config.do_sample = False
+    rollout = AgentRollout(agent, tok, RolloutConfig(max_turns=3, max_tokens_per_turn=48, max_completion_length=256,
+                                                     env_timeout=60.0), [tok.convert_tokens_to_ids("<|im_end|>")])
+    runs = {}
+    for keep in (True, False):
+        generator = Counting(model, tok, config, keep_cache=keep)
+        generator.sizes = []
+        answered[:] = [asyncio.Event() for _ in range(3)]
+        runs[keep] = (rollout.run([{"i": i} for i in range(3)], generator), generator)
+    rollout.close()
+    (cached, with_cache), (plain, without) = runs[True], runs[False]
+    for a, b in zip(cached, plain, strict=True):
+        assert (a.prompt_ids, a.completion_ids, a.env_mask) == (b.prompt_ids, b.completion_ids, b.env_mask)
+        assert a.num_turns == 2 and a.stop_reason == "terminated"
+    assert with_cache.sizes[0] == 1 and len(with_cache.sizes) >= 3  # the first requests came apart
+    conversations = [t.prompt_ids + t.completion_ids for t in cached]
+    shared = next(k for k in range(len(conversations[0])) if len({tuple(c[: k + 1]) for c in conversations}) > 1)
+    assert shared > 300
+    assert with_cache.prefilled_tokens - with_cache.shared_tokens + with_cache.reused_tokens \
+        == without.prefilled_tokens
+    assert with_cache.prefilled_tokens < 2 * shared < without.prefilled_tokens / 3  # the shared prompt once, not 3x
+    assert with_cache.peak_cached_tokens <= _distinct_prefixes(conversations) \
+        <= sum(map(len, conversations)) - 2 * shared
+
+
 def test_lora_model_equals_reprefilled():
     from peft import LoraConfig, get_peft_model
 
@@ -217,7 +373,8 @@ def test_longest_common_prefix_wins_and_rewritten_history_reuses_what_it_shares(
         cache: PrefixCache = cached._prefix_cache
         a, b = [5, 6, 7, 8, 9, 10], [5, 6, 7, 20, 21, 22]
         outputs = cached.generate([a, b], 3, [], eos)
-        assert len(cache.entries) == 2
+        assert cache.sequences() == sorted([a + outputs[0].ids[:2], b + outputs[1].ids[:2]])  # fed ids only
+        assert cache.held_tokens == 3 + 2 * (3 + 2)  # the shared head [5, 6, 7] once
         before = cached.reused_tokens
         cached.generate([b + outputs[1].ids + [30]], 3, [], eos)
         assert cached.reused_tokens - before == len(b) + len(outputs[1].ids) - 1

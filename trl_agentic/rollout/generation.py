@@ -226,12 +226,16 @@ class HFGenerator:
             earlier one (the next turn of a trajectory) prefills only its new ids
             (:mod:`~trl_agentic.rollout.prefix_cache`). Where the model cannot keep it, the generator logs why once
             and re-prefills.
+        max_cached_tokens: Most positions the kept cache holds (a position shared by several rows counts once; the
+            least recently used go first); ``None``: no bound but the session's end (the distinct prefixes of one
+            rollout: at most the positions of its rows' conversations, a shared prompt once).
 
     Attributes:
         prefilled_tokens: Prompt ids computed so far (padding excluded), ``shared_tokens`` included.
         reused_tokens: Prompt ids of the calls' rows taken from the kept cache instead.
         shared_tokens: Ids prefilled ahead of a call, once, for its rows to share (a common system prompt, a GRPO
             group's prompt). ``prefilled_tokens - shared_tokens + reused_tokens`` is the prompt ids of every call.
+        peak_cached_tokens: The most positions the kept cache held between calls, over the sessions so far.
     """
 
     def __init__(
@@ -242,6 +246,7 @@ class HFGenerator:
         unwrap: Callable[[], ContextManager[Any]] | None = None,
         return_logprobs: bool = False,
         keep_cache: bool = True,
+        max_cached_tokens: int | None = None,
     ) -> None:
         self.model = model
         self.tokenizer = getattr(processing_class, "tokenizer", processing_class)
@@ -252,9 +257,11 @@ class HFGenerator:
         self.unwrap = unwrap or (lambda: generation_mode(self.model))
         self.return_logprobs = return_logprobs
         self.keep_cache = keep_cache
+        self.max_cached_tokens = max_cached_tokens
         self.prefilled_tokens = 0
         self.reused_tokens = 0
         self.shared_tokens = 0
+        self.peak_cached_tokens = 0
         self._stop_criteria: dict[tuple[str, ...], StopStringCriteria] = {}
         self._prefix_cache: PrefixCache | None = None
         self._in_session = False
@@ -268,7 +275,7 @@ class HFGenerator:
             yield
             return
         self._in_session = True
-        self._prefix_cache = PrefixCache() if self.keep_cache and self._cache_refused is None else None
+        self._prefix_cache = PrefixCache(self.max_cached_tokens) if self.keep_cache and self._cache_refused is None else None
         try:
             yield
         finally:
@@ -360,6 +367,7 @@ class HFGenerator:
             refused = prefix_cache.store(prompts, sequences, returned, width, eos_token_ids)
             if refused is not None:
                 self._refuse_cache(refused)
+            self.peak_cached_tokens = max(self.peak_cached_tokens, prefix_cache.peak_tokens)
         new_ids = sequences[:, width:].cpu()
         logprobs = None
         if chosen is not None:

@@ -28,6 +28,17 @@ How (:class:`PrefixCache`, used by :class:`~trl_agentic.rollout.generation.HFGen
   prefix, then each repeated prompt but its last id) and keeps it as an entry, which every row then reuses: for ``B``
   rows of ``p`` ids sharing ``c``, about ``B p - (B - 1) c`` ids are prefilled instead of ``B p`` (vLLM shares such
   blocks between requests only once one request has computed them: not within one batch scheduled together).
+- Across calls, any row reuses what any earlier call of the session computed: the agents of a GRPO group whose first
+  requests reach the endpoint in different ``generate`` calls, or an engine's chunks, prefill their shared prompt
+  once per session (``benchmarks/shared_prompt.py``).
+
+Storage: a radix tree of token ids (SGLang's RadixAttention, Zheng et al. 2024, "SGLang: Efficient Execution of
+Structured Language Model Programs", arXiv:2312.07104). Each node holds a run of ids and their keys and values; the
+sequences kept are its root-to-node paths, so a position shared by several rows (a 20k-token system prompt and tool
+schemas sent by every agent of a round) is held once: ``held_tokens`` is the number of distinct prefixes kept, not
+the sum of the rows' lengths, and keeping a row's next turn copies only its new positions. ``max_tokens`` bounds
+what is held: the least recently used leaves go first (a node is used whenever a row reuses it, so a prefix is
+never evicted before the rows that extend it).
 
 The cache is only valid for the weights that filled it: the generator keeps it inside ``session()`` (one rollout,
 weights fixed) and drops it on exit. Log-probs and ids equal those of the re-prefilling path up to floating-point
@@ -123,14 +134,37 @@ def preallocated_cache(capacity: int) -> DynamicCache:
     return cache
 
 
-@dataclass
-class _Entry:
-    """The keys and values of ``ids``, per layer ``[heads, len(ids), head_dim]``."""
+@dataclass(eq=False)
+class _Node:
+    """A node of the radix tree: ``ids`` following those of its ancestors, and their keys and values per layer,
+    ``[heads, len(ids), head_dim]``; ``children`` keyed by their first id."""
 
     ids: np.ndarray
     keys: list[torch.Tensor]
     values: list[torch.Tensor]
+    parent: _Node | None = None
+    children: dict[int, _Node] = field(default_factory=dict)
     last_used: int = 0
+
+    def split(self, at: int) -> None:
+        """Keep the first ``at`` ids here and move the rest, with the children, into a new single child. Both halves
+        are copied, so that each owns its memory (a view would keep the whole block alive after either is evicted)."""
+        tail = _Node(self.ids[at:], [k[:, at:].clone() for k in self.keys], [v[:, at:].clone() for v in self.values],
+                     self, self.children, self.last_used)
+        for child in tail.children.values():
+            child.parent = tail
+        self.ids = self.ids[:at]
+        self.keys = [k[:, :at].clone() for k in self.keys]
+        self.values = [v[:, :at].clone() for v in self.values]
+        self.children = {int(tail.ids[0]): tail}
+
+
+@dataclass
+class _Match:
+    """The nodes a sequence runs through, from the root (the last possibly in part), and the ids they share."""
+
+    path: list[_Node]
+    length: int
 
 
 @dataclass
@@ -146,26 +180,43 @@ class CachedBatch:
 
 
 class PrefixCache:
-    """Per-row keys and values kept between ``generate`` calls, matched to new prompts by longest common prefix.
+    """Keys and values kept between ``generate`` calls in a radix tree of token ids, matched to new prompts by
+    longest common prefix (module docstring).
 
     Args:
-        max_tokens: Most positions kept in all (the least recently used entries go first); ``None``: no limit (the
-            entries of one rollout, dropped when it ends).
+        max_tokens: Most positions held (the least recently used leaves go first); ``None``: no limit (the distinct
+            prefixes of one rollout, dropped when it ends).
 
     Attributes:
         reused_tokens: Prompt ids taken from the cache, over the calls so far.
         prefilled_tokens: Prompt ids computed (the columns prefilled, padding excluded).
+        held_tokens: Positions held now, each once however many kept sequences share it.
+        peak_tokens: The most positions held between calls (a call's new positions are held with the rest until it
+            returns, so with ``max_tokens`` up to one call's more).
     """
 
     def __init__(self, max_tokens: int | None = None) -> None:
         self.max_tokens = max_tokens
-        self.entries: list[_Entry] = []
         self.reused_tokens = 0
         self.prefilled_tokens = 0
+        self.peak_tokens = 0
+        self.clear()
         self._clock = 0
 
     def clear(self) -> None:
-        self.entries.clear()
+        self.root = _Node(np.zeros(0, dtype=np.int64), [], [])
+        self.held_tokens = 0
+
+    def sequences(self) -> list[list[int]]:
+        """The sequences kept: the ids of each root-to-leaf path."""
+        out, stack = [], [(self.root, np.zeros(0, dtype=np.int64))]
+        while stack:
+            node, ids = stack.pop()
+            ids = np.concatenate([ids, node.ids])
+            if not node.children and node is not self.root:
+                out.append(ids.tolist())
+            stack.extend((child, ids) for child in node.children.values())
+        return sorted(out)
 
     # -- one call ------------------------------------------------------------------------------------------------
     def batch(self, prompts: Sequence[Sequence[int]], pad_id: int, device: Any, max_new_tokens: int) -> CachedBatch:
@@ -175,7 +226,7 @@ class PrefixCache:
         arrays = [np.asarray(p, dtype=np.int64) for p in prompts]
         matches = [self._match(ids) for ids in arrays]
         width = max(len(ids) for ids in arrays)
-        new = max(len(ids) - used for ids, (_, used) in zip(arrays, matches))
+        new = max(len(ids) - match.length for ids, match in zip(arrays, matches))
         cached = width - new
         input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
         attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
@@ -185,8 +236,7 @@ class PrefixCache:
         reused = [max(0, len(ids) - new) for ids in arrays]
         cache = preallocated_cache(width + max_new_tokens)
         if cached > 0:
-            layers = len(next(entry for entry, _ in matches if entry is not None).keys)
-            for layer in range(layers):
+            for layer in range(len(next(m.path[0] for m in matches if m.path).keys)):
                 keys, values = self._layer(matches, reused, layer, cached)
                 cache.update(keys.to(device), values.to(device), layer)
         self.reused_tokens += sum(reused)
@@ -197,8 +247,9 @@ class PrefixCache:
     def store(self, prompts: Sequence[Sequence[int]], sequences: torch.Tensor, cache: Any, width: int,
               eos_token_ids: Sequence[int]) -> str | None:
         """Keep each row's keys and values: its prompt and its sampled ids up to the first end id (the rest of the
-        row is padding ``generate`` appended after the row ended). Returns why nothing was kept (a cache that is not
-        a dynamic cache of full attention layers), or ``None``."""
+        row is padding ``generate`` appended after the row ended), copying only the positions the tree does not
+        hold yet. Returns why nothing was kept (a cache that is not a dynamic cache of full attention layers), or
+        ``None``."""
         layers = getattr(cache, "layers", None)
         if not isinstance(cache, DynamicCache) or not layers or any(
                 not getattr(layer, "is_initialized", False) or getattr(layer, "keys", None) is None
@@ -209,21 +260,24 @@ class PrefixCache:
             return "the cache's layers do not hold every position (a sliding or shared cache)"
         eos = np.asarray(list(eos_token_ids), dtype=np.int64)
         generated = sequences[:, width:length].cpu().numpy()
-        new_entries = []
         for row, prompt in enumerate(prompts):
             ends = np.flatnonzero(np.isin(generated[row], eos))
             kept = int(ends[0]) + 1 if ends.size else generated.shape[1]
-            start, stop = width - len(prompt), width + kept
             ids = np.concatenate([np.asarray(prompt, dtype=np.int64), generated[row, :kept]])
-            new_entries.append(_Entry(
-                ids=ids,
-                keys=[layer.keys[row, :, start:stop].clone() for layer in layers],
-                values=[layer.values[row, :, start:stop].clone() for layer in layers],
-                last_used=self._clock,
-            ))
-        self.entries = [e for e in self.entries if not any(_is_prefix(e.ids, n.ids) for n in new_entries)]
-        self.entries.extend(new_entries)
+            match = self._walk(ids, len(ids))
+            if match.length == len(ids):
+                continue
+            self._split_at_end(match)  # the row leaves the last node part-way: it branches there
+            parent = match.path[-1] if match.path else self.root
+            start = width - len(prompt) + match.length
+            stop = width + kept
+            leaf = _Node(ids[match.length:], [layer.keys[row, :, start:stop].clone() for layer in layers],
+                         [layer.values[row, :, start:stop].clone() for layer in layers], parent,
+                         last_used=self._clock)
+            parent.children[int(leaf.ids[0])] = leaf
+            self.held_tokens += len(leaf.ids)
         self._evict()
+        self.peak_tokens = max(self.peak_tokens, self.held_tokens)
         return None
 
     def shared_prefixes(self, prompts: Sequence[Sequence[int]], minimum: int = 16) -> list[list[list[int]]]:
@@ -242,7 +296,7 @@ class PrefixCache:
         length = min(int(differ[0]) if differ.size else shortest, shortest - 1)
         stages, covered = [], 0
         head = arrays[0][:length]
-        if length - self._longest(head, len(head))[1] >= minimum:  # what the cache holds of it
+        if length - self._walk(head, len(head)).length >= minimum:  # what the cache holds of it
             stages.append([head.tolist()])
             covered = length
         repeated: dict[bytes, np.ndarray] = {}
@@ -253,57 +307,72 @@ class PrefixCache:
                 repeated[key] = ids
             seen.add(key)
         grouped = [ids[:-1].tolist() for ids in repeated.values()
-                   if len(ids) - 1 - max(covered, self._longest(ids[:-1], len(ids) - 1)[1]) >= minimum]
+                   if len(ids) - 1 - max(covered, self._walk(ids[:-1], len(ids) - 1).length) >= minimum]
         if grouped:
             stages.append(grouped)
         return stages
 
     # -- helpers -------------------------------------------------------------------------------------------------
-    def _longest(self, ids: np.ndarray, limit: int) -> tuple[_Entry | None, int]:
-        """The entry sharing the longest prefix with ``ids`` (at most ``limit`` ids), and that prefix's length."""
-        best, best_len = None, 0
-        for entry in self.entries:
-            n = min(len(entry.ids), limit)
-            if n <= best_len or entry.ids[0] != ids[0]:
-                continue
-            differ = np.flatnonzero(entry.ids[:n] != ids[:n])
+    def _walk(self, ids: np.ndarray, limit: int) -> _Match:
+        """The path of the longest prefix of ``ids`` (at most ``limit`` ids) the tree holds."""
+        node, length, path = self.root, 0, []
+        while length < limit and (child := node.children.get(int(ids[length]))) is not None:
+            n = min(len(child.ids), limit - length)
+            differ = np.flatnonzero(child.ids[:n] != ids[length:length + n])
             common = int(differ[0]) if differ.size else n
-            if common > best_len:
-                best, best_len = entry, common
-        return best, best_len
+            path.append(child)
+            length += common
+            if common < len(child.ids):
+                break
+            node = child
+        return _Match(path, length)
 
-    def _match(self, ids: np.ndarray) -> tuple[_Entry | None, int]:
-        """The entry sharing the longest prefix with ``ids``, and how many ids it can give (at most ``len - 1``)."""
-        best, best_len = self._longest(ids, len(ids) - 1)
-        if best is not None:
-            best.last_used = self._clock
-        return best, best_len
+    def _match(self, ids: np.ndarray) -> _Match:
+        """The path sharing the longest prefix with ``ids``, at most ``len - 1`` ids (the last is fed), its last node
+        split where the match ends so that every node of it is used whole, and marked used (what least recently
+        used means for :meth:`_evict`)."""
+        match = self._walk(ids, len(ids) - 1)
+        self._split_at_end(match)
+        for node in match.path:
+            node.last_used = self._clock
+        return match
+
+    def _split_at_end(self, match: _Match) -> None:
+        """Split the last node of ``match``'s path where the match ends in it (nothing if it ends at its end)."""
+        end = sum(len(node.ids) for node in match.path)
+        if match.length < end:
+            match.path[-1].split(len(match.path[-1].ids) - (end - match.length))
 
     @staticmethod
-    def _layer(matches, reused: list[int], layer: int, cached: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _layer(matches: list[_Match], reused: list[int], layer: int, cached: int
+               ) -> tuple[torch.Tensor, torch.Tensor]:
         """One layer's ``(B, heads, cached, head_dim)`` keys and values, each row's reused positions right-aligned."""
-        template = next(entry for entry, _ in matches if entry is not None)
-        heads, _, dim = template.keys[layer].shape
-        shape = (len(matches), heads, cached, dim)
-        keys = torch.zeros(shape, dtype=template.keys[layer].dtype, device=template.keys[layer].device)
+        template = next(m.path[0] for m in matches if m.path).keys[layer]
+        heads, _, dim = template.shape
+        keys = torch.zeros((len(matches), heads, cached, dim), dtype=template.dtype, device=template.device)
         values = torch.zeros_like(keys)
-        for row, ((entry, _), k) in enumerate(zip(matches, reused)):
-            if k > 0:
-                keys[row, :, cached - k:] = entry.keys[layer][:, :k]
-                values[row, :, cached - k:] = entry.values[layer][:, :k]
+        for row, (match, k) in enumerate(zip(matches, reused)):
+            at = cached - k
+            for node in match.path:
+                n = min(len(node.ids), cached - at)
+                if n <= 0:
+                    break
+                keys[row, :, at:at + n] = node.keys[layer][:, :n]
+                values[row, :, at:at + n] = node.values[layer][:, :n]
+                at += n
         return keys, values
 
     def _evict(self) -> None:
+        """Drop least recently used leaves until at most ``max_tokens`` positions are held."""
         if self.max_tokens is None:
             return
-        self.entries.sort(key=lambda e: e.last_used, reverse=True)
-        total, kept = 0, []
-        for entry in self.entries:
-            total += len(entry.ids)
-            if total <= self.max_tokens:
-                kept.append(entry)
-        self.entries = kept
+        while self.held_tokens > self.max_tokens:
+            leaves, stack = [], list(self.root.children.values())
+            while stack:
+                node = stack.pop()
+                (stack.extend(node.children.values()) if node.children else leaves.append(node))
+            leaf = min(leaves, key=lambda node: node.last_used)
+            del leaf.parent.children[int(leaf.ids[0])]
+            self.held_tokens -= len(leaf.ids)
 
 
-def _is_prefix(short: np.ndarray, long: np.ndarray) -> bool:
-    return len(short) <= len(long) and bool(np.array_equal(short, long[: len(short)]))
