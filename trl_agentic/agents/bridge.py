@@ -10,6 +10,10 @@ thread (the trainer's main thread, where every other model call runs) in :meth:`
   seconds or a tenth of the last round's generation time, whichever is longer, and the longest wait ten windows or
   half that generation time: a generation call costs a fixed time whatever its rows, so when generating is slow,
   waiting a little longer for the agents still processing the last answers is cheaper than an extra round;
+- the waits of requests that arrived while a round generated count from its end: the agents it answers send their
+  next requests a moment later (a tool, the request's encoding), and a round started at once would take only the
+  early ones and the others a round later, every turn after (a group whose first requests came apart, as CLI
+  processes starting at different times send them, would take two ``generate`` calls for each later turn);
 - one call per round: ``max_new_tokens`` is the largest budget of the round and the stop strings are those every
   request of the round has; each request then keeps its own prefix (its own budget, stop strings and the end ids,
   :func:`~trl_agentic.rollout.generation.cut_at_stop`, in the session), so the kept ids are exactly the ids sampled.
@@ -165,6 +169,9 @@ class GenerationBridge:
                     item.future.set_exception(exc)
             raise
         self._last_generation = time.perf_counter() - started
+        with self._cond:
+            if self._pending:  # they waited for the generator, not for the agents this round answers
+                self._first_at = self._last_at = time.monotonic()
         for item, output in zip(batch, outputs):
             if item.future.set_running_or_notify_cancel():  # False: its agent ended meanwhile
                 item.future.set_result(Generation(list(output.ids), output.logprobs))
