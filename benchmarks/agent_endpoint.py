@@ -51,11 +51,19 @@ def lookup_schema(tool: Lookup) -> dict[str, Any]:
     return get_json_schema(tool.as_function())
 
 
-def make_agent(tool: Lookup, schema: dict[str, Any]):
-    async def agent(client, **row):
-        messages = [dict(m) for m in PROMPT]
+def make_agent(tool: Lookup, tools: list[dict[str, Any]]):
+    """The agent: the row's ``system`` prompt (if any), then ``PROMPT``, sent with ``tools`` (or the row's ``tools``);
+    it runs each ``lookup`` call and sends the result back, until the model answers. It starts ``delay`` seconds
+    late (the row's)."""
+
+    async def agent(client, system=None, delay=0.0, **row):
+        if delay:
+            await asyncio.sleep(delay)
+        messages = [{"role": "system", "content": system}] if system else []
+        messages += [dict(m) for m in PROMPT]
         while True:
-            response = await client.chat.completions.create(model="policy", messages=messages, tools=[schema])
+            response = await client.chat.completions.create(model="policy", messages=messages,
+                                                            tools=row.get("tools", tools))
             message = response.choices[0].message
             messages.append(message.model_dump(exclude_none=True))
             if not message.tool_calls:
@@ -67,28 +75,43 @@ def make_agent(tool: Lookup, schema: dict[str, Any]):
     return agent
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def scripted_setup(args: argparse.Namespace) -> tuple[Any, Any, Any, list[int]]:
+    """The tokenizer, the random Qwen2 of ``--hidden``/``--layers`` scripted for ``--turns`` turns of
+    ``--tokens-per-turn`` tokens, the log of its ``generate`` calls and its end ids; torch on ``--threads``."""
     import torch
 
-    from trl_agentic.agents import Agent, AgentRollout
-    from trl_agentic.environments.native_tools import ToolCallEnvironment
-    from trl_agentic.rollout.config import RolloutConfig
-    from trl_agentic.rollout.engine import RolloutEngine
-    from trl_agentic.rollout.generation import HFGenerator, get_eos_token_ids
+    from trl_agentic.rollout.generation import get_eos_token_ids
 
     torch.set_num_threads(args.threads)
     tokenizer = load_tokenizer()
     model = build_model(tokenizer, args.hidden, args.layers).eval()
     log = script_model(model, Script(tokenizer, args.turns, args.tokens_per_turn))
+    return tokenizer, model, log, get_eos_token_ids(tokenizer, model.generation_config)
+
+
+def rollout_config(args: argparse.Namespace, **fields: Any) -> Any:
+    """The ``RolloutConfig`` of ``--turns`` chat turns of ``--tokens-per-turn`` tokens, with ``fields``."""
+    from trl_agentic.rollout.config import RolloutConfig
+
+    return RolloutConfig(max_turns=args.turns, max_tokens_per_turn=args.tokens_per_turn + 1,
+                         max_completion_length=args.turns * (args.tokens_per_turn + 64), rollout_mode="chat", **fields)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+
+    from trl_agentic.agents import Agent, AgentRollout
+    from trl_agentic.environments.native_tools import ToolCallEnvironment
+    from trl_agentic.rollout.engine import RolloutEngine
+    from trl_agentic.rollout.generation import HFGenerator
+
+    tokenizer, model, log, eos = scripted_setup(args)
     tool = Lookup(0.0)
     schema = lookup_schema(tool)
-    config = RolloutConfig(max_turns=args.turns, max_tokens_per_turn=args.tokens_per_turn + 1,
-                           max_completion_length=args.turns * (args.tokens_per_turn + 64), rollout_mode="chat",
-                           overlap_chunks=1)
+    config = rollout_config(args, overlap_chunks=1)
     generator = HFGenerator(model, tokenizer)
-    eos = get_eos_token_ids(tokenizer, model.generation_config)
     engine = RolloutEngine(generator, tokenizer, lambda: ToolCallEnvironment([tool.as_function()]), config)
-    rollout = AgentRollout(Agent(make_agent(tool, schema), batch_window=args.window), tokenizer, config, eos)
+    rollout = AgentRollout(Agent(make_agent(tool, [schema]), batch_window=args.window), tokenizer, config, eos)
 
     def environment_side(n: int) -> list:
         return engine.run([PROMPT] * n, [{} for _ in range(n)])
@@ -164,14 +187,12 @@ def _left_pad(prompts: list[list[int]]) -> list[list[int]]:
 
 def run_endpoint_only(args: argparse.Namespace) -> dict[str, Any]:
     from trl_agentic.agents import Agent, AgentRollout
-    from trl_agentic.rollout.config import RolloutConfig
 
     tokenizer = load_tokenizer()
     tool = Lookup(0.0)
     script = Script(tokenizer, args.turns, args.tokens_per_turn)
-    config = RolloutConfig(max_turns=args.turns, max_tokens_per_turn=args.tokens_per_turn + 1,
-                           max_completion_length=args.turns * (args.tokens_per_turn + 64), rollout_mode="chat")
-    rollout = AgentRollout(Agent(make_agent(tool, lookup_schema(tool)), batch_window=args.window), tokenizer, config,
+    config = rollout_config(args)
+    rollout = AgentRollout(Agent(make_agent(tool, [lookup_schema(tool)]), batch_window=args.window), tokenizer, config,
                            [tokenizer.convert_tokens_to_ids("<|im_end|>")])
     generator = InstantGenerator(tokenizer, script)
     rollout.run([{}] * 2, generator)  # warm-up: imports, first template probes

@@ -56,6 +56,8 @@ def commands(tmp: Path, data: Path, model: Path, adapter: Path) -> dict[str, lis
                             *TINY_QWEN, "--json", str(tmp / "agent_endpoint.json")],
                            ["benchmarks/agent_endpoint.py", "--endpoint-only", "--agents", "2", "--turns", "2",
                             "--repeats", "1"]],
+        "shared_prompt": [["benchmarks/shared_prompt.py", "--prompt-tokens", "600", "--tools", "1", "--group", "2",
+                           "--turns", "2", *TINY_QWEN, "--json", str(tmp / "shared_prompt.json")]],
         "learning_run": [["benchmarks/learning/run.py", *learning, "--out", str(tmp / "learning"),
                           "--stages", ",".join(LEARNING_STAGES)],
                          ["benchmarks/learning/run.py", "--summary", "--out", str(tmp / "learning")]],
@@ -301,6 +303,25 @@ def test_agent_endpoint(runs):
                      re.M), both
     (alone,) = json_lines(endpoint)
     assert (alone["agents"], alone["requests"]) == (2, 4) and alone["cpu_ms_per_request"] > 0
+
+
+def test_shared_prompt(runs):
+    """A group of 2 agents sending one long prompt, both sides (the script checks that their trajectories are
+    identical): the same prompt ids; the cache prefills fewer ids per trajectory than a cache kept per trajectory
+    would, which prefills fewer than re-prefilling; it holds fewer positions than one entry per trajectory would."""
+    (out,) = outputs(runs, "shared_prompt")
+    report = written(runs, "shared_prompt")
+    reprefill, cache = report["results"]["reprefill"], report["results"]["cache"]
+    assert report["prompt_tokens"] >= 600 and report["command"].startswith("python benchmarks/shared_prompt.py ")
+    assert reprefill["prompt_tokens_per_trajectory"] == cache["prompt_tokens_per_trajectory"] \
+        == reprefill["prefilled_per_trajectory"]
+    assert cache["prefilled_per_trajectory"] < cache["per_trajectory_cache_prefilled_per_trajectory"] \
+        < reprefill["prefilled_per_trajectory"]
+    assert 0 < cache["peak_cached_tokens"] < cache["per_trajectory_entries_tokens"]
+    assert reprefill["peak_cached_tokens"] == 0 and reprefill["wall_s"] > 0 and cache["wall_s"] > 0
+    for name in ("reprefill", "cache"):
+        assert re.search(rf"^ *{name} +{NUMBER} +{NUMBER} +\d+ +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER}$",
+                         out, re.M), out
 
 
 def test_vllm_rollout_without_vllm(runs):
