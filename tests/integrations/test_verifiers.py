@@ -178,7 +178,7 @@ def test_what_is_refused_says_what_to_pass():
 def test_an_episode_of_several_agent_runs_is_refused_at_load():
     """verifiers' best-of-n runs its one seat n times per episode (n traces): refused when wrapped, in one line, not
     at every episode; one attempt (n=1) is one agent run and loads. Two seats (user-sim: an assistant and a modeled
-    user) are refused too."""
+    user) without a player for the one its setup() marks not trained are refused too."""
     from trl_agentic.integrations.verifiers import VerifiersEnvironment
 
     config = {"id": "best-of-n", "n": 2, **SUBPROCESS, "taskset": {"num_tasks": 4}}
@@ -187,7 +187,10 @@ def test_an_episode_of_several_agent_runs_is_refused_at_load():
         VerifiersEnvironment.load("tiny-arith", config=config)
     assert "\n" not in str(refused.value)
     assert len(VerifiersEnvironment.load("tiny-arith", config={**config, "n": 1}).rows()) == 4
-    with pytest.raises(ValueError, match=r"^UserSimEnv plays 2 agents \(assistant, user\); only single-agent"):
+    with pytest.raises(ValueError, match=r"^UserSimEnv plays 2 agents \(assistant, user\) and the policy plays 2 of "
+                                         r"them \(user not trained: its setup\(\) says so\); .*: say who plays user: "
+                                         r"players=\{'user': ScriptedPlayer\(fn\) \| ModelPlayer\(\.\.\.\)\} "):
+        # players= plays it: test_verifiers_seats.py
         VerifiersEnvironment.load("tiny-arith", config={"id": "user-sim", "assistant": SUBPROCESS["agent"],
                                                         "user": SUBPROCESS["agent"]})
 

@@ -27,11 +27,19 @@ What carries over, and how:
 - **Failures cost their trajectory.** An episode whose harness, task hook or scoring failed (``Episode.errors``,
   ``Trace.errors``) makes the agent raise :class:`VerifiersEpisodeError` with verifiers' own message: the trajectory
   ends with ``env_error`` (unscorable, no gradient), the other rollouts of the round go on.
-- **One agent per episode.** An environment whose episode plays several agents (several seats, or verifiers'
-  ``best-of-n`` with ``n > 1``) is refused when it is wrapped, in one line (:func:`_several_agents`).
+- **One trained seat per episode, other seats played by their players.** An environment of several seats
+  (``AgentConfig`` fields: ``user-sim``'s assistant and simulated user, a solver and a judge) trains the one seat the
+  policy plays: every other seat is played by a player of ``players=`` (a
+  :class:`~trl_agentic.rollout.players.ScriptedPlayer` or :class:`~trl_agentic.rollout.players.ModelPlayer`,
+  served to the seat's harness by a :class:`~trl_agentic.integrations.seat_server.SeatServer`: the seat's config
+  gets that server as its client), or by the model its own config pins (``client``). The trained seat's trace is the
+  run's (its reward, its model calls through the endpoint); the others' calls never reach the policy. A seat the
+  environment's ``setup()`` marks not trainable (``agents.user.trainable = False``) cannot be the policy's, and
+  verifiers' ``best-of-n`` with ``n > 1`` (one seat run ``n`` times) is refused, each in one line when the
+  environment is wrapped (:func:`_seating`).
 
-What does not carry over is listed in ``docs/trl-differences.md`` (verifiers' sampling settings, its retries, its
-multi-agent envs); ``docs/environments.md`` shows a whole run.
+What does not carry over is listed in ``docs/trl-differences.md`` (verifiers' sampling settings, its retries, a
+frozen copy of the policy as a seat's player); ``docs/environments.md`` shows a whole run.
 """
 
 from __future__ import annotations
@@ -40,7 +48,8 @@ import asyncio
 import contextvars
 import itertools
 import logging
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -189,20 +198,26 @@ class VerifiersEnvironment:
         model: The model name verifiers sends (the endpoint serves any name).
         request_timeout: HTTP read timeout of verifiers' client to the endpoint, in seconds (a model call waits for
             its batch; training's ``env_timeout`` bounds an episode that stops calling the model).
+        players: The player of each seat the policy does not play (module docstring): ``{"user":
+            ScriptedPlayer(fn)}``, ``{"user": ModelPlayer("Qwen/Qwen2.5-7B-Instruct")}``.
+        player_timeout: Seconds a seat's player may take for one reply (its episode fails after it).
+
+    Attributes:
+        seat: The seat the policy plays and trains.
 
     Raises:
-        ValueError: ``env`` is not a verifiers ``Env``, or an episode of it plays several agents
-            (:func:`_several_agents`: each trajectory would hold several agents' calls under one reward).
+        ValueError: ``env`` is not a verifiers ``Env``, or its seats do not leave exactly one, trainable, to the
+            policy, or it runs its one seat several times per episode (:func:`_seating`), in one line.
     """
 
-    def __init__(self, env: Any, model: str = "policy", request_timeout: float | None = None) -> None:
+    def __init__(self, env: Any, model: str = "policy", request_timeout: float | None = None,
+                 players: Mapping[str, Any] | None = None, player_timeout: float = 600.0) -> None:
         vf = _vf()
         if not isinstance(env, vf.Env):
             raise ValueError(f"VerifiersEnvironment takes a verifiers.v1 Env, got {type(env).__name__}; load one with "
                              "VerifiersEnvironment.load('<environment id>')")
-        refusal = _several_agents(env)
-        if refusal is not None:
-            raise ValueError(refusal)
+        self.seat = _seating(env, dict(players or {}))
+        self.seat_server = _serve_seats(env, dict(players or {}), player_timeout) if players else None
         self.env = env
         self.model = model
         self.request_timeout = request_timeout
@@ -260,41 +275,105 @@ class VerifiersEnvironment:
             episode = await self.env.run_episode(task, context)
         return self.result(episode)
 
-    @staticmethod
-    def result(episode: Any) -> EpisodeResult:
-        """The :class:`EpisodeResult` of a finished episode; raises :class:`VerifiersEpisodeError` with verifiers'
-        first error when the episode or its trace failed."""
+    def result(self, episode: Any) -> EpisodeResult:
+        """The :class:`EpisodeResult` of a finished episode, from the trace of the seat the policy plays; raises
+        :class:`VerifiersEpisodeError` with verifiers' first error when the episode or any of its traces failed (a
+        seat's player that raised or hung among them)."""
         errors = list(episode.errors) + [e for trace in episode.traces for e in trace.errors]
         if errors or not episode.ok:
             first = errors[0] if errors else None
             detail = f"{first.type}: {first.message}" if first is not None else "the episode did not conclude"
             raise VerifiersEpisodeError(f"verifiers episode failed: {detail}"[:2000])
-        if len(episode.traces) != 1:
-            raise VerifiersEpisodeError(f"the verifiers episode ran {len(episode.traces)} agents; one is trained")
-        return EpisodeResult.of(episode.traces[0])
+        traces = [t for t in episode.traces if t.agent.name == self.seat]
+        if len(traces) != 1:
+            raise VerifiersEpisodeError(f"the verifiers episode ran seat {self.seat!r} {len(traces)} times; one run is "
+                                        "trained")
+        return EpisodeResult.of(traces[0])
 
 
-def _several_agents(env: Any) -> str | None:
-    """Why an episode of ``env`` plays more than one agent run, in one line that says what to pass instead, or
-    ``None`` when it plays one. Known from the environment's config, before any episode:
+def _seating(env: Any, players: dict[str, Any]) -> str:
+    """The seat of ``env`` the policy plays (module docstring), or a one-line ``ValueError`` that says what to pass
+    instead. Known from the environment's config and its ``setup()``, before any episode:
 
-    - several seats (``AgentConfig`` fields: a solver and a judge, an assistant and a simulated user);
+    - a seat of ``players`` that the environment does not have, or a ``FrozenCopy()`` (a verifiers agent holds no
+      handle on the policy: ``ModelPlayer('<the policy's checkpoint>')`` plays the same weights, fixed);
+    - not exactly one seat left to the policy (not in ``players``, no ``client`` of its own), or that seat marked
+      not trainable by the environment's ``setup()``;
     - verifiers' ``best-of-n`` env with ``n > 1``: one seat run ``n`` times per episode.
 
-    A custom ``Env`` whose ``run()`` plays its one seat several times is only found at its first episode, which then
-    fails alone (:meth:`VerifiersEnvironment.result`)."""
+    A custom ``Env`` whose ``run()`` plays the policy's seat several times is only found at its first episode, which
+    then fails alone (:meth:`VerifiersEnvironment.result`)."""
     vf = _vf()
-    seats = [name for name, value in env.config if isinstance(value, vf.AgentConfig)]
-    if len(seats) != 1:
-        return (f"{type(env).__name__} plays {len(seats)} agents ({', '.join(seats)}); only single-agent verifiers "
-                "environments train here: each trajectory holds one agent's calls under its reward")
+    name = type(env).__name__
+    seats = [seat for seat, value in env.config if isinstance(value, vf.AgentConfig)]
+    stranger = next((seat for seat in players if seat not in seats), None)
+    if stranger is not None:
+        raise ValueError(f"{name} has no seat {stranger!r} (seats: {', '.join(seats)}): name one of them in players=")
+    from ..rollout.players import POLICY, FrozenCopy
+
+    mine = next((seat for seat, player in players.items() if player == POLICY), None)
+    if mine is not None:
+        raise ValueError(f"players= names the seats other players play; the policy plays the one left out of it: drop "
+                         f"{mine!r}: 'policy' from players=")
+    frozen = next((seat for seat, player in players.items() if isinstance(player, FrozenCopy)), None)
+    if frozen is not None:
+        raise ValueError(f"FrozenCopy() copies the policy of a rollout, which a verifiers agent does not hold: play "
+                         f"seat {frozen!r} with ModelPlayer('<the policy's checkpoint>') (the same weights, fixed)")
+    policy = [seat for seat in seats if seat not in players and getattr(env.config, seat).client is None]
+    untrained = _untrained_seats(env, seats)
+    if len(policy) != 1 or policy[0] in untrained:
+        others = [seat for seat in policy if seat in untrained] or policy[1:] or seats[:1]
+        marked = f" ({', '.join(others)} not trained: its setup() says so)" if set(others) & untrained else ""
+        raise ValueError(f"{name} plays {len(seats)} agents ({', '.join(seats)}) and the policy plays "
+                         f"{len(policy)} of them{marked}; the policy trains one seat: say who plays "
+                         f"{', '.join(others)}: players={{{others[0]!r}: ScriptedPlayer(fn) | ModelPlayer(...)}} "
+                         "(or pin its client in the config)")
     from verifiers.v1.envs.best_of_n import BestOfNEnv
 
     if isinstance(env, BestOfNEnv) and env.config.n > 1:
-        return (f"{type(env).__name__} runs its agent {env.config.n} times per episode (best-of-n, n={env.config.n}); "
-                "each trajectory holds one agent run under its reward: drop the env id 'best-of-n' (num_generations "
-                "already samples several attempts per task) or set n=1")
-    return None
+        raise ValueError(f"{name} runs its agent {env.config.n} times per episode (best-of-n, n={env.config.n}); "
+                         "each trajectory holds one agent run under its reward: drop the env id 'best-of-n' "
+                         "(num_generations already samples several attempts per task) or set n=1")
+    return policy[0]
+
+
+def _untrained_seats(env: Any, seats: list[str]) -> set[str]:
+    """The seats the environment's ``setup(agents)`` marks not trainable (``agents.user.trainable = False``), read
+    by running it on stand-ins of the seats (on a thread of its own: the caller may be inside an event loop); none
+    when it needs more of them than their ``trainable`` flag."""
+    from types import SimpleNamespace
+
+    stand_ins = SimpleNamespace(**{seat: SimpleNamespace(trainable=True) for seat in seats})
+    done: list[bool] = []
+
+    def read() -> None:
+        try:
+            asyncio.run(env.setup(stand_ins))
+            done.append(True)
+        except Exception:  # noqa: BLE001 - a setup that needs live agents: nothing is known before the episodes
+            pass
+
+    thread = threading.Thread(target=read, name="trl-agentic-verifiers-setup", daemon=True)
+    thread.start()
+    thread.join(timeout=10)
+    return {seat for seat in seats if getattr(stand_ins, seat).trainable is False} if done else set()
+
+
+def _serve_seats(env: Any, players: dict[str, Any], timeout: float) -> Any:
+    """A :class:`~trl_agentic.integrations.seat_server.SeatServer` of ``players`` (each bound: a
+    :class:`~trl_agentic.rollout.players.ModelPlayer` is loaded here), and each played seat's config given it as its
+    client (its model named after the seat), so that its harness's calls reach its player."""
+    from ..rollout.config import RolloutConfig
+    from ..rollout.players import bind_player
+    from .seat_server import SeatServer
+
+    vf = _vf()
+    config = RolloutConfig()
+    server = SeatServer({seat: bind_player(player, None, None, config) for seat, player in players.items()}, timeout)
+    for seat in players:
+        client = vf.EvalClientConfig(base_url=server.base_url(seat), api_key_var=KEY_VARIABLE)
+        setattr(env.config, seat, getattr(env.config, seat).model_copy(update={"client": client, "model": seat}))
+    return server
 
 
 def _prompt_messages(data: Any) -> list[dict[str, str]]:

@@ -28,6 +28,7 @@ class ToolLoopHarnessConfig(HarnessConfig):
 
 class ToolLoopHarness(Harness[ToolLoopHarnessConfig]):
     APPENDS_SYSTEM_PROMPT = True
+    SUPPORTS_RESUME = True  # a Messages prompt relaunches it on the conversation: it can answer a user (user-sim)
     EXECUTES_CODE = False
     NEEDS_CONTAINER = False
 
