@@ -154,3 +154,32 @@ def test_wrong_players_are_refused_in_one_line():
     with pytest.raises(ValueError, match=r"^TicTacToe-v0 cannot be played by 3 players \(The number of players has to "
                                          r"be 2, received 3\): give players= one player per seat it has$"):
         textarena_environment("TicTacToe-v0", players={f"Player {i}": "policy" for i in range(3)})
+
+
+def test_the_selfplay_recipe_trains_end_to_end(tmp_path):
+    """recipes/textarena_selfplay.py with its config (TicTacToe self-play, SPIRAL's baseline), on the tiny model,
+    offline: Player 0 against the starting model before, two steps of self-play, against it again after, saved."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from trl_agentic.toy import save_tiny_model
+
+    root = Path(__file__).resolve().parents[2]
+    model = save_tiny_model(str(tmp_path / "tiny-qwen2"))
+    out = tmp_path / "out"
+    flags = ["--model_name_or_path", model, "--max_steps", "2", "--num_games", "8", "--eval_games", "2",
+             "--num_generations", "4", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1",
+             "--max_tokens_per_turn", "16", "--max_completion_length", "2048", "--use_cpu", "--bf16", "false",
+             "--output_dir", str(out)]
+    proc = subprocess.run([sys.executable, "recipes/textarena_selfplay.py", "--config",
+                           "recipes/configs/textarena_selfplay_grpo.yaml", *flags], cwd=root, capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(root)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == 2 and (summary["game_id"], summary["opponent"]) == ("TicTacToe-v0", "self")
+    assert {"reward_before", "reward_after", "wins_before", "wins_after"} <= set(summary)
+    assert "before   Player 0 against the starting model: accuracy" in proc.stdout
+    assert "agentic/seats/Player 1/baseline" in proc.stdout and (out / "model.safetensors").is_file()
