@@ -17,7 +17,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from ..tools.code.host import python_dirs
 from .agent import CLIAgent, CLIRun
@@ -27,6 +27,12 @@ CODEX_VERSION = "0.169.0"
 CLAUDE_CODE_VERSION = "2.1.197"
 CLAUDE_TOOLS = ("Bash", "Edit", "Write", "Read", "Glob", "Grep")
 """The Claude Code tools allowed without asking (a ``-p`` run cannot ask)."""
+SHORT_PROMPT = "You are a coding agent. Run shell commands with your tool to do the task, then say that you are done."
+"""The instructions ``short_prompt=True`` gives Codex CLI and Claude Code in place of their own."""
+CODEX_SHORT_CONFIG = ("include_permissions_instructions = false\ninclude_environment_context = false\n"
+                      "[features]\nmulti_agent = false\ngoals = false\nrequest_user_input = false\n")
+"""What ``short_prompt=True`` leaves out of Codex CLI's requests: its permissions and environment messages, its
+multi-agent, goal and user-input tools."""
 
 
 class CLINotInstalled(FileNotFoundError):
@@ -67,7 +73,8 @@ def mini_swe_agent(executable: str | None = None, step_limit: int = 10, config: 
                     name="mini-swe-agent", **options)
 
 
-def codex(executable: str | None = None, **options: Any) -> CLIAgent:
+def codex(executable: str | None = None, instructions: str | None = None, config: str = "",
+          short_prompt: bool = False, **options: Any) -> CLIAgent:
     """Codex CLI, ``codex exec --skip-git-repo-check`` with its own sandbox off (``--dangerously-bypass-approvals-and-
     sandbox``: the run is in ours), its provider the trajectory's endpoint over the Responses API (its proof headers
     in the provider's ``http_headers``), web search off (a tool the endpoint would have to run).
@@ -75,7 +82,15 @@ def codex(executable: str | None = None, **options: Any) -> CLIAgent:
     Args:
         executable: ``codex`` (default: on ``PATH``); the ``node_modules`` it was installed in is bound into the
             sandbox.
+        instructions: Instructions in place of Codex's own (its ``model_instructions_file``), e.g. a short one for a
+            model whose context cannot hold Codex's (``docs/agents.md``).
+        config: More ``config.toml``, placed after the keys set here and before the provider's table (its own tables
+            last), e.g. ``"[features]\\nmulti_agent = false"``.
+        short_prompt: :data:`SHORT_PROMPT` as ``instructions`` (unless given) and :data:`CODEX_SHORT_CONFIG` before
+            ``config``: its first request goes from about 26,000 tokens to 4,800 (``docs/agents.md``).
     """
+    if short_prompt:
+        instructions, config = instructions or SHORT_PROMPT, CODEX_SHORT_CONFIG + config
     codex_bin = _found(executable or shutil.which("codex"), "Codex CLI",
                        f"npm install --prefix DIR @openai/codex@{CODEX_VERSION} (DIR/node_modules/.bin on PATH)")
 
@@ -88,17 +103,22 @@ def codex(executable: str | None = None, **options: Any) -> CLIAgent:
 
     def home_files(run: CLIRun) -> dict[str, str]:
         headers = ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in run.headers.items())
-        return {".codex/config.toml": (
+        own = f"model_instructions_file = {json.dumps(run.home + '/.codex/instructions.md')}\n" if instructions else ""
+        files = {".codex/config.toml": (
             f'model = {json.dumps(run.model)}\nmodel_provider = "trl_agentic"\nweb_search = "disabled"\n'
-            'check_for_update_on_startup = false\n\n[model_providers.trl_agentic]\nname = "trl-agentic"\n'
-            f'base_url = {json.dumps(run.base_url)}\nenv_key = "TRL_AGENTIC_KEY"\nwire_api = "responses"\n'
-            f'http_headers = {{ {headers} }}\n')}
+            f'check_for_update_on_startup = false\n{own}{config}\n\n[model_providers.trl_agentic]\n'
+            f'name = "trl-agentic"\nbase_url = {json.dumps(run.base_url)}\nenv_key = "TRL_AGENTIC_KEY"\n'
+            f'wire_api = "responses"\nhttp_headers = {{ {headers} }}\n')}
+        if instructions:
+            files[".codex/instructions.md"] = instructions
+        return files
 
     return CLIAgent(command, env, home_files, installation=[_node_modules(codex_bin), *options.pop("installation", ())],
                     name="Codex CLI", **options)
 
 
-def claude_code(executable: str | None = None, **options: Any) -> CLIAgent:
+def claude_code(executable: str | None = None, system_prompt: str | None = None, tools: Sequence[str] | None = None,
+                short_prompt: bool = False, **options: Any) -> CLIAgent:
     """Claude Code, ``claude -p TASK --output-format json`` with its file and shell tools allowed without asking
     (``--allowedTools``: the run is in our sandbox), talking to the trajectory's endpoint over Anthropic's Messages
     API (its proof headers in ``ANTHROPIC_CUSTOM_HEADERS``), its non-essential traffic, telemetry, error reports and
@@ -107,13 +127,21 @@ def claude_code(executable: str | None = None, **options: Any) -> CLIAgent:
     Args:
         executable: ``claude`` (default: on ``PATH``); the ``node_modules`` it was installed in is bound into the
             sandbox.
+        system_prompt: A system prompt in place of Claude Code's own (``--system-prompt``), e.g. a short one for a
+            model whose context cannot hold Claude Code's (``docs/agents.md``).
+        tools: The built-in tools it offers (``--tools``), e.g. ``["Bash"]``; default: all of them.
+        short_prompt: :data:`SHORT_PROMPT` as ``system_prompt`` and ``Bash`` alone as ``tools`` (unless given): its
+            first request goes from about 57,000 tokens to 2,700 (``docs/agents.md``).
     """
+    if short_prompt:
+        system_prompt, tools = system_prompt or SHORT_PROMPT, tools or ["Bash"]
     claude_bin = _found(executable or shutil.which("claude"), "Claude Code",
                         f"npm install --prefix DIR @anthropic-ai/claude-code@{CLAUDE_CODE_VERSION} (DIR/node_modules"
                         "/.bin on PATH)")
+    chosen = [*(["--system-prompt", system_prompt] if system_prompt else []), *(["--tools", *tools] if tools else [])]
 
     def command(run: CLIRun) -> list[str]:
-        return [claude_bin, "-p", run.task, "--output-format", "json", "--allowedTools", *CLAUDE_TOOLS]
+        return [claude_bin, "-p", run.task, "--output-format", "json", *chosen, "--allowedTools", *CLAUDE_TOOLS]
 
     def env(run: CLIRun) -> dict[str, str]:
         return {"ANTHROPIC_BASE_URL": run.root_url, "ANTHROPIC_API_KEY": run.api_key, "ANTHROPIC_MODEL": run.model,
