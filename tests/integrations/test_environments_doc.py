@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "environments.md"
 ENVS = Path(__file__).resolve().parent / "envs"
 PACKAGES = {"verifiers": "verifiers.v1", "OpenEnv": "openenv.core.env_server",
-            "OpenEnv MCP tool environments": "openenv.core.env_server", "TextArena": "textarena"}
+            "OpenEnv MCP tool environments": "openenv.core.env_server", "TextArena": "textarena",
+            "Several seats: self-play, a fixed opponent, a simulated user": "trl_agentic"}
 _BLOCK = re.compile(r"^```(python|bash)\n(.*?)^```", re.S | re.M)
 
 
