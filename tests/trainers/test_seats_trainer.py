@@ -144,3 +144,29 @@ def test_evaluate_plays_the_trained_seat(tiny_model, tokenizer):
     report, runs = evaluate(tiny_model, tokenizer, Seats(Race, {"A": "policy", "B": FrozenCopy()}), race_rows(4),
                             seat_reward, max_turns=3, max_tokens_per_turn=6, max_completion_length=64)
     assert len(runs) == 4 and all(r.seat == "A" for r in runs)
+
+
+def test_a_frozen_copy_that_refreshes_plays_the_policy_of_the_round_before(tiny_model_dir, tokenizer, tmp_path):
+    """FrozenCopy(refresh_every=1): at the start of the second round the copy takes the policy's weights after the
+    first step; it never takes a gradient."""
+    from transformers import TrainerCallback
+
+    after_first = {}
+
+    class AfterFirstStep(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            if state.global_step == 1:
+                after_first.update({n: p.detach().clone() for n, p in model.named_parameters()})
+
+    frozen = FrozenCopy(refresh_every=1)
+    trainer, _ = trainer_of(AgenticGRPOTrainer, grpo_args(tmp_path), tiny_model_dir, tokenizer,
+                            Seats(Race, {"A": "policy", "B": frozen}))
+    start = {n: p.detach().clone() for n, p in frozen.model.named_parameters()}
+    trainer.add_callback(AfterFirstStep())
+    trainer.train()
+    copied = dict(frozen.model.named_parameters())
+    assert any(not torch.equal(start[n], after_first[n]) for n in start)  # the first step trained
+    assert all(torch.equal(after_first[n], copied[n]) for n in after_first)
+    assert not any(p.requires_grad for p in frozen.model.parameters())
+    with pytest.raises(ValueError, match=r"^refresh_every is a number of rollouts >= 1, or None, got 0$"):
+        FrozenCopy(refresh_every=0)

@@ -10,8 +10,9 @@ messages: its opening, then its own moves as ``assistant`` messages and what it 
 - :class:`ModelPlayer`: a transformers model (a name or path, or a loaded model and its tokenizer), the seats it plays
   generated in one batched call per turn, rendered with its own chat template, its move cut at its own end ids.
 - :class:`FrozenCopy`: a :class:`ModelPlayer` over a copy of the policy made when the rollout is built (a trainer's
-  start: its weights before the first step), on ``device`` (the CPU by default). Memory: one more copy of the
-  policy's weights (a PEFT model's base and adapters), e.g. 2 GB for a 0.5B model in float32.
+  start: its weights before the first step; with ``refresh_every=N``, the policy's weights again every ``N``-th
+  rollout), on ``device`` (the CPU by default). Memory: one more copy of the policy's weights (a PEFT model's base
+  and adapters), e.g. 2 GB for a 0.5B model in float32.
 """
 
 from __future__ import annotations
@@ -43,6 +44,11 @@ class Player(Protocol):
 
     def reply(self, conversations: Sequence[Conversation], stop_strings: Sequence[str]) -> list[str]:
         """One move's text per conversation (each ends with what the seat sees now, a ``user`` message)."""
+        ...
+
+    def start_rollout(self) -> None:
+        """Called once at the start of each rollout the player plays in (optional: :class:`FrozenCopy` refreshes its
+        weights there)."""
         ...
 
 
@@ -140,27 +146,37 @@ class ModelPlayer:
 
 
 class FrozenCopy:
-    """A seat played by a copy of the policy, made when the rollout is built (a trainer's start) and never trained:
-    a :class:`ModelPlayer` over :class:`~trl_agentic.rollout.pipeline.PolicyCopy` of the policy, with the policy's
-    tokenizer and sampling settings, on ``device``. The copy is made once per :class:`FrozenCopy` (every rollout it is
-    bound to shares it).
+    """A seat played by a copy of the policy, never trained: a :class:`ModelPlayer` over
+    :class:`~trl_agentic.rollout.pipeline.PolicyCopy` of the policy, with the policy's tokenizer, sampling settings
+    and chat template arguments, on ``device``. The copy is made when the rollout is built (a trainer's start: the
+    weights before the first step), once per :class:`FrozenCopy` (every rollout it is bound to shares it).
 
     Args:
         device: Where the copy lives and generates (default: the CPU, beside a policy on an accelerator).
+        refresh_every: ``None`` (default): the copy keeps the weights it was made with. ``N``: at the start of every
+            ``N``-th rollout it plays in (a training round; an evaluation round counts too), the policy's weights are
+            copied into it again, so that the opponent is the policy of at most ``N - 1`` rounds before.
     """
 
     batched = True
 
-    def __init__(self, device: str = "cpu") -> None:
-        self.device = device
+    def __init__(self, device: str = "cpu", refresh_every: int | None = None) -> None:
+        if refresh_every is not None and (isinstance(refresh_every, bool) or not isinstance(refresh_every, int)
+                                          or refresh_every < 1):
+            raise ValueError(f"refresh_every is a number of rollouts >= 1, or None, got {refresh_every!r}")
+        self.device, self.refresh_every = device, refresh_every
+        self.model: Any = None
         self._player: ModelPlayer | None = None
+        self._policy: Callable[[], Any] | None = None
+        self._copy: Any = None
+        self._rollouts = 0
 
     def __repr__(self) -> str:
         return "FrozenCopy()"
 
-    def bound(self, generator: Generator, processing_class: Any, config: RolloutConfig) -> ModelPlayer:
-        """The copy of the model ``generator`` generates with (transformers generation; the policy copy of rollouts
-        ahead of training too), as a bound :class:`ModelPlayer`."""
+    def bound(self, generator: Generator, processing_class: Any, config: RolloutConfig) -> "FrozenCopy":
+        """Itself, with the copy of the model ``generator`` generates with (transformers generation; the policy copy
+        of rollouts ahead of training too) made at the first call."""
         if self._player is None:
             from .pipeline import PolicyCopy
 
@@ -173,10 +189,26 @@ class FrozenCopy:
                                  f"{type(inner).__name__} does not expose (vLLM, a generator process): pass "
                                  "ModelPlayer('<the policy's checkpoint>') to play a fixed copy instead")
             with unwrap() as model:
-                copy = PolicyCopy(model).model.to(self.device)
-            self._player = ModelPlayer(copy, processing_class, inner.generation_config,
+                self._copy = PolicyCopy(model)
+            self.model = self._copy.model.to(self.device)
+            self._policy = unwrap
+            self._player = ModelPlayer(self.model, processing_class, inner.generation_config,
                                        chat_template_kwargs=config.chat_template_kwargs, name="frozen copy")
-        return self._player.bound(generator, processing_class, config)
+        self._player.bound(generator, processing_class, config)
+        return self
+
+    def start_rollout(self) -> None:
+        """At the start of each rollout it plays in: with ``refresh_every=N``, every ``N``-th time, the policy's
+        trained weights copied into the copy, in place."""
+        self._rollouts += 1
+        if self.refresh_every is None or (self._rollouts - 1) % self.refresh_every or self._rollouts == 1:
+            return
+        with self._policy() as policy:
+            self._copy.load(policy, self._rollouts)
+
+    def reply(self, conversations: Sequence[Conversation], stop_strings: Sequence[str]) -> list[str]:
+        """The copy's moves (:meth:`ModelPlayer.reply`)."""
+        return self._player.reply(conversations, stop_strings)
 
 
 def bind_player(player: Any, generator: Generator, processing_class: Any, config: RolloutConfig) -> Any:

@@ -172,6 +172,8 @@ class SeatEngine(RolloutEngine):
         rows = [dict(row) for row in rows] if rows is not None else [{} for _ in prompts]
         if len(rows) != len(prompts):
             raise ValueError(f"got {len(prompts)} prompts but {len(rows)} rows")
+        for player in {id(p): p for p in self.players.values()}.values():
+            getattr(player, "start_rollout", lambda: None)()  # optional hook (FrozenCopy's refresh)
         with generation_session(self.generator):
             return self._play(list(prompts), rows)
 
