@@ -8,6 +8,7 @@ trajectory's proof headers, as JSON) set:
 - ``refused``: sends a request the endpoint refuses (its last message an assistant's), prints the error, exits 1;
 - ``hang``: sleeps for an hour;
 - ``flood``: writes to its standard output without end;
+- ``fails-after``: acts as ``agent``, then exits 2;
 - ``background``: starts a daemon (double fork, ``setsid``) that sleeps for an hour, then acts as ``agent``;
 - ``probe``: reports, one line each, whether it can read ``PROBE_FILE`` and connect to ``127.0.0.1:PROBE_PORT``
   (its environment), then acts as ``agent``.
@@ -96,7 +97,9 @@ def main():
         line = b"x" * 4095 + b"\n"
         while True:
             sys.stdout.buffer.write(line)
-    {"agent": agent, "background": background, "probe": probe, "refused": refused}[behaviour]()
+    {"agent": agent, "fails-after": agent, "background": background, "probe": probe, "refused": refused}[behaviour]()
+    if behaviour == "fails-after":
+        sys.exit(2)
 
 
 main()

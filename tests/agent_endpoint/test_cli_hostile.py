@@ -72,12 +72,12 @@ def did_the_task(trajectory) -> bool:
 @pytest.mark.parametrize("sandbox", SANDBOXES)
 def test_each_misbehaving_cli_costs_its_own_trajectory_and_leaves_nothing_running(qwen, sandbox):
     ro, gen = rollout(qwen, fake_cli(sandbox, timeout=8.0, max_output_bytes=1 << 20))
-    kinds = ["agent", "crash", "hang", "flood", "refused", "background", "agent"]
+    kinds = ["agent", "crash", "hang", "flood", "refused", "background", "fails-after", "agent"]
     out = ro.run([{"task": kind} for kind in kinds], gen)
     ro.close()
     by_kind = dict(zip(kinds, out))
     assert [t.stop_reason for t in out] == ["terminated", "env_error", "env_error", "env_error", "env_error",
-                                            "terminated", "terminated"]
+                                            "terminated", "terminated", "terminated"]
     assert by_kind["crash"].error == ("agent raised CLIAgentError: fake-cli exited with status 3 without a model "
                                       "reply; its last output: (none)")
     assert by_kind["hang"].error.startswith("agent raised CLIRunError: fake-cli ran past its wall-clock bound of 8 s")
@@ -87,12 +87,13 @@ def test_each_misbehaving_cli_costs_its_own_trajectory_and_leaves_nothing_runnin
     assert refused.endswith("; the endpoint refused its request: the last message may not be an assistant message "
                             "(continuing one is not supported)")
     assert "\n" not in refused
-    for t in (out[0], by_kind["background"], out[-1]):
-        assert did_the_task(t) and t.agent_output.exit_code == 0 and t.agent_output.stdout == "finished\n"
+    for t in (out[0], by_kind["background"], by_kind["fails-after"], out[-1]):
+        assert did_the_task(t) and t.agent_output.stdout == "finished\n"
         assert t.requests == 2 and len(t.segments) == 1
+    assert [t.agent_output.exit_code for t in (out[0], by_kind["fails-after"])] == [0, 2]  # scored as any run
     assert left_running() == []
     workdirs = [t.agent_output.workdir for t in out if t.agent_output is not None]
-    assert len(workdirs) == 3 and all(os.path.isdir(w) for w in workdirs)
+    assert len(workdirs) == 4 and all(os.path.isdir(w) for w in workdirs)
     del out, by_kind, t
     assert not any(os.path.exists(w) for w in workdirs)  # each goes with its result
 
