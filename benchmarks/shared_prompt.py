@@ -6,8 +6,9 @@ KV cache kept across the round's ``generate`` calls (issue 60).
                                        [--repeats 1] [--json FILE]
 
 The workload: a random Qwen2 (``--hidden 64 --layers 2``, 32,768 positions) over the tiny Qwen2.5-Instruct tokenizer
-and chat template of ``tests/conventions.py`` (538 ids, about three per English word: 10,000 ids are about 34 KB of
-text, the size of Codex CLI's first request). Each of the ``--group`` agents (the OpenAI SDK, ``async``) sends the same
+and chat template of ``tests/conventions.py`` (538 ids, about 1.6 characters an id: 10,000 ids are about 16 KB of
+text; what prefill and the cache cost is the number of ids, here that of a 10 k-token prompt such as Codex CLI's
+first request of about 40 KB). Each of the ``--group`` agents (the OpenAI SDK, ``async``) sends the same
 first request, as the trajectories of one GRPO group do: a system prompt of coding-agent instructions and ``--tools``
 tool schemas with long descriptions (the ``lookup`` tool among them), sized so that the rendered prompt is about
 ``--prompt-tokens`` ids, and the task. Its ``generate`` is forced by ``rollout_speed.py``'s logits processor to call
