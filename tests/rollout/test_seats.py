@@ -138,6 +138,8 @@ def test_a_frozen_copy_plays_a_seat_with_its_own_weights(tiny_model, tokenizer):
         p.data_ptr() != q.data_ptr() and p.device.type == "cpu" and not p.requires_grad and (p == q).all()
         for p, q in zip(copy.parameters(), tiny_model.parameters()))
     assert bound_players(seats, generator, tokenizer, cfg)["B"] is players["B"]  # one copy per FrozenCopy
+    tied = tiny_model.get_output_embeddings().weight is tiny_model.get_input_embeddings().weight
+    assert (copy.get_output_embeddings().weight is copy.get_input_embeddings().weight) == tied
     runs = SeatEngine(generator, tokenizer, seats, players, cfg).run(["Race.\n"] * 2, [{}, {}])
     assert all(r.seat == "A" and r.num_turns >= 1 for r in runs)
 

@@ -119,14 +119,21 @@ class PolicyCopy:
 
     Args:
         model: The policy, unwrapped (a transformers model, or a PEFT model: its adapters are copied too).
+        device: Where the copy's tensors are made (``None``: where the policy's are). Each tensor is copied there
+            directly, so that a copy on the CPU of a policy on an accelerator never holds a second copy on it.
 
     Attributes:
         model: The copy (no gradients, eval mode).
         version: The global step whose weights it holds (-1 before the first :meth:`load`).
     """
 
-    def __init__(self, model: torch.nn.Module) -> None:
-        self.model = copy.deepcopy(model)
+    def __init__(self, model: torch.nn.Module, device: str | torch.device | None = None) -> None:
+        memo: dict[int, Any] = {}
+        if device is not None:  # deepcopy takes each tensor's copy from here: made on ``device``, tied ones shared
+            memo.update({id(p): torch.nn.Parameter(p.detach().to(device, copy=True), requires_grad=False)
+                         for p in model.parameters()})
+            memo.update({id(b): b.detach().to(device, copy=True) for b in model.buffers()})
+        self.model = copy.deepcopy(model, memo)
         self.model.requires_grad_(False)
         self.model.eval()
         for module in self.model.modules():  # the copy never trains: no hook making the embeddings' output need

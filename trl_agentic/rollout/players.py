@@ -189,8 +189,8 @@ class FrozenCopy:
                                  f"{type(inner).__name__} does not expose (vLLM, a generator process): pass "
                                  "ModelPlayer('<the policy's checkpoint>') to play a fixed copy instead")
             with unwrap() as model:
-                self._copy = PolicyCopy(model)
-            self.model = self._copy.model.to(self.device)
+                self._copy = PolicyCopy(model, self.device)  # each tensor copied to the device directly
+            self.model = self._copy.model
             self._policy = unwrap
             self._player = ModelPlayer(self.model, processing_class, inner.generation_config,
                                        chat_template_kwargs=config.chat_template_kwargs, name="frozen copy")
