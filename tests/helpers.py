@@ -359,3 +359,12 @@ def accelerate_launch() -> list[str]:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     return ["accelerate", "launch", "--main_process_port", str(port)]
+
+
+def launch_two_processes(script: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``script`` with ``args`` on two CPU processes (``accelerate launch --multi_gpu``, gloo), the checkout first on
+    ``PYTHONPATH``; the finished process (its stdout and stderr captured)."""
+    cmd = [*accelerate_launch(), "--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision",
+           "no", "--dynamo_backend", "no", str(script), *args]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)

@@ -2,13 +2,11 @@
 of every process's steps per round), so each rank's per-turn advantages are those of the global batch."""
 
 import math
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import accelerate_launch
+from helpers import launch_two_processes
 
 from trl_agentic.algorithms.gigpo import anchor_groups, gigpo_advantages
 from trl_agentic.trainers.steps import run_steps, step_tensors
@@ -18,12 +16,7 @@ pytestmark = pytest.mark.multiprocess
 
 
 def test_step_groups_span_processes(tmp_path, tiny_model_dir):
-    script = Path(__file__).with_name("gigpo_ranks.py")
-    cmd = [*accelerate_launch(), "--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision",
-           "no", "--dynamo_backend", "no", str(script), str(tmp_path), tiny_model_dir]
-    repo = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    proc = launch_two_processes(Path(__file__).with_name("gigpo_ranks.py"), str(tmp_path), tiny_model_dir)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ranks = [list(load_trajectories(tmp_path / f"trajectories-rank{k}.jsonl")) for k in range(2)]
     spanning = 0

@@ -1,12 +1,10 @@
 """Self-play on two CPU processes: a GRPO group's runs of one seat are on both ranks (one game on each), and each
 rank's advantages are those of the global group per prompt and seat (the runs' seats gathered once a round)."""
 
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import accelerate_launch
+from helpers import launch_two_processes
 
 from trl_agentic.trajectory import load_trajectories
 
@@ -14,12 +12,7 @@ pytestmark = pytest.mark.multiprocess
 
 
 def test_seat_groups_span_processes(tmp_path, tiny_model_dir):
-    script = Path(__file__).with_name("seats_ranks.py")
-    cmd = [*accelerate_launch(), "--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision",
-           "no", "--dynamo_backend", "no", str(script), str(tmp_path), tiny_model_dir]
-    repo = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    proc = launch_two_processes(Path(__file__).with_name("seats_ranks.py"), str(tmp_path), tiny_model_dir)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ranks = [list(load_trajectories(tmp_path / f"trajectories-rank{k}.jsonl")) for k in range(2)]
     spread = False
