@@ -271,6 +271,8 @@ def test_wrong_seatings_are_refused_in_one_line():
         Seats(Race, {"A": "policy"})
     with pytest.raises(ValueError, match=r"^seat 'B' is trained but played by FrozenCopy\(\): only the policy's"):
         Seats(Race, {"A": "policy", "B": FrozenCopy()}, trained=["A", "B"])
+    with pytest.raises(ValueError, match=r"^trained= names seat 'C', which players= does not \(seats: 'A', 'B'\)$"):
+        Seats(Race, {"A": "policy", "B": "policy"}, trained=["C"])
     with pytest.raises(ValueError, match=r"^no seat is trained: play at least one seat with 'policy'"):
         Seats(Race, {"A": FrozenCopy(), "B": FrozenCopy()})
     with pytest.raises(TypeError, match=r"^Seats takes the game's class or a zero-argument factory of games, got Race"):

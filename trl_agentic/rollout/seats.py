@@ -85,9 +85,13 @@ class Seats:
                              f"players={{{missing[0]!r}: 'policy' | FrozenCopy() | ...}}")
         policy = tuple(seat for seat, player in players.items() if player == POLICY)
         trained = policy if trained is None else tuple(trained)
-        strangers = [seat for seat in trained if players.get(seat) != POLICY]
+        unknown = [seat for seat in trained if seat not in players]
+        if unknown:
+            raise ValueError(f"trained= names seat {unknown[0]!r}, which players= does not (seats: "
+                             f"{', '.join(map(repr, players))})")
+        strangers = [seat for seat in trained if players[seat] != POLICY]
         if strangers:
-            raise ValueError(f"seat {strangers[0]!r} is trained but played by {players.get(strangers[0])!r}: only the "
+            raise ValueError(f"seat {strangers[0]!r} is trained but played by {players[strangers[0]]!r}: only the "
                              "policy's seats train; play it with 'policy' or leave it out of trained=")
         if not trained:
             raise ValueError("no seat is trained: play at least one seat with 'policy' (players={seat: 'policy'})")
