@@ -1,5 +1,5 @@
 """A stand-in for a command-line agent (standard library only), run by the CLI-agent tests as
-``python -I -S fake_cli.py BEHAVIOUR`` with ``OPENAI_BASE_URL``, ``OPENAI_API_KEY`` and ``PROOF_HEADERS`` (the
+``python -I -S fake_cli.py BEHAVIOUR TOKEN`` with ``OPENAI_BASE_URL``, ``OPENAI_API_KEY`` and ``PROOF_HEADERS`` (the
 trajectory's proof headers, as JSON) set:
 
 - ``agent``: one chat-completions request offering a ``bash`` tool, runs the command the model calls in its working
@@ -13,7 +13,8 @@ trajectory's proof headers, as JSON) set:
 - ``probe``: reports, one line each, whether it can read ``PROBE_FILE`` and connect to ``127.0.0.1:PROBE_PORT``
   (its environment), then acts as ``agent``.
 
-Every process it starts carries ``MARKER`` on its command line, so the tests find any left running.
+The second argument, a token of the test session, is on the command line of every process it starts, so the tests
+find any left running.
 """
 
 import json
@@ -25,7 +26,6 @@ import time
 import urllib.error
 import urllib.request
 
-MARKER = "trl-agentic-fake-cli-process"
 BASH = {"type": "function", "function": {"name": "bash", "description": "Run a bash command.", "parameters": {
     "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}
 
@@ -58,7 +58,7 @@ def background():
     if os.fork() == 0:
         os.setsid()
         if os.fork() == 0:
-            subprocess.Popen([sys.executable, "-I", "-S", "-c", f"import time; time.sleep(3600)  # {MARKER}"],
+            subprocess.Popen([sys.executable, "-I", "-S", "-c", f"import time; time.sleep(3600)  # {sys.argv[2]}"],
                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         os._exit(0)
     os.wait()

@@ -9,6 +9,7 @@ import json
 import os
 import socket
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -27,9 +28,13 @@ SANDBOXES = [pytest.param("bwrap", marks=pytest.mark.skipif(bwrap_works() is not
              "none"]
 
 
+RUN_ID = uuid.uuid4().hex
+"""On the command line of every process this test session's fake CLIs start (other sessions may run beside it)."""
+
+
 def fake_cli(sandbox: str, timeout: float = 30.0, extra_env: dict | None = None, **options) -> CLIAgent:
-    """``fake_cli.py <task>`` as a :class:`CLIAgent`."""
-    return CLIAgent(lambda run: [PYTHON, "-I", "-S", str(FAKE), run.task],
+    """``fake_cli.py <task> <RUN_ID>`` as a :class:`CLIAgent`."""
+    return CLIAgent(lambda run: [PYTHON, "-I", "-S", str(FAKE), run.task, RUN_ID],
                     lambda run: {"OPENAI_BASE_URL": run.base_url, "OPENAI_API_KEY": run.api_key,
                                  "PROOF_HEADERS": json.dumps(dict(run.headers)), **(extra_env or {})},
                     installation=[str(FAKE.parent)], name="fake-cli", timeout=timeout, sandbox=sandbox, **options)
@@ -51,7 +56,8 @@ def rollout(qwen, agent, **config):
 
 
 def left_running() -> list[str]:
-    """The command lines of the fake CLI's processes still alive (the test's own process aside)."""
+    """The command lines of this session's fake CLI processes still alive, and of their launchers (whose command
+    line holds the CLI's)."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -59,7 +65,7 @@ def left_running() -> list[str]:
                 cmdline = fh.read().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if ("fake_cli.py" in cmdline or "trl-agentic-fake-cli-process" in cmdline) and int(pid) != os.getpid():
+        if RUN_ID in cmdline and int(pid) != os.getpid():
             found.append(cmdline)
     return found
 
