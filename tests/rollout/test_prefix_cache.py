@@ -229,6 +229,25 @@ def test_a_bounded_cache_drops_the_least_recently_used_and_stays_exact():
     assert cached.reused_tokens == common + (len(two) + second) + common
 
 
+@pytest.mark.parametrize("bound", [-1, 2.5, True, "1000"])
+def test_a_bound_that_is_not_a_number_of_positions_is_refused_in_one_line(bound):
+    conv = build_convention("qwen2.5-instruct")
+    with pytest.raises(ValueError) as refused:
+        HFGenerator(conv.load_model(), conv.tokenizer, max_cached_tokens=bound)
+    assert "pass a number of positions >= 0" in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_a_bound_of_zero_keeps_nothing_and_stays_exact():
+    conv = build_convention("qwen2.5-instruct")
+    model = conv.load_model().float()
+    cached, plain = _generators(model, conv.tokenizer, do_sample=False)
+    cached.max_cached_tokens = 0
+    rows, config = _rows("chat"), _config(conv, "chat")
+    _assert_same(_rollouts(model, conv.tokenizer, cached, rows, config),
+                 _rollouts(model, conv.tokenizer, plain, rows, config))
+    assert cached.peak_cached_tokens == 0
+
+
 def test_agents_whose_first_requests_come_apart_prefill_their_shared_prompt_once():
     """Agents through the endpoint sending one long system prompt and tool schemas (as coding CLIs do), each agent's
     first request held back until the one before it was answered, so that each lands in a later ``generate`` call

@@ -257,6 +257,10 @@ class HFGenerator:
         self.unwrap = unwrap or (lambda: generation_mode(self.model))
         self.return_logprobs = return_logprobs
         self.keep_cache = keep_cache
+        if max_cached_tokens is not None and (isinstance(max_cached_tokens, bool) or not isinstance(
+                max_cached_tokens, int) or max_cached_tokens < 0):
+            raise ValueError(f"max_cached_tokens={max_cached_tokens!r}: pass a number of positions >= 0, or None for "
+                             "no bound but the session's end")
         self.max_cached_tokens = max_cached_tokens
         self.prefilled_tokens = 0
         self.reused_tokens = 0
