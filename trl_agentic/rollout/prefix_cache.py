@@ -8,9 +8,9 @@ How (:class:`PrefixCache`, used by :class:`~trl_agentic.rollout.generation.HFGen
 :meth:`~trl_agentic.rollout.generation.HFGenerator.session`):
 
 - After each ``generate`` call the keys and values of every row (its prompt and its sampled ids up to the first end
-  id) are kept, one entry per row, on the model's device.
-- For the next call each prompt takes the entry sharing its longest common prefix (its own trajectory's last turn:
-  the prompt is that turn's ids plus the observation). The key/value of position ``j`` depend only on ids ``0..j``
+  id) are kept (on the model's device, in the tree described under Storage below).
+- For the next call each prompt takes the kept sequence sharing its longest common prefix (its own trajectory's last
+  turn: the prompt is that turn's ids plus the observation). The key/value of position ``j`` depend only on ids ``0..j``
   (causal attention), so any common prefix is exact, whichever trajectory left it; a rewritten history reuses only
   what it still shares.
 - The batch stays left-padded as without the cache: row ``i`` holds its ``p_i`` prompt ids right-aligned in a width
@@ -25,9 +25,9 @@ How (:class:`PrefixCache`, used by :class:`~trl_agentic.rollout.generation.HFGen
 - Rows share prompts: every prompt of a batch begins with the same system prompt and tool schemas (337 of the 360
   ids of a question of the native-tool benchmark), and a GRPO group repeats one prompt ``num_generations`` times.
   Before a call the generator prefills what rows share once (:meth:`PrefixCache.shared_prefixes`: the batch's common
-  prefix, then each repeated prompt but its last id) and keeps it as an entry, which every row then reuses: for ``B``
-  rows of ``p`` ids sharing ``c``, about ``B p - (B - 1) c`` ids are prefilled instead of ``B p`` (vLLM shares such
-  blocks between requests only once one request has computed them: not within one batch scheduled together).
+  prefix, then each repeated prompt but its last id) and keeps it, for every row to reuse: for ``B`` rows of ``p``
+  ids sharing ``c``, about ``B p - (B - 1) c`` ids are prefilled instead of ``B p`` (vLLM shares such blocks between
+  requests only once one request has computed them: not within one batch scheduled together).
 - Across calls, any row reuses what any earlier call of the session computed: the agents of a GRPO group whose first
   requests reach the endpoint in different ``generate`` calls, or an engine's chunks, prefill their shared prompt
   once per session (``benchmarks/shared_prompt.py``).
