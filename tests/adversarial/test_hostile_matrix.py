@@ -199,8 +199,9 @@ def test_a_hostile_row_costs_only_itself(qwen, tmp_path, caplog, kind, point, ho
         mode = modes[k // generations]
         if mode == "ok":  # the innocent rows: rolled out to their end and scored
             assert row["stop_reason"] == "terminated" and row["reward"] == 1.0, row["error"]
-        elif case == "agent-garbage":  # its request was refused (400) and it returned: nothing of it is trained
-            assert row["stop_reason"] == "terminated" and not row["turn_spans"] and row["events"]["bad_request"] == 1
+        elif case == "agent-garbage":  # its request was refused (400) and it returned: a failed run, trains nothing
+            assert row["stop_reason"] == "env_error" and not row["turn_spans"] and row["events"]["bad_request"] == 1
+            assert row["reward"] is None and "the agent got no model reply" in row["error"]
         elif point in LOSES_ROWS:
             assert row["stop_reason"] in ("env_error", "env_timeout") and row["reward"] is None
             assert row["advantage"] == 0.0
@@ -212,7 +213,7 @@ def test_a_hostile_row_costs_only_itself(qwen, tmp_path, caplog, kind, point, ho
     lines = [r.getMessage() for r in caplog.records]
     assert all("\n" not in line and len(line) < 600 for line in lines), lines
     failed = [line for line in lines if "trajectories failed and train nothing" in line]
-    if point in LOSES_ROWS and case != "agent-garbage":
+    if point in LOSES_ROWS or case == "agent-garbage":
         per_round = [generations, 3 * generations]
         assert failed == [f"step {step}: {n} of {4 * generations} trajectories failed and train nothing" + failed[k][
             failed[k].index(" ("):] for k, (step, n) in enumerate(zip((1, 2), per_round))], failed

@@ -46,6 +46,15 @@ async def never_calls(client, **row):
     return "nothing to ask"
 
 
+async def title_then_refused(client, **row):
+    """Claude Code's way: a session-title call (Messages with ``output_config.format``: auxiliary) is answered, the
+    task's request is refused."""
+    title = {"model": "policy", "max_tokens": 8, "messages": [{"role": "user", "content": "name this session"}],
+             "output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}}}
+    await client.post("/messages", body=title, cast_to=object)
+    return await catches(client)
+
+
 REFUSAL = "the endpoint refused its request: the last message may not be an assistant message (continuing one is not " \
           "supported)"
 
@@ -55,7 +64,8 @@ REFUSAL = "the endpoint refused its request: the last message may not be an assi
     (raises, "env_error", "agent raised BadRequestError: "),
     (answered_then_refused, "terminated", ""),
     (never_calls, "terminated", ""),
-], ids=["catches", "raises", "answered-then-refused", "never-calls"])
+    (title_then_refused, "env_error", f"the agent got no model reply: {REFUSAL}"),
+], ids=["catches", "raises", "answered-then-refused", "never-calls", "auxiliary-answered-task-refused"])
 def test_a_run_whose_every_request_was_refused_fails_naming_the_refusal(qwen, agent, stop, error):
     ro, gen = rollout(qwen, agent)
     [t] = ro.run([{}], gen)

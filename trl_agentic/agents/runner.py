@@ -464,8 +464,10 @@ class AgentRollout:
 def _refused_only(session: Session) -> str | None:
     """For a run the model never answered though the endpoint refused its requests (a CLI whose every request is
     refused exits with an error; an agent may catch the error and return): the refusal, in one line; else ``None``.
-    Such a run did not attempt its task, so it fails rather than end ``terminated`` with zero turns."""
-    if session.turns or not session.refusal:
+    Such a run did not attempt its task, so it fails rather than end ``terminated`` with zero turns. Answered
+    auxiliary calls (a title, a quota check) do not count: a CLI whose task requests were all refused failed too."""
+    task_turns = sum(len(s.trajectory.turn_spans) for s in session.segments if s.auxiliary is None)
+    if task_turns or not session.refusal:
         return None
     return "the endpoint refused its request: " + " ".join(session.refusal.split())
 
