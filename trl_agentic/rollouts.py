@@ -62,7 +62,8 @@ def run_rollouts(
                              "agent": agent}, config, config_kwargs, prompt_column=prompt_column)
     if generator is None:
         generator = HFGenerator(model, processing_class, generation_config, return_logprobs=True,
-                                keep_cache=rollout.config.prefix_caching)
+                                keep_cache=rollout.config.prefix_caching,
+                                max_cached_tokens=rollout.config.max_cached_tokens)
     eos = get_eos_token_ids(processing_class, generation_config if generation_config is not None
                             else getattr(generator, "generation_config", None))
     seam = rollout.seam(processing_class, generator, eos, prompt_column)

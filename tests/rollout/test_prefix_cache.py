@@ -473,3 +473,22 @@ def test_tools_in_chat_template_kwargs_render_like_native_tools():
     native = ObservationEncoder(conv.tokenizer, "chat", "tool").encode_prompt(prompt, tools=[schema])
     plain = ObservationEncoder(conv.tokenizer, "chat", "tool").encode_prompt(prompt)
     assert from_kwargs == native != plain
+
+
+def test_max_cached_tokens_is_a_rollout_setting_every_generator_gets(tmp_path):
+    """The bound of the kept cache is a rollout field (a trainer flag, an evaluate keyword): the trainer's generator
+    is built with it, and a bound that is not a number of positions is refused with the config."""
+    from datasets import Dataset
+
+    from trl_agentic import AgenticGRPOConfig, AgenticGRPOTrainer
+    from trl_agentic.toy import LookupEnvironment, build_tiny_model, build_tokenizer, lookup_reward, make_lookup_dataset
+
+    tok = build_tokenizer()
+    args = AgenticGRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, num_generations=2, max_steps=1,
+                             max_completion_length=32, use_cpu=True, report_to="none", max_cached_tokens=64)
+    trainer = AgenticGRPOTrainer(model=build_tiny_model(tok), processing_class=tok, reward_funcs=lookup_reward,
+                                 args=args, train_dataset=Dataset.from_list(make_lookup_dataset(4)),
+                                 environment=LookupEnvironment)
+    assert trainer.generator.max_cached_tokens == 64
+    with pytest.raises(ValueError, match="max_cached_tokens must be a number of positions >= 0 or None, got -1"):
+        AgenticGRPOConfig(output_dir=str(tmp_path), max_cached_tokens=-1, use_cpu=True)

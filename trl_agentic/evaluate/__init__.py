@@ -205,7 +205,8 @@ def evaluate(
         generation_config = copy.deepcopy(generation_config if generation_config is not None else model.generation_config)
         generation_config.do_sample = not greedy
         generator = HFGenerator(model, processing_class, generation_config, return_logprobs=greedy,
-                                keep_cache=rollout.config.prefix_caching)
+                                keep_cache=rollout.config.prefix_caching,
+                                max_cached_tokens=rollout.config.max_cached_tokens)
     eos = get_eos_token_ids(processing_class, getattr(generator, "generation_config", None))
     seam = rollout.seam(processing_class, generator, eos, prompt_column)
     expanded = [row for row in rows for _ in range(samples_per_row)]

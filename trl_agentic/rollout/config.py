@@ -79,6 +79,11 @@ class RolloutFields:
                   "turn prefills only the tokens appended since the last (vLLM: its own enable_prefix_caching). "
                   "False: every turn prefills the whole conversation again, as TRL's tool loop does."},
     )
+    max_cached_tokens: int | None = field(
+        default=None,
+        metadata={"help": "With prefix_caching: most positions the KV cache kept across turns may hold (a position "
+                  "shared by several rows counts once; the least recently used go first). Unset: no bound."},
+    )
     overlap_chunks: str = field(
         default="auto",
         metadata={"help": "Generate each turn in this many chunks so that one chunk's tool calls run while the next "
@@ -117,6 +122,11 @@ class RolloutConfig(RolloutFields):
         if isinstance(self.env_timeout, bool) or not isinstance(self.env_timeout, (int, float)) \
                 or not self.env_timeout > 0:
             raise ValueError(f"env_timeout must be a positive number of seconds, got {self.env_timeout!r}")
+        if self.max_cached_tokens is not None and (isinstance(self.max_cached_tokens, bool)
+                                                   or not isinstance(self.max_cached_tokens, int)
+                                                   or self.max_cached_tokens < 0):
+            raise ValueError(f"max_cached_tokens must be a number of positions >= 0 or None, got "
+                             f"{self.max_cached_tokens!r}")
         self.overlap_chunks = _chunks(self.overlap_chunks)
 
     @classmethod

@@ -39,7 +39,7 @@ import torch.multiprocessing as mp
 
 from .generation import Generation, HFGenerator
 
-COUNTS = ("prefilled_tokens", "reused_tokens", "shared_tokens")
+COUNTS = ("prefilled_tokens", "reused_tokens", "shared_tokens", "peak_cached_tokens")
 """The counts of :class:`~.generation.HFGenerator` (its KV cache's work) mirrored in the trainer process."""
 
 
@@ -65,24 +65,25 @@ class ProcessGenerator:
         generation_config: Sampling settings, as :class:`~.generation.HFGenerator`'s.
         return_logprobs: Return the log-prob of each sampled token (the behaviour policy's).
         keep_cache: Inside a session, keep each row's KV cache between calls.
+        max_cached_tokens: Most positions the kept cache holds (:class:`~.generation.HFGenerator`'s).
         cpu: The core the child pins itself to (Linux; ``None``: not pinned).
         threads: torch threads in the child.
         seed: torch's seed in the child, set when it starts: the same calls after a start give the same samples.
         poll_s: How often a waiting call checks that the child is alive.
 
     Attributes:
-        prefilled_tokens, reused_tokens, shared_tokens: The child generator's counts (:data:`COUNTS`,
+        prefilled_tokens, reused_tokens, shared_tokens, peak_cached_tokens: The child generator's counts (:data:`COUNTS`,
             :class:`~.generation.HFGenerator`'s) since its last start, as of the last call.
     """
 
     def __init__(self, model: torch.nn.Module, processing_class: Any, generation_config: Any = None,
                  return_logprobs: bool = False, keep_cache: bool = True, cpu: int | None = None, threads: int = 1,
-                 seed: int = 0, poll_s: float = 0.2) -> None:
+                 seed: int = 0, poll_s: float = 0.2, max_cached_tokens: int | None = None) -> None:
         model.share_memory()
         self.model = model
         self.settings = {"processing_class": processing_class, "generation_config": generation_config,
                          "return_logprobs": return_logprobs, "keep_cache": keep_cache, "cpu": cpu,
-                         "threads": threads, "seed": seed}
+                         "threads": threads, "seed": seed, "max_cached_tokens": max_cached_tokens}
         self.poll_s = poll_s
         self._set_counts((0,) * len(COUNTS))
         self.process: Any = None  # multiprocessing's SpawnProcess, or None before the first call and after close
@@ -201,7 +202,8 @@ def serve(conn: Any, model: torch.nn.Module, settings: dict[str, Any]) -> None:
     torch.set_num_threads(settings["threads"])
     torch.manual_seed(settings["seed"])
     generator = HFGenerator(model, settings["processing_class"], settings["generation_config"],
-                            return_logprobs=settings["return_logprobs"], keep_cache=settings["keep_cache"])
+                            return_logprobs=settings["return_logprobs"], keep_cache=settings["keep_cache"],
+                            max_cached_tokens=settings["max_cached_tokens"])
     sessions: list[Any] = []  # the sessions begun and not ended, innermost last
     while True:
         try:

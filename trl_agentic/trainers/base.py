@@ -175,10 +175,10 @@ class AgenticTrainer(GRPOTrainerBoundary):
             if args.async_generator == "process":  # its forward passes in a child process, weights shared
                 process = ProcessGenerator(policy.model, self.processing_class, self.generation_config,
                                            return_logprobs=True, keep_cache=settings.prefix_caching, cpu=cpu,
-                                           seed=args.seed)
+                                           seed=args.seed, max_cached_tokens=settings.max_cached_tokens)
             inner = process if process is not None else HFGenerator(
                 policy.model, self.processing_class, self.generation_config, return_logprobs=True,
-                keep_cache=settings.prefix_caching)
+                keep_cache=settings.prefix_caching, max_cached_tokens=settings.max_cached_tokens)
         seam = choice.seam(SeamParts(self.processing_class, settings, StoppableGenerator(inner, stop),
                                      self.eos_token_ids))
         return AsyncRollouts(seam, weights, stop, depth=args.max_staleness, cpu=cpu, generator_process=process,
@@ -489,6 +489,7 @@ class AgenticTrainer(GRPOTrainerBoundary):
             return TRLVLLMGenerator(self)
         return HFGenerator(self.model, self.processing_class, self.generation_config,
                            unwrap=lambda: unwrap_for_generation(self), keep_cache=settings.prefix_caching,
+                           max_cached_tokens=settings.max_cached_tokens,
                            return_logprobs=bool(self.args.max_staleness))  # every round's batch has them then
 
     def _sync_any(self, local_active: bool) -> bool:
