@@ -200,12 +200,9 @@ class PrefixCache:
         self.reused_tokens = 0
         self.prefilled_tokens = 0
         self.peak_tokens = 0
-        self.clear()
-        self._clock = 0
-
-    def clear(self) -> None:
         self.root = _Node(np.zeros(0, dtype=np.int64), [], [])
         self.held_tokens = 0
+        self._clock = 0
 
     def sequences(self) -> list[list[int]]:
         """The sequences kept: the ids of each root-to-leaf path."""
@@ -224,7 +221,9 @@ class PrefixCache:
         cache with room for ``max_new_tokens`` more positions."""
         self._clock += 1
         arrays = [np.asarray(p, dtype=np.int64) for p in prompts]
-        matches = [self._match(ids) for ids in arrays]
+        matches = [self._walk(ids, len(ids) - 1, split=True) for ids in arrays]  # the last id is fed: never cached
+        for node in (node for match in matches for node in match.path):
+            node.last_used = self._clock  # what least recently used means for _evict
         width = max(len(ids) for ids in arrays)
         new = max(len(ids) - match.length for ids, match in zip(arrays, matches))
         cached = width - new
@@ -264,10 +263,9 @@ class PrefixCache:
             ends = np.flatnonzero(np.isin(generated[row], eos))
             kept = int(ends[0]) + 1 if ends.size else generated.shape[1]
             ids = np.concatenate([np.asarray(prompt, dtype=np.int64), generated[row, :kept]])
-            match = self._walk(ids, len(ids))
+            match = self._walk(ids, len(ids), split=True)  # a row that leaves a node part-way branches there
             if match.length == len(ids):
                 continue
-            self._split_at_end(match)  # the row leaves the last node part-way: it branches there
             parent = match.path[-1] if match.path else self.root
             start = width - len(prompt) + match.length
             stop = width + kept
@@ -313,8 +311,10 @@ class PrefixCache:
         return stages
 
     # -- helpers -------------------------------------------------------------------------------------------------
-    def _walk(self, ids: np.ndarray, limit: int) -> _Match:
-        """The path of the longest prefix of ``ids`` (at most ``limit`` ids) the tree holds."""
+    def _walk(self, ids: np.ndarray, limit: int, split: bool = False) -> _Match:
+        """The path of the longest prefix of ``ids`` (at most ``limit`` ids) the tree holds. With ``split``, a match
+        that ends part-way through its last node, short of the whole of ``ids``, splits that node there, so that
+        every node of the path is used whole (and a row that goes on branches there)."""
         node, length, path = self.root, 0, []
         while length < limit and (child := node.children.get(int(ids[length]))) is not None:
             n = min(len(child.ids), limit - length)
@@ -323,25 +323,11 @@ class PrefixCache:
             path.append(child)
             length += common
             if common < len(child.ids):
+                if split and length < len(ids):
+                    child.split(common)
                 break
             node = child
         return _Match(path, length)
-
-    def _match(self, ids: np.ndarray) -> _Match:
-        """The path sharing the longest prefix with ``ids``, at most ``len - 1`` ids (the last is fed), its last node
-        split where the match ends so that every node of it is used whole, and marked used (what least recently
-        used means for :meth:`_evict`)."""
-        match = self._walk(ids, len(ids) - 1)
-        self._split_at_end(match)
-        for node in match.path:
-            node.last_used = self._clock
-        return match
-
-    def _split_at_end(self, match: _Match) -> None:
-        """Split the last node of ``match``'s path where the match ends in it (nothing if it ends at its end)."""
-        end = sum(len(node.ids) for node in match.path)
-        if match.length < end:
-            match.path[-1].split(len(match.path[-1].ids) - (end - match.length))
 
     @staticmethod
     def _layer(matches: list[_Match], reused: list[int], layer: int, cached: int
