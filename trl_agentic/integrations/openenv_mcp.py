@@ -42,14 +42,11 @@ import asyncio
 import functools
 import json
 import logging
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence
+from typing import Any, Awaitable, Callable, Sequence
 
 from ..environments.base import StepResult
 from ..environments.native_tools import ToolCallEnvironment
 from .openenv_environment import observation_key
-
-if TYPE_CHECKING:
-    from .openenv import OpenEnvServers
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +101,7 @@ class OpenEnvMCPEnvironment(ToolCallEnvironment):
             ToolCallEnvironment`'s (``check_argument_types`` checks against the listed schema).
     """
 
-    def __init__(self, servers: "OpenEnvServers", client: type | None = None, reset_fields: Sequence[str] = ("seed",),
+    def __init__(self, servers: Any, client: type | None = None, reset_fields: Sequence[str] = ("seed",),
                  reset_text: Callable[[Any], str | None] | None = None, tool_timeout: float = 30.0,
                  answer_malformed_calls: bool = False, check_argument_types: bool = False) -> None:
         super().__init__((), tool_timeout=None, answer_malformed_calls=answer_malformed_calls,  # timed in _send
@@ -213,7 +210,7 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
-def openenv_mcp_environment(servers: "OpenEnvServers", client: type | None = None, reset_fields: Sequence[str] = ("seed",),
+def openenv_mcp_environment(servers: Any, client: type | None = None, reset_fields: Sequence[str] = ("seed",),
                             reset_text: Callable[[Any], str | None] | None = None, tool_timeout: float = 30.0,
                             answer_malformed_calls: bool = False,
                             check_argument_types: bool = False) -> Callable[[], OpenEnvMCPEnvironment]:
