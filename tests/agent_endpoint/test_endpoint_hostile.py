@@ -182,7 +182,7 @@ def test_loopback_only_and_unguessable_per_trajectory_keys(qwen):
 
     ro, _, gen = rollout(qwen, agent)
     out = ro.run([{}] * 4, gen)
-    assert ro._server._socket.getsockname()[0] == "127.0.0.1"
+    assert ro._server._served._socket.getsockname()[0] == "127.0.0.1"
     keys = [e.api_key for e in seen]
     assert len(set(keys)) == 4 and all(len(k) >= 40 for k in keys)
     assert all(e.base_url.startswith("http://127.0.0.1:") and e.api_key in e.base_url for e in seen)

@@ -29,13 +29,13 @@ import asyncio
 import logging
 import re
 import secrets
-import socket
 import threading
 from collections import OrderedDict
 from typing import Any, Callable
 
 from .bridge import GenerationBridge
 from .completions import parse_completion, text_completion_body, text_completion_events
+from .loopback import LOOPBACK, LoopbackServer
 from .messages import message_body, message_events, parse_messages
 from .ownership import CALLER_HEADER, MIXED
 from .protocol import (
@@ -54,7 +54,6 @@ from .session import Session, Turn
 
 logger = logging.getLogger(__name__)
 
-LOOPBACK = "127.0.0.1"
 ROUTES = (("POST", "/chat/completions"), ("POST", "/responses"), ("POST", "/completions"), ("POST", "/messages"),
           ("POST", "/messages/count_tokens"), ("GET", "/models"))
 """The routes (method, path after ``/v1``)."""
@@ -273,32 +272,17 @@ def add_routes(app: Any, method: str, path: str, handler: Callable[[Any, str | N
 
 
 class AgentServer:
-    """The app on 127.0.0.1, on a free port, served by uvicorn on a daemon thread; :meth:`stop` ends it."""
+    """The app on 127.0.0.1, on a free port, served by uvicorn on a daemon thread
+    (:class:`~trl_agentic.agents.loopback.LoopbackServer`); :meth:`stop` ends it."""
 
     def __init__(self, registry: Registry, bridge: GenerationBridge, limits: Limits, model_name: str) -> None:
-        import uvicorn
-
-        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._socket.bind((LOOPBACK, 0))
-        self.port = self._socket.getsockname()[1]
-        app = build_app(registry, bridge, limits, model_name)
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_keep_alive=30,
-                                backlog=4096, limit_concurrency=None)
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._socket]},
-                                        name="trl-agentic-agent-server", daemon=True)
-        self._thread.start()
-        while not self._server.started:
-            if not self._thread.is_alive():
-                raise RuntimeError("the agent endpoint did not start (see the log above)")
-            threading.Event().wait(0.005)
+        self._served = LoopbackServer(build_app(registry, bridge, limits, model_name), "the agent endpoint",
+                                      timeout_keep_alive=30, backlog=4096, limit_concurrency=None)
+        self.port = self._served.port
 
     def base_url(self, key: str | None = None) -> str:
         """``http://127.0.0.1:<port>/v1``, or with ``key`` the trajectory's own ``.../t/<key>/v1``."""
         return f"http://{LOOPBACK}:{self.port}" + (f"/t/{key}/v1" if key else "/v1")
 
     def stop(self) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=10)
-        self._socket.close()
+        self._served.stop()

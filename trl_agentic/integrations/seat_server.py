@@ -15,12 +15,11 @@ fastapi is imported only when an app is built (an optional extra), as in :mod:`t
 """
 
 import asyncio
-import socket
 import threading
 from collections.abc import Mapping
 from typing import Any
 
-LOOPBACK = "127.0.0.1"
+from ..agents.loopback import LOOPBACK, LoopbackServer
 
 
 class SeatServer:
@@ -32,31 +31,17 @@ class SeatServer:
     """
 
     def __init__(self, players: Mapping[str, Any], timeout: float) -> None:
-        import uvicorn
-
         self.players, self.timeout = dict(players), timeout
         self._locks = {seat: threading.Lock() for seat in self.players}
-        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._socket.bind((LOOPBACK, 0))
-        self.port = self._socket.getsockname()[1]
-        config = uvicorn.Config(self._app(), log_level="warning", access_log=False, lifespan="off")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._socket]},
-                                        name="trl-agentic-seat-server", daemon=True)
-        self._thread.start()
-        while not self._server.started:
-            if not self._thread.is_alive():
-                raise RuntimeError("the seat server did not start (see the log above)")
-            threading.Event().wait(0.005)
+        self._served = LoopbackServer(self._app(), "the seat server")
+        self.port = self._served.port
 
     def base_url(self, seat: str) -> str:
         """The base URL a client of ``seat`` is given: ``http://127.0.0.1:<port>/s/<seat>/v1``."""
         return f"http://{LOOPBACK}:{self.port}/s/{seat}/v1"
 
     def stop(self) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=10)
-        self._socket.close()
+        self._served.stop()
 
     def reply(self, seat: str, messages: list[dict[str, Any]], stop_strings: list[str]) -> str:
         """The seat's player's move for ``messages`` (a batched player's calls one at a time)."""
