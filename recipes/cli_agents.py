@@ -17,16 +17,20 @@ mini-swe-agent installs with ``pip install mini-swe-agent==2.4.6``; Codex CLI an
 ``--cli_executable``).
 """
 
-import json
-import os
 from dataclasses import dataclass, field
 
 from datasets import Dataset
 
 from trl_agentic.cli_agents import claude_code, codex, mini_swe_agent
 from trl_agentic.errors import TaskConfigError
-from trl_agentic.evaluate import evaluate
-from trl_agentic.scripts import AgenticScriptArguments, check_trainable, load_tokenizer, run, trainer_class
+from trl_agentic.scripts import (
+    AgenticScriptArguments,
+    check_trainable,
+    load_tokenizer,
+    run,
+    train_between_evaluations,
+    trainer_class,
+)
 from trl_agentic.tasks.coding import CodingTasksArguments, TestsPass, coding_tasks
 
 CLIS = {"mini-swe-agent": mini_swe_agent, "codex": codex, "claude-code": claude_code}
@@ -72,21 +76,8 @@ def main(script_args, training_args, model_args) -> None:
                                               agent=agent, reward_funcs=reward, train_dataset=train,
                                               args=training_args, peft_config=get_peft_config(model_args))
 
-    def held_out_report(stage: str) -> dict:
-        if not held_out:
-            return {}
-        report, _ = evaluate(trainer.model, processing_class, None, held_out, reward, agent=agent, greedy=True,
-                             show_progress=False, config=training_args.rollout_config())
-        print(f"{stage:<8} {report.summary()}")
-        return {f"solved_{stage}": report.accuracy}
-
-    summary = held_out_report("before")
-    trainer.train()
-    summary.update(held_out_report("after"))
-    trainer.save_model(training_args.output_dir)
-    with open(os.path.join(training_args.output_dir, "summary.json"), "w", encoding="utf-8") as fh:
-        json.dump({"cli": script_args.cli, "steps": trainer.state.global_step, **summary}, fh, indent=2)
-
+    train_between_evaluations(trainer, held_out, reward, {"agent": agent}, {"accuracy": "solved"},
+                              {"cli": script_args.cli})
 
 if __name__ == "__main__":
     raise SystemExit(run(main, CLIAgentsScriptArguments, prog="python recipes/cli_agents.py"))

@@ -16,13 +16,10 @@ save_tiny_model('tiny-qwen2')"``)::
         --max_steps 2 --eval_games 4 --output_dir outputs/textarena-tiny
 """
 
-import json
-import os
 from dataclasses import dataclass, field
 
-from trl_agentic.evaluate import evaluate
 from trl_agentic.integrations.textarena import game_reward, textarena_dataset, textarena_environment
-from trl_agentic.scripts import AgenticScriptArguments, load_tokenizer, run, trainer_class
+from trl_agentic.scripts import AgenticScriptArguments, load_tokenizer, run, train_between_evaluations, trainer_class
 
 HELD_OUT_SEED = 1_000_000
 
@@ -47,21 +44,8 @@ def main(script_args, training_args, model_args) -> None:
                                               environment=environment, reward_funcs=game_reward(),
                                               train_dataset=train, args=training_args)
 
-    def held_out_report(stage: str) -> dict:
-        if not held_out:
-            return {}
-        report, _ = evaluate(trainer.model, processing_class, environment, held_out, game_reward(), greedy=True,
-                             show_progress=False, config=training_args.rollout_config())
-        print(f"{stage:<8} {report.summary()}")
-        return {f"success_{stage}": report.accuracy, f"reward_{stage}": report.mean_reward}
-
-    summary = held_out_report("before")
-    trainer.train()
-    summary.update(held_out_report("after"))
-    trainer.save_model(training_args.output_dir)
-    with open(os.path.join(training_args.output_dir, "summary.json"), "w", encoding="utf-8") as fh:
-        json.dump({"game_id": script_args.game_id, "steps": trainer.state.global_step, **summary}, fh, indent=2)
-
+    train_between_evaluations(trainer, held_out, game_reward(), {"environment": environment},
+                              {"accuracy": "success", "mean_reward": "reward"}, {"game_id": script_args.game_id})
 
 if __name__ == "__main__":
     raise SystemExit(run(main, TextArenaScriptArguments, prog="python recipes/textarena_games.py"))

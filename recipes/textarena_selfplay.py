@@ -19,14 +19,11 @@ save_tiny_model('tiny-qwen2')"``)::
         --model_name_or_path tiny-qwen2 --max_steps 2 --eval_games 2 --output_dir outputs/selfplay-tiny
 """
 
-import json
-import os
 from dataclasses import dataclass, field
 
-from trl_agentic.evaluate import evaluate
 from trl_agentic.integrations.textarena import game_reward, textarena_dataset, textarena_environment
 from trl_agentic.rollout.players import FrozenCopy, ModelPlayer
-from trl_agentic.scripts import AgenticScriptArguments, load_tokenizer, run, trainer_class
+from trl_agentic.scripts import AgenticScriptArguments, load_tokenizer, run, train_between_evaluations, trainer_class
 
 HELD_OUT_SEED = 1_000_000
 OPPONENTS = ("self", "frozen")
@@ -59,22 +56,10 @@ def main(script_args, training_args, model_args) -> None:
     start = ModelPlayer(model_args.model_name_or_path, device=str(trainer.accelerator.device))
     rival = textarena_environment(script_args.game_id, players={"Player 0": "policy", "Player 1": start})
 
-    def held_out_report(stage: str) -> dict:
-        if not held_out:
-            return {}
-        report, _ = evaluate(trainer.model, processing_class, rival, held_out, game_reward(), greedy=True,
-                             show_progress=False, config=training_args.rollout_config())
-        print(f"{stage:<8} Player 0 against the starting model: {report.summary()}")
-        return {f"reward_{stage}": report.mean_reward, f"wins_{stage}": report.accuracy}
-
-    summary = held_out_report("before")
-    trainer.train()
-    summary.update(held_out_report("after"))
-    trainer.save_model(training_args.output_dir)
-    with open(os.path.join(training_args.output_dir, "summary.json"), "w", encoding="utf-8") as fh:
-        json.dump({"game_id": script_args.game_id, "opponent": script_args.opponent,
-                   "steps": trainer.state.global_step, **summary}, fh, indent=2)
-
+    train_between_evaluations(trainer, held_out, game_reward(), {"environment": rival},
+                              {"mean_reward": "reward", "accuracy": "wins"},
+                              {"game_id": script_args.game_id, "opponent": script_args.opponent},
+                              label="Player 0 against the starting model: ")
 
 if __name__ == "__main__":
     raise SystemExit(run(main, SelfPlayScriptArguments, prog="python recipes/textarena_selfplay.py"))
