@@ -30,7 +30,7 @@ import subprocess
 from pathlib import Path
 from typing import Sequence
 
-from ..tools.code.bwrap import _ETC_FILES, _SYSTEM_LINKS, _Mounts
+from ..tools.code.bwrap import ETC_FILES, SYSTEM_LINKS, Mounts
 from ..tools.code.host import minimal_roots
 
 logger = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ def _namespaces() -> list[str]:
 
 def _links() -> list[str]:
     args: list[str] = []
-    for link in _SYSTEM_LINKS:
+    for link in SYSTEM_LINKS:
         if os.path.islink(link):
             args += ["--symlink", os.readlink(link), link]
         elif os.path.isdir(link):
@@ -118,18 +118,18 @@ def sandbox_prefix(workdir: Path, home: Path, socket_dir: Path, identity: dict[s
     :data:`WORKDIR` and :data:`HOME`, ``socket_dir`` (the endpoint's Unix socket) read-only at :data:`SOCKET_DIR`,
     ``identity`` (:func:`write_identity`) over ``/etc``, and ``read_only`` (the Python installation and the CLI's)
     at their own paths."""
-    mounts = _Mounts()
+    mounts = Mounts()
     mounts.ro_bind("/usr", "/usr")
     mounts.args += _links()
-    mounts.created.update(_SYSTEM_LINKS)
-    for path in _ETC_FILES:
+    mounts.created.update(SYSTEM_LINKS)
+    for path in ETC_FILES:
         if os.path.exists(path):
             mounts.ro_bind(path, path)
     for inside, path in identity.items():
         mounts.ro_bind(str(path), inside)
     mounts.args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
     mounts.created.update({"/proc", "/dev", "/tmp"})
-    system = ["/usr", *(p for p in _SYSTEM_LINKS if os.path.exists(p))]
+    system = ["/usr", *(p for p in SYSTEM_LINKS if os.path.exists(p))]
     paths = {form(p) for p in read_only if os.path.exists(p) for form in (os.path.abspath, os.path.realpath)}
     for path in minimal_roots(paths, already=system):
         mounts.ro_bind(path, path)

@@ -10,7 +10,7 @@ from .host import minimal_roots, python_dirs
 from .launch import LaunchSpec
 
 WORKDIR = "/workdir"
-_ETC_FILES = (
+ETC_FILES = (
     "/etc/ld.so.cache",
     "/etc/ld.so.conf",
     "/etc/ld.so.conf.d",
@@ -22,10 +22,12 @@ _ETC_FILES = (
     "/etc/mime.types",
     "/etc/fonts",
 )
-_SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+"""What of ``/etc`` a sandbox sees, read-only: the loader's cache, time zone, certificates, MIME types, fonts."""
+SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+"""The top-level system folders (links into ``/usr`` on merged-usr systems) a sandbox sees, read-only."""
 
 
-class _Mounts:
+class Mounts:
     """bwrap arguments for read-only mounts, creating the parent directories each destination needs."""
 
     def __init__(self) -> None:
@@ -71,22 +73,22 @@ def _namespace_args() -> list[str]:
 
 
 def _filesystem_args(spec: LaunchSpec) -> list[str]:
-    mounts = _Mounts()
+    mounts = Mounts()
     mounts.ro_bind("/usr", "/usr")
-    for link in _SYSTEM_LINKS:
+    for link in SYSTEM_LINKS:
         if os.path.islink(link):
             mounts.args += ["--symlink", os.readlink(link), link]
         elif os.path.isdir(link):
             mounts.args += ["--ro-bind", link, link]
         mounts.created.add(link)
-    for path in _ETC_FILES:
+    for path in ETC_FILES:
         if os.path.exists(path):
             mounts.ro_bind(path, path)
     size = str(spec.tmpfs_bytes)
     # /tmp first: an interpreter that lives under /tmp (a virtualenv in a checkout there) is bound on top of it
     mounts.args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", size, "--tmpfs", "/tmp"]
     mounts.created.update({"/proc", "/dev", "/tmp"})
-    system_roots = ["/usr", *(p for p in _SYSTEM_LINKS if os.path.exists(p))]
+    system_roots = ["/usr", *(p for p in SYSTEM_LINKS if os.path.exists(p))]
     for path in minimal_roots(python_dirs(spec.python), already=system_roots):
         mounts.ro_bind(path, path)
     for src, dest in spec.extra_ro_binds:
