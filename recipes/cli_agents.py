@@ -23,14 +23,8 @@ from datasets import Dataset
 
 from trl_agentic.cli_agents import claude_code, codex, mini_swe_agent
 from trl_agentic.errors import TaskConfigError
-from trl_agentic.scripts import (
-    AgenticScriptArguments,
-    check_trainable,
-    load_tokenizer,
-    run,
-    train_between_evaluations,
-    trainer_class,
-)
+from trl_agentic.evaluate.training import train_between_evaluations
+from trl_agentic.scripts import AgenticScriptArguments, check_trainable, load_tokenizer, run, trainer_class
 from trl_agentic.tasks.coding import CodingTasksArguments, TestsPass, coding_tasks
 
 CLIS = {"mini-swe-agent": mini_swe_agent, "codex": codex, "claude-code": claude_code}

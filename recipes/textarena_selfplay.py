@@ -21,9 +21,10 @@ save_tiny_model('tiny-qwen2')"``)::
 
 from dataclasses import dataclass, field
 
+from trl_agentic.evaluate.training import train_between_evaluations
 from trl_agentic.integrations.textarena import game_reward, textarena_dataset, textarena_environment
 from trl_agentic.rollout.players import FrozenCopy, ModelPlayer
-from trl_agentic.scripts import AgenticScriptArguments, load_tokenizer, run, train_between_evaluations, trainer_class
+from trl_agentic.scripts import AgenticScriptArguments, load_tokenizer, run, trainer_class
 
 HELD_OUT_SEED = 1_000_000
 OPPONENTS = ("self", "frozen")
