@@ -4,16 +4,14 @@ it works here), the row's tests pass there, token-exact. Skipped, with the comma
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 from agent_helpers import call
 from cli_training import FIX, check_trained, cli_trainer
 
 from trl_agentic.cli_agents import mini_swe_agent
-from trl_agentic.cli_agents.presets import MINI_VERSION
+from trl_agentic.cli_agents.presets import MINI_VERSION, mini_script
 
-pytestmark = pytest.mark.skipif(shutil.which("mini") is None,
+pytestmark = pytest.mark.skipif(mini_script() is None,
                                 reason=f"mini-swe-agent is not installed: pip install mini-swe-agent=={MINI_VERSION}")
 
 

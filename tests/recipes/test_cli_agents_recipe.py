@@ -5,13 +5,13 @@ after."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 
 import pytest
 from test_recipes import CONFIGS, RECIPES, REPO, _command_lines, load_recipe
 
+from trl_agentic.cli_agents.presets import mini_script
 from trl_agentic.scripts import parse_args
 
 
@@ -36,7 +36,7 @@ def test_a_cli_that_is_not_installed_is_one_line(tmp_path):
         "(DIR/node_modules/.bin on PATH)")
 
 
-@pytest.mark.skipif(shutil.which("mini") is None, reason="mini-swe-agent is not installed: pip install "
+@pytest.mark.skipif(mini_script() is None, reason="mini-swe-agent is not installed: pip install "
                     "mini-swe-agent==2.4.6")
 def test_one_step_with_mini_swe_agent(tmp_path, capsys):
     from conventions import build_convention

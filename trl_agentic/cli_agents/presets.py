@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -39,6 +40,12 @@ class CLINotInstalled(FileNotFoundError):
     """The CLI a preset runs is not installed where it looks."""
 
 
+def mini_script() -> str | None:
+    """mini-swe-agent's ``mini`` script: on ``PATH``, else beside this interpreter (the package installed in this
+    Python's environment, which need not be activated), else ``None``."""
+    return shutil.which("mini") or shutil.which("mini", path=os.path.dirname(sys.executable))
+
+
 def mini_swe_agent(executable: str | None = None, step_limit: int = 10, config: str = "mini.yaml",
                    **options: Any) -> CLIAgent:
     """mini-swe-agent's ``mini`` in yolo mode (``-y --exit-immediately``): its ``mini.yaml`` prompts and one
@@ -51,7 +58,7 @@ def mini_swe_agent(executable: str | None = None, step_limit: int = 10, config: 
         step_limit: mini-swe-agent's ``agent.step_limit``.
         config: Its config file (a name of its built-in ones or a path).
     """
-    mini = _found(executable or shutil.which("mini"), "mini-swe-agent", f"pip install mini-swe-agent=={MINI_VERSION}")
+    mini = _found(executable or mini_script(), "mini-swe-agent", f"pip install mini-swe-agent=={MINI_VERSION}")
     interpreter = _shebang(mini)
 
     def command(run: CLIRun) -> list[str]:
