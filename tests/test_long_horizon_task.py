@@ -9,7 +9,7 @@ from helpers import native_call, scripted
 
 from benchmarks.learning_native import model as native_model
 from benchmarks.learning_native import run
-from benchmarks.long_horizon import walk
+from benchmarks.long_horizon import speed, walk
 
 
 def _row(start, item, goal, story="key", item_order="xy", goal_order="xy"):
@@ -95,7 +95,8 @@ def test_per_turn_signal_is_progress_toward_the_current_target_not_the_outcome()
         rewards.append(environment._turn_reward())
         states.append(environment._state_key())
     assert observations[1] == "A wall. You are at (0, 1)." and observations[3] == "A wall. You are at (0, 0)."
-    assert rewards == environment._progress == [-1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 1.0]
+    assert environment._progress == [-1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 1.0]
+    assert rewards == [walk.SHAPING * p for p in environment._progress]
     assert states == ["0,1,0", "0,1,0", "0,0,0", "0,0,0", "1,0,0", "2,0,1", "2,1,1"]
     assert environment.get_reward() == 0.0  # progress, no outcome
     assert environment._turn_reward() == 0.0  # a turn without a step (the reply)
@@ -194,26 +195,67 @@ def test_walk_stages_run_end_to_end_on_a_local_model(tmp_path, walk_model_dir):
             "--eval-batch-size", "4", "--sft-demos", "4", "--sft-batch-size", "2", "--rl-steps", "1",
             "--rl-prompts-per-step", "2", "--num-generations", "2", "--max-completion-length", "600",
             "--max-tokens-per-turn", "24", "--max-turns", "9", "--lora-r", "2", "--eval-every", "0", "--threads", "1",
-            "--stages", "zero_shot,sft,trl_grpo,grpo"]
+            "--ppo-advantage-mode", "turn", "--stages", "zero_shot,sft,trl_grpo,grpo,grpo_shaped,gigpo,ppo"]
     assert run.main(argv) == 0
-    for stage in ("zero_shot", "sft", "trl_grpo", "grpo"):
+    for stage in ("zero_shot", "sft", "trl_grpo", "grpo", "grpo_shaped", "gigpo", "ppo"):
         report = json.loads((out / stage / "report.json").read_text())
         assert {"em", "final_em", "transfer_em", "mean_calls", "mean_turns"} <= set(report), stage
     sft = json.loads((out / "sft" / "report.json").read_text())
     assert sft["demonstrations"] == 4 and sft["trained_tokens"] > 0
-    for stage in ("trl_grpo", "grpo"):
+    for stage in ("trl_grpo", "grpo", "grpo_shaped", "gigpo", "ppo"):
         report = json.loads((out / stage / "report.json").read_text())
         curves = report["curves"]
+        # the shaped arm logs its summed turn rewards, GiGPO its anchored steps (the first turn's state is shared by
+        # the group's two rollouts: a share > 0), the others neither
+        assert (curves["shaping"][0] is not None) == (stage == "grpo_shaped"), stage
+        assert (curves["anchored_step_share"][0] or 0) > 0 if stage == "gigpo" else curves["anchored_step_share"] == [None]
         assert curves["progress"][0] is not None and curves["turns"][0] is not None
         # where the step's time went, the same way for TRL's loop and ours: the loss's forward and backward inside it
         assert 0 < curves["forward_seconds"][0] and 0 < curves["backward_seconds"][0]
         assert curves["forward_seconds"][0] + curves["backward_seconds"][0] < curves["seconds"][0]
         assert report["forward_seconds_per_step"] == curves["forward_seconds"][0] and report["cpu_seconds_per_step"] > 0
     assert json.loads((out / "grpo" / "report.json").read_text())["curves"]["mask_audit"] == [0.0]
+    assert json.loads((out / "ppo" / "report.json").read_text())["advantage_mode"] == "turn"
+    # the speed comparison reads the two trainers' reports of the same run
+    assert speed.main([str(out)]) == 0
+    result = json.loads((out / "speed.json").read_text())
+    assert result["ratio"] == result["grpo"]["seconds"] / result["trl_grpo"]["seconds"] > 0
+    assert result["grpo"]["turns"] >= 1 and result["trl_grpo"]["steps"] == 1
+
+
+def test_speed_split_takes_medians_and_names_the_missing_stage(tmp_path):
+    curves = {"seconds": [10.0, 30.0, 20.0], "cpu_seconds": [9.0, 29.0, 19.0], "forward_seconds": [2.0, 4.0, 3.0],
+              "backward_seconds": [4.0, 8.0, 6.0], "turns": [8.0, 7.0, 9.0]}
+    assert speed.step_split(curves) == {"seconds": 20.0, "cpu_seconds": 19.0, "forward_seconds": 3.0,
+                                        "backward_seconds": 6.0, "turns": 8.0, "rollout_seconds": 11.0, "steps": 3}
+    (tmp_path / "grpo").mkdir()
+    (tmp_path / "grpo" / "report.json").write_text(json.dumps({"curves": curves}))
+    with pytest.raises(SystemExit, match="has no report of trl_grpo: run run.py --stages trl_grpo,grpo"):
+        speed.main([str(tmp_path)])
+
+
+def test_environment_of_each_stage():
+    """The stages that read the per-turn signal get ``ShapedWalkEnvironment``; the outcome-only ones (GiGPO among
+    them: its step returns are the outcome's alone) ``WalkEnvironment``; the shaped GRPO adds the turn rewards' sum
+    with weight 1, the logged metrics keep weight 0."""
+    args = run.make_parser().parse_args(["--task", "walk", "--train-size", "4", "--test-size", "2"])
+    task = run.make_task(args)
+    factories = {name: run.environment_kwargs(task, args, name)["environment_factory"]
+                 for name in ("trl_grpo", "grpo", "gigpo", "grpo_shaped", "ppo")}
+    assert factories == {"trl_grpo": walk.WalkEnvironment, "grpo": walk.WalkEnvironment,
+                         "gigpo": walk.WalkEnvironment, "grpo_shaped": walk.ShapedWalkEnvironment,
+                         "ppo": walk.WalkEnvironment}
+    args.ppo_advantage_mode = "turn"
+    assert run.environment_kwargs(task, args, "ppo")["environment_factory"] is walk.ShapedWalkEnvironment
+    shaped = run.reward_funcs(task, "grpo_shaped")
+    assert [getattr(f, "__name__", "") for f in shaped][0] == "shaping"
+    assert run.rl_config_values(task, args, "grpo_shaped")["reward_weights"] == [1.0, 0.0, 0.0, 0.0, 0.0]
+    assert run.rl_config_values(task, args, "grpo")["reward_weights"] == [0.0, 0.0, 0.0, 0.0]
 
 
 @pytest.mark.parametrize("argv, message", [(["--interface", "tools"], "--task walk runs through environment_factory"),
-                                           (["--transfer", "x"], "--task walk is always also scored")])
+                                           (["--transfer", "x"], "--task walk is always also scored"),
+                                           (["--task", "arithmetic", "--stages", "grpo_shaped"], "pass --task walk")])
 def test_walk_refuses_other_interfaces_before_loading_anything(tmp_path, argv, message):
     with pytest.raises(SystemExit, match=message):
         run.main(["--task", "walk", "--out", str(tmp_path), "--model", "no/such/model", *argv])

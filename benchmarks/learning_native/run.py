@@ -32,8 +32,13 @@ Stages (``--stages``, in this order; each writes ``<out>/<stage>/report.json`` a
 - from the SFT model (adapter merged), a fresh LoRA for ``--rl-steps`` steps on the training questions, all with the
   same ``GRPOConfig`` and sampled questions: ``trl_grpo``, TRL's own ``GRPOTrainer`` (its tool loop); ``grpo``,
   ``AgenticGRPOTrainer`` (the same arguments, our engine; ``--max-staleness D``: its rollouts D rounds ahead of
-  training, on a copy of the policy in a child process, ``--async-generator``, pinned to ``--generator-cpu``); ``ppo``, ``AgenticPPOTrainer`` (one sample per question,
-  a shared value head, ``--critic-warmup-steps`` value-only steps first); ``rft``, rejection-sampling fine-tuning at
+  training, on a copy of the policy in a child process, ``--async-generator``, pinned to ``--generator-cpu``);
+  ``gigpo``, ``AgenticGRPOTrainer`` with GiGPO's step-level advantages (``AgenticGRPOConfig(gigpo=True)``, its
+  defaults; the walk's states keyed by its ``_state_key``, the others' by the observation history); ``grpo_shaped``
+  (``--task walk``), ``AgenticGRPOTrainer`` on ``ShapedWalkEnvironment`` with the sum of its turn rewards
+  (``TurnReward``) added to the outcome with weight 1; ``ppo``, ``AgenticPPOTrainer`` (one sample per question,
+  a shared value head, ``--critic-warmup-steps`` value-only steps first; with ``--ppo-advantage-mode turn`` on the
+  walk, ``ShapedWalkEnvironment``'s turn rewards in its GAE); ``rft``, rejection-sampling fine-tuning at
   GRPO's number of samples (``benchmarks/learning``'s ``rft``); ``grpo_unmasked``, ``AgenticGRPOTrainer`` with
   ``mask_observations=False``.
 
@@ -71,8 +76,10 @@ from benchmarks.learning_native import task as native_task  # noqa: E402
 from benchmarks.long_horizon import walk  # noqa: E402
 
 MODEL = "runs/smollm2"
-STAGES = ("zero_shot", "sft", "trl_grpo", "grpo", "ppo", "rft", "grpo_unmasked")
-RL_STAGES = ("trl_grpo", "grpo", "ppo", "grpo_unmasked")
+STAGES = ("zero_shot", "sft", "trl_grpo", "grpo", "grpo_shaped", "gigpo", "ppo", "rft", "grpo_unmasked")
+RL_STAGES = ("trl_grpo", "grpo", "grpo_shaped", "gigpo", "ppo", "grpo_unmasked")
+WALK_STAGES = ("grpo_shaped",)
+"""The stages that need the walk's per-turn signal (``--task walk``)."""
 INTERFACES = ("environment", "tools", "agent")
 AGENT_STAGES = ("zero_shot", "sft", "grpo", "ppo", "grpo_unmasked")  # TRL's loop and RFT sample environments
 ROW_NAMES = {
@@ -80,6 +87,8 @@ ROW_NAMES = {
     "sft": "after SFT ({demonstrations} demonstrations)",
     "trl_grpo": "after SFT + TRL GRPOTrainer ({budget})",
     "grpo": "after SFT + AgenticGRPOTrainer ({budget})",
+    "grpo_shaped": "after SFT + AgenticGRPOTrainer, per-turn shaping ({budget})",
+    "gigpo": "after SFT + AgenticGRPOTrainer, GiGPO ({budget})",
     "ppo": "after SFT + AgenticPPOTrainer, critic warm-up {critic_warmup_steps} ({budget})",
     "rft": "after SFT + RFT ({samples} samples, {kept} kept)",
     "grpo_unmasked": "after SFT + AgenticGRPOTrainer, observations unmasked ({budget})",
@@ -337,7 +346,7 @@ def rl_config_values(task: NativeTask | ArithmeticTask, args: argparse.Namespace
     batch), with weight 1 on the task's outcome reward and 0 on the logged metrics (an environment's ``get_reward``
     comes after these, with weight 1)."""
     per_step = learning.trajectories_per_step(args)
-    outcome = [1.0] * len(task.train_rewards)
+    outcome = [1.0] * (len(task.train_rewards) + len(shaping_rewards(name)))
     return dict(
         output_dir=str(args.out / name / "trainer"), max_steps=args.rl_steps, learning_rate=args.rl_lr,
         lr_scheduler_type="constant", logging_steps=1, save_strategy="no", report_to="none", seed=args.seed,
@@ -349,21 +358,42 @@ def rl_config_values(task: NativeTask | ArithmeticTask, args: argparse.Namespace
     )
 
 
-def reward_funcs(task: NativeTask | ArithmeticTask | WalkTask) -> list[Any]:
-    return [*task.train_rewards, *task.metric_functions]
+def shaping_rewards(name: str) -> list[Any]:
+    """The rewards stage ``name`` adds to the task's (weight 1): ``grpo_shaped``'s sum of the turn rewards."""
+    from trl_agentic.rewards import TurnReward
+
+    return [TurnReward("sum", name="shaping")] if name == "grpo_shaped" else []
+
+
+def environment_kwargs(task: NativeTask | ArithmeticTask | WalkTask, args: argparse.Namespace,
+                       name: str) -> dict[str, Any]:
+    """What stage ``name``'s trainer is given besides its rewards: the task's environment, or, for the stages that read
+    the walk's per-turn signal (``grpo_shaped``, ``ppo`` with ``--ppo-advantage-mode turn``), ``ShapedWalkEnvironment``."""
+    turns = name in WALK_STAGES or (name == "ppo" and args.ppo_advantage_mode == "turn")
+    if args.task == "walk" and turns:
+        return {"environment_factory": walk.ShapedWalkEnvironment}
+    return task.trainer_kwargs
+
+
+def reward_funcs(task: NativeTask | ArithmeticTask | WalkTask, name: str = "grpo") -> list[Any]:
+    return [*task.train_rewards, *shaping_rewards(name), *task.metric_functions]
 
 
 def step_curves(log_history: list[dict[str, Any]], times: dict[str, list[float]],
                 metrics: tuple[str, ...] = native_task.METRICS) -> dict[str, list]:
     """Per optimizer step: the sampled reward, the ``metrics`` per trajectory (the task's tool calls, malformed
     calls, turns: the metric reward functions' means), our trainers' mask audit (trained positions the model did not
-    sample, ``agentic/mask_audit``: must be 0; ``None`` under TRL's GRPOTrainer, which has none), and the step's
-    ``times`` (:func:`step_timer`)."""
+    sample, ``agentic/mask_audit``: must be 0; ``None`` under TRL's GRPOTrainer, which has none), ``grpo_shaped``'s
+    summed turn rewards (``shaping``), ``gigpo``'s share of steps whose state another step of their group started
+    from (``anchored_step_share``; ``None`` where the stage has none), and the step's ``times``
+    (:func:`step_timer`)."""
     rows = [log for log in log_history if "reward" in log and "step" in log]
     curves = {"step": [log["step"] for log in rows], "reward": [log["reward"] for log in rows]}
     for key in metrics:
         curves[key] = [log.get(f"rewards/{key}/mean") for log in rows]
     curves["mask_audit"] = [log.get("agentic/mask_audit") for log in rows]
+    curves["shaping"] = [log.get("rewards/shaping/mean") for log in rows]  # grpo_shaped's turn rewards, summed
+    curves["anchored_step_share"] = [log.get("gigpo/anchored_step_share") for log in rows]  # gigpo's
     curves.update(times)
     return curves
 
@@ -426,8 +456,10 @@ def run_rl(task: NativeTask, args: argparse.Namespace, name: str) -> dict[str, A
             async_generator=args.async_generator, generator_cpu=args.generator_cpu,
             async_correction=args.async_correction,
             concurrent_sync_tools=bool(args.max_staleness))  # the search tool off the training thread (thread-safe)
-    elif name == "grpo":
+    elif name in ("grpo", "grpo_shaped"):
         trainer_cls, config = AgenticGRPOTrainer, GRPOConfig(**values)  # TRL's config, as a TRL script passes it
+    elif name == "gigpo":
+        trainer_cls, config = AgenticGRPOTrainer, AgenticGRPOConfig(**values, **chat, gigpo=True)
     elif name == "grpo_unmasked":
         trainer_cls, config = AgenticGRPOTrainer, AgenticGRPOConfig(**values, **chat, mask_observations=False)
     else:
@@ -439,9 +471,10 @@ def run_rl(task: NativeTask, args: argparse.Namespace, name: str) -> dict[str, A
     sft_adapter = args.out / "sft" / "adapter"
     curves: dict[str, list] = {"eval": []}
     times: dict[str, list[float]] = {key: [] for key in TIMES}
-    trainer = trainer_cls(model=learning.with_adapters(args, sft_adapter), reward_funcs=reward_funcs(task),
+    trainer = trainer_cls(model=learning.with_adapters(args, sft_adapter), reward_funcs=reward_funcs(task, name),
                           args=config, train_dataset=Dataset.from_list(learning.rl_rows(task, args)),
-                          processing_class=tokenizer, peft_config=learning.lora_config(args), **task.trainer_kwargs)
+                          processing_class=tokenizer, peft_config=learning.lora_config(args),
+                          **environment_kwargs(task, args, name))
     trainer.add_callback(step_timer(trainer, times))
     if args.eval_every > 0:
         keys = ("em", f"mean_{task.metrics[0]}", "mean_turns", "malformed_per_trajectory")
@@ -518,6 +551,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.task == "walk" and args.interface != "environment":
         raise SystemExit(f"--task walk runs through environment_factory alone (the walk's state is the environment's), "
                          f"not --interface {args.interface}; pass --interface environment")
+    if args.task != "walk" and set(stages) & set(WALK_STAGES):
+        raise SystemExit(f"--stages {','.join(WALK_STAGES)} trains on the walk's per-turn signal; pass --task walk")
     if args.task != "search" and args.transfer is not None:
         raise SystemExit(f"--transfer is the search task's second question set; --task {args.task} is always also "
                          "scored on its own transfer generator")

@@ -38,8 +38,9 @@ Signals (:class:`WalkEnvironment`):
 - per step, ``_progress``: the decrease of the Manhattan distance to the current target (the item until it is picked
   up, then the goal): +1 toward it, -1 away, 0 for a step into a wall or after the end. Informative (an optimal walk
   scores +1 at every step) but not the outcome (a walk can make progress and run out of turns, or wander and still
-  arrive). :class:`ShapedWalkEnvironment` gives it as each turn's reward (``_turn_reward()``: the progress of the
-  turn's steps); :class:`WalkEnvironment` keeps it for the logs alone, so that its turns earn nothing but the outcome.
+  arrive). :class:`ShapedWalkEnvironment` gives it as each turn's reward (``_turn_reward()``: :data:`SHAPING` times
+  the progress of the turn's steps); :class:`WalkEnvironment` keeps it for the logs alone, so that its turns earn
+  nothing but the outcome.
 
 Underscore names: TRL 1.16 offers every public method of an ``environment_factory`` class but ``reset`` and
 ``get_reward`` as a tool, and calls none of the others (our engine reads ``_state_key`` and ``_turn_reward`` after
@@ -67,6 +68,10 @@ DONE = "The walk is over."
 
 REPLY = "Done."
 """The demonstrations' reply once the walk is over."""
+
+SHAPING = 0.1
+"""A turn's reward per step of progress (:class:`ShapedWalkEnvironment`): an optimal walk's turns earn 0.5 to 0.7 in
+all, below the outcome's 1, so that shaping guides a walk without paying more than arriving."""
 
 MOVES = {"north": (0, 1), "south": (0, -1), "east": (1, 0), "west": (-1, 0)}
 
@@ -269,8 +274,9 @@ class WalkEnvironment:
 
 
 class ShapedWalkEnvironment(WalkEnvironment):
-    """:class:`WalkEnvironment` whose turns earn their progress (``_turn_reward``): the per-turn signal as a reward,
-    for the trainers that read turn rewards (PPO's turn-level GAE, GiGPO's step returns)."""
+    """:class:`WalkEnvironment` whose turns earn :data:`SHAPING` times their progress (``_turn_reward``): the per-turn
+    signal as a reward, for the trainers that read turn rewards (PPO's turn-level GAE, GiGPO's step returns, GRPO
+    through ``TurnReward``)."""
 
     _rewarded = 0  # the steps whose progress a turn reward has given
 
@@ -279,9 +285,9 @@ class ShapedWalkEnvironment(WalkEnvironment):
         self._rewarded = 0
 
     def _turn_reward(self) -> float:
-        """The progress of the steps taken since the last call (our engine calls it once after every turn): the
-        turn's step, 0 for a turn without one."""
-        reward, self._rewarded = sum(self._progress[self._rewarded:]), len(self._progress)
+        """:data:`SHAPING` times the progress of the steps taken since the last call (our engine calls it once after
+        every turn): the turn's step, 0 for a turn without one."""
+        reward, self._rewarded = SHAPING * sum(self._progress[self._rewarded:]), len(self._progress)
         return reward
 
 
