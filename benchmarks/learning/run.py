@@ -528,7 +528,9 @@ def plot_curves(outs: list[Path], path: Path, stages: tuple[str, ...] = RL_STAGE
     for ax, title in zip(axes, titles):
         ax.set_title(title)
         ax.set_xlabel("step")
-    axes[0].legend()
+    labelled = [ax for ax in axes if ax.get_legend_handles_labels()[0]]  # held-out EM's, or without a curve the next
+    if labelled:
+        labelled[0].legend()
     fig.suptitle(", ".join(str(out) for out in outs))
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
