@@ -74,6 +74,9 @@ def commands(tmp: Path, data: Path, model: Path, adapter: Path) -> dict[str, lis
                                 ["benchmarks/learning_native/report.py", "curves", "--results", str(tmp / "results"),
                                  "--out", str(tmp / "curves.png")]],
         "cpu_bf16": [["benchmarks/cpu_bf16.py", "--batch", "1", "--length", "4"]],
+        "long_horizon_speed": [  # the committed reports of the walk's speed run, read from a copy
+            ["-c", f"import shutil; shutil.copytree('benchmarks/reports/issue59/speed', {str(tmp / 'walk_speed')!r})"],
+            ["benchmarks/long_horizon/speed.py", str(tmp / "walk_speed")]],
         "call_graph": [["benchmarks/call_graph.py", "--trainer", "ppo", "--json", str(tmp / "call_graph.json")],
                        ["benchmarks/call_graph.py", "--json", str(tmp / "call_graph_grpo.json")]],
         "async_rollouts": [["benchmarks/async_rollouts.py", "--loads", "4", "--steps", "5", "--batch", "4",
@@ -439,6 +442,14 @@ def test_learning_native_speed(runs):
     assert re.search(rf"^decode step, preallocated: {NUMBER} ms of CPU", decode, re.M)
     assert re.search(rf"^its matrix products alone: {NUMBER} ms; floor \(weights read once at {NUMBER} GB/s\)",
                      decode, re.M)
+
+
+def test_long_horizon_speed(runs):
+    """The walk's speed comparison from the committed run's reports: its table and the ratio they give."""
+    _, out = outputs(runs, "long_horizon_speed")
+    assert "| TRL GRPOTrainer | 2 | 8.66 | 666.8 | 658.6 | 448.4 | 86.1 | 132.3 |" in out
+    assert "| AgenticGRPOTrainer | 2 | 8.66 | 290.6 | 288.3 | 77.8 | 82.8 | 130.1 |" in out
+    assert "ours / TRL's seconds per step: 0.44 (CPU seconds: 0.44)" in out
 
 
 def test_cpu_bf16(runs):
