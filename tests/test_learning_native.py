@@ -233,7 +233,11 @@ def _run(data, out, model_dir, *extra):
     assert run.main(argv) == 0
 
 
-@pytest.mark.parametrize("interface, stages, extra", [("environment", run.STAGES, ()),
+EVERY_STAGE = tuple(stage for stage in run.STAGES if stage not in run.WALK_STAGES)
+"""Every stage the search task runs (``grpo_shaped`` trains on the walk's per-turn signal alone)."""
+
+
+@pytest.mark.parametrize("interface, stages, extra", [("environment", EVERY_STAGE, ()),
                                                       ("tools", ("sft", "trl_grpo", "grpo"), ("--max-staleness", "1"))])
 def test_every_stage_runs_end_to_end_on_a_local_model(onehop, tmp_path, tool_model_dir, interface, stages, extra,
                                                      capsys):
