@@ -413,11 +413,47 @@ def test_report_collects_runs_and_builds_the_table_and_plot(tmp_path):
     assert report.curves(results, tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_report_collects_under_given_names_keeps_notes_and_names_turn_level_gae(tmp_path):
+    """collect --names: the run folders' reports go under the names given (the walk's ``runs/w59/m_s0`` as
+    ``s0``), a ``note`` written on a committed report survives a re-collect, a count of names other than the
+    folders' is refused in one line; PPO's turn-level GAE is named in its row."""
+    from benchmarks.learning_native import report
+
+    folder = tmp_path / "runs" / "m_s0" / "ppo"
+    folder.mkdir(parents=True)
+    (folder / "report.json").write_text(json.dumps({
+        "em": 0.5, "steps": 6, "trajectories_per_step": 16, "samples": 96, "critic_warmup_steps": 0,
+        "advantage_mode": "turn", "examples": [["x"]]}))
+    results = tmp_path / "results"
+    with pytest.raises(SystemExit, match="--names gives 2 names for 1 run folders"):
+        report.collect([tmp_path / "runs" / "m_s0"], results, ["s0", "s1"])
+    [written] = report.collect([tmp_path / "runs" / "m_s0"], results, ["s0"])
+    assert written == results / "s0" / "ppo.json"
+    written.write_text(json.dumps({**json.loads(written.read_text()), "note": "beside another run"}))
+    report.collect([tmp_path / "runs" / "m_s0"], results, ["s0"])
+    assert json.loads(written.read_text())["note"] == "beside another run"
+    row = report.table(results, "walk").splitlines()[2]
+    assert "AgenticPPOTrainer, critic warm-up 0 (6 steps x 16 trajectories, turn-level GAE) | s0 | 0.50" in row
+
+
+def test_documented_report_commands_parse():
+    """Every ``report.py`` command of docs/benchmarks.md parses with the script's own parser."""
+    from benchmarks.learning_native import report
+
+    docs = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    commands = [shlex.split(m.group(1)) for m in re.finditer(r"python benchmarks/learning_native/report\.py(.*)", docs)]
+    assert len(commands) >= 6  # the search, arithmetic and walk tables
+    for argv in commands:
+        args = report.make_parser().parse_args(argv)
+        assert args.command != "collect" or args.names is None or len(args.names) == len(args.runs), argv
+
+
 def test_the_docs_table_is_the_committed_results_table():
     """docs/benchmarks.md carries report.py's table of the committed results verbatim between its markers."""
     from benchmarks.learning_native import report
 
-    for task, results in (("search", report.RESULTS), ("arithmetic", report.RESULTS.with_name("results_arithmetic"))):
+    for task, results in (("search", report.RESULTS), ("arithmetic", report.RESULTS.with_name("results_arithmetic")),
+                          ("walk", report.RESULTS.with_name("results_walk"))):
         committed = report.table(results, task) if results.exists() else ""  # no run yet: empty markers
         assert report.table_in_docs(task) == committed, task
 

@@ -489,13 +489,16 @@ ROW_NAMES = {
 def _label_fields(report: dict[str, Any]) -> dict[str, Any]:
     """The report's fields with the ones row names derive: an RL stage's ``budget`` ("12 steps x 16 trajectories",
     then ", 2 passes: 192 samples" when each batch was trained on more than once, then ", max_staleness 1, decoupled
-    correction" when its rollouts ran ahead of training) and ``passes``."""
+    correction" when its rollouts ran ahead of training, then ", turn-level GAE" for PPO's turn advantages) and
+    ``passes``."""
     iterations = report.get("num_iterations", 1)
     passes = f", {iterations} passes: {report.get('samples')} samples" if iterations > 1 else ""
     budget = f"{report.get('steps')} steps x {report.get('trajectories_per_step')} trajectories{passes}"
     if report.get("max_staleness"):
         budget += f", max_staleness {report['max_staleness']}" + (
             f", {report['async_correction']} correction" if report.get("async_correction") else "")
+    if report.get("advantage_mode") == "turn":
+        budget += ", turn-level GAE"
     return {**report, "budget": budget, "passes": passes}
 
 

@@ -1,19 +1,21 @@
 """The native-tool learning comparison's committed results: collect run folders, build the table and the plot.
 
-    python benchmarks/learning_native/report.py collect runs/native/s0 runs/native/s1 ... [--results DIR]
+    python benchmarks/learning_native/report.py collect runs/native/s0 runs/native/s1 ... [--results DIR] [--names ...]
     python benchmarks/learning_native/report.py table [--results DIR]
     python benchmarks/learning_native/report.py plot [--results DIR] [--out docs/learning_native_em.png]
     python benchmarks/learning_native/report.py curves --results DIR --out docs/learning_arithmetic_reward.png
     python benchmarks/learning_native/report.py docs --task arithmetic --results benchmarks/learning_native/results_arithmetic
+    python benchmarks/learning_native/report.py docs --task walk --results benchmarks/learning_native/results_walk
 
 ``collect`` copies each run folder's ``<stage>/report.json`` (``run.py`` writes the command, the commit and the
-machine into it) to ``<results>/<run folder name>/<stage>.json``, without the held-out conversations; the results
-are committed, the run folders are not. ``table`` prints one row per stage over every collected run that has it:
+machine into it) to ``<results>/<run folder name>/<stage>.json`` (or the name ``--names`` gives it), without the
+held-out conversations, keeping the ``note`` a committed copy carries; the results are committed, the run folders
+are not. ``table`` prints one row per stage over every collected run that has it:
 the runs (seeds), held-out EM mean and standard deviation and each run's, EM on the transfer task (the other
 generator's questions, ``--transfer``), searches, malformed calls and turns per trajectory, an RL stage's seconds
 per step, and minutes.
 ``docs/benchmarks.md`` carries that output verbatim between ``<!-- native-table -->`` markers (the arithmetic task's
-between ``<!-- arithmetic-table -->``; ``docs`` writes it there; ``tests/test_learning_native.py`` checks that they
+between ``<!-- arithmetic-table -->``, the walk's between ``<!-- walk-table -->``; ``docs`` writes it there; ``tests/test_learning_native.py`` checks that they
 agree), so the docs cannot drift from the runs. ``plot`` draws
 held-out EM per stage with each run's point, beside the transfer task's; ``curves`` the RL stages' sampled reward and
 seconds per step, one line per run.
@@ -39,16 +41,21 @@ DROPPED = ("examples", "messages", "transfer_examples")
 """Report fields not committed (conversations: the run folder's ``heldout.jsonl`` has them all)."""
 
 
-def collect(outs: list[Path], results: Path = RESULTS) -> list[Path]:
-    """Copy every stage report of the run folders ``outs`` into ``results/<folder name>/<stage>.json``."""
+def collect(outs: list[Path], results: Path = RESULTS, names: list[str] | None = None) -> list[Path]:
+    """Copy every stage report of the run folders ``outs`` into ``results/<name>/<stage>.json``, ``names`` the
+    runs' names in the results in the order of ``outs`` (default: each folder's name)."""
+    if names is not None and len(names) != len(outs):
+        raise SystemExit(f"--names gives {len(names)} names for {len(outs)} run folders; give one per folder")
     written = []
-    for out in outs:
+    for out, name in zip(outs, names or [out.name for out in outs]):
         for stage in STAGES:
             path = out / stage / "report.json"
             if not path.exists():
                 continue
             report = {k: v for k, v in json.loads(path.read_text()).items() if k not in DROPPED}
-            target = results / out.name / f"{stage}.json"
+            target = results / name / f"{stage}.json"
+            if target.exists() and "note" in (committed := json.loads(target.read_text())):
+                report["note"] = committed["note"]  # a remark written on the committed report survives a re-collect
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
             written.append(target)
@@ -115,7 +122,7 @@ def table(results: Path = RESULTS, task: str = "search") -> str:
     return "\n".join(lines)
 
 
-MARKERS = {"search": "native-table", "arithmetic": "arithmetic-table"}
+MARKERS = {"search": "native-table", "arithmetic": "arithmetic-table", "walk": "walk-table"}
 """The markers in ``docs/benchmarks.md`` between which each task's table stands."""
 DOCS = ROOT / "docs" / "benchmarks.md"
 
@@ -147,7 +154,8 @@ def write_docs(results: Path, task: str, docs: Path = DOCS) -> None:
 
 
 PLOT_TITLES = {"search": ("held-out two-hop questions", "transfer task (other generator)"),
-               "arithmetic": ("held-out word problems", "transfer (other stories, never trained on)")}
+               "arithmetic": ("held-out word problems", "transfer (other stories, never trained on)"),
+               "walk": ("held-out walks", "transfer (other stories and wording, never trained on)")}
 
 
 def _save(fig: Any, title: str, path: Path) -> Path:
@@ -206,19 +214,25 @@ def curves(results: Path, path: Path) -> Path:
     return _save(fig, "RL stages (one line per run)", path)
 
 
-def main(argv: list[str] | None = None) -> int:
+def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=("collect", "table", "plot", "curves", "docs"))
     parser.add_argument("runs", nargs="*", type=Path, help="collect: run folders (run.py's --out)")
+    parser.add_argument("--names", nargs="+", help="collect: each run's name in the results (default: its folder's)")
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--task", choices=tuple(TOOL_KEYS), default="search", help="table: the task's tool column")
     parser.add_argument("--out", type=Path, help="plot, curves: the PNG (default docs/learning_native_em.png, "
                                                  "docs/learning_native_reward.png)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = make_parser()
     args = parser.parse_args(argv)
     if args.command == "collect":
         if not args.runs:
             parser.error("collect needs run folders")
-        for path in collect(args.runs, args.results):
+        for path in collect(args.runs, args.results, args.names):
             print(path)
     elif args.command == "table":
         print(table(args.results, args.task))
