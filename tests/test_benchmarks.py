@@ -77,6 +77,15 @@ def commands(tmp: Path, data: Path, model: Path, adapter: Path) -> dict[str, lis
         "long_horizon_speed": [  # the committed reports of the walk's speed run, read from a copy
             ["-c", f"import shutil; shutil.copytree('benchmarks/reports/issue59/speed', {str(tmp / 'walk_speed')!r})"],
             ["benchmarks/long_horizon/speed.py", str(tmp / "walk_speed")]],
+        "long_horizon_failures": [  # a run folder of two shortest walks, written here, then sorted
+            ["-c", "import json, pathlib; from benchmarks.long_horizon import walk; "
+                   f"stage = pathlib.Path({str(tmp / 'walk_run' / 'sft')!r}); stage.mkdir(parents=True); "
+                   "rows = walk.task_rows(20, 2, 0)['test']; "
+                   "(stage / 'report.json').write_text(json.dumps({'command': 'python run.py --task walk "
+                   "--train-size 20 --test-size 2'})); "
+                   "(stage / 'heldout.jsonl').write_text(''.join(json.dumps({'question': r['question'], "
+                   "'messages': walk.demonstration(r)}) + chr(10) for r in rows))"],
+            ["benchmarks/long_horizon/failures.py", str(tmp / "walk_run")]],
         "call_graph": [["benchmarks/call_graph.py", "--trainer", "ppo", "--json", str(tmp / "call_graph.json")],
                        ["benchmarks/call_graph.py", "--json", str(tmp / "call_graph_grpo.json")]],
         "async_rollouts": [["benchmarks/async_rollouts.py", "--loads", "4", "--steps", "5", "--batch", "4",
@@ -450,6 +459,12 @@ def test_long_horizon_speed(runs):
     assert "| TRL GRPOTrainer | 2 | 8.66 | 666.8 | 658.6 | 448.4 | 86.1 | 132.3 |" in out
     assert "| AgenticGRPOTrainer | 2 | 8.66 | 290.6 | 288.3 | 77.8 | 82.8 | 130.1 |" in out
     assert "ours / TRL's seconds per step: 0.44 (CPU seconds: 0.44)" in out
+
+
+def test_long_horizon_failures(runs):
+    """failures.py sorts a run folder's held-out walks: two shortest walks, both arrived, no wrong step."""
+    _, out = outputs(runs, "long_horizon_failures")
+    assert "| walk_run/sft | 2 | 2 | 0 | 0 | 0 |  |" in out
 
 
 def test_cpu_bf16(runs):

@@ -259,3 +259,55 @@ def test_environment_of_each_stage():
 def test_walk_refuses_other_interfaces_before_loading_anything(tmp_path, argv, message):
     with pytest.raises(SystemExit, match=message):
         run.main(["--task", "walk", "--out", str(tmp_path), "--model", "no/such/model", *argv])
+
+
+# -- failures.py: where a run's walks go wrong -------------------------------------------------------------------
+
+
+def _call_messages(steps, reply=True):
+    messages = []
+    for step in steps:
+        messages += [{"role": "assistant", "content": "", "tool_calls": [{"type": "function",
+                                                                          "function": {"name": step, "arguments": {}}}]},
+                     {"role": "tool", "name": step, "content": "..."}]
+    return messages + ([{"role": "assistant", "content": walk.REPLY}] if reply else [])
+
+
+def test_failures_sorts_each_held_out_walk_by_its_first_wrong_step(tmp_path):
+    """Each held-out walk of a run folder's stage, replayed in its world (drawn again from the report's command):
+    arrived (even after a detour), first wrong step before or after the pickup, or stopped short; a run folder whose
+    walks are not its command's is refused in one line."""
+    from benchmarks.long_horizon import failures
+
+    command = "python benchmarks/learning_native/run.py --task walk --train-size 40 --test-size 5 --data-seed 3"
+    rows = walk.task_rows(40, 5, seed=3)["test"]
+    back = {"north": "south", "south": "north", "east": "west", "west": "east"}
+    walks = []
+    for k, row in enumerate(rows):
+        steps = walk.shortest_walk(row)
+        to_item = walk.distance(row["start"], row["item"])
+        if k == 1:  # a step back, then a reply: wrong on the way to the item, at call 1
+            steps = [back[steps[0]]]
+        elif k == 2:  # the item reached, then a step back: wrong on the way to the goal, at call to_item + 1
+            steps = [*steps[:to_item], back[steps[to_item]]]
+        elif k == 3:  # the item reached, then a reply: stopped short
+            steps = steps[:to_item]
+        elif k == 4:  # a detour after the pickup that still arrives
+            steps = [*steps[:to_item], back[steps[to_item]], steps[to_item], *steps[to_item:]]
+        walks.append({"question": row["question"], "messages": _call_messages(steps)})
+    stage = tmp_path / "m_s3" / "gigpo"
+    stage.mkdir(parents=True)
+    (stage / "report.json").write_text(json.dumps({"command": command, "em": 0.4}))
+    (stage / "heldout.jsonl").write_text("".join(json.dumps(w) + "\n" for w in walks))
+    [(name, counts)] = failures.failures([tmp_path / "m_s3"]).items()
+    assert name == "m_s3/gigpo"
+    assert {k: counts[k] for k in failures.KINDS} == {"arrived": 2, "wrong_to_item": 1, "wrong_to_goal": 1,
+                                                     "stopped": 1}
+    firsts = [1, walk.distance(rows[2]["start"], rows[2]["item"]) + 1,
+              walk.distance(rows[4]["start"], rows[4]["item"]) + 1]
+    assert counts["first_wrong_turn"] == round(sum(firsts) / 3, 2) and counts["walks"] == 5
+    assert failures.replay(rows[0], ["jump", *walk.shortest_walk(rows[0])])["first_wrong"] == 1  # not a step: wrong
+    assert "| m_s3/gigpo | 5 | 2 | 1 | 1 | 1 |" in failures.table({name: counts})
+    (stage / "report.json").write_text(json.dumps({"command": command.replace("--data-seed 3", "--data-seed 4")}))
+    with pytest.raises(SystemExit, match="the held-out walks are not"):
+        failures.failures([tmp_path / "m_s3"])
