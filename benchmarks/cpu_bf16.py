@@ -4,8 +4,9 @@ SmolLM2-135M-Instruct's shape (a 135M-parameter Llama), in float32 and under bfl
 
     python benchmarks/cpu_bf16.py [--batch 4] [--length 256] [--repeats 1]
 
-Prints the seconds of each step. On a CPU without native bfloat16 (no AVX512-BF16 or AMX) the autocast step is many
-times slower, which is why our configs leave ``bf16`` off on a CPU (docs/trl-differences.md).
+Prints whether the CPU has bfloat16 in hardware, then the seconds of each step. On a CPU without it (no AVX512-BF16
+or AMX) the autocast step is many times slower, which is why our configs leave ``bf16`` off on a CPU; on one with it,
+autocast is the faster (docs/trl-differences.md has both machines' figures).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ def main() -> None:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    from trl_agentic.device import cpu_has_native_bf16
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--length", type=int, default=256)
@@ -28,7 +31,8 @@ def main() -> None:
                          num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=2048,
                          tie_word_embeddings=True)  # SmolLM2-135M's config.json
     model = LlamaForCausalLM(config)
-    print(f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, batch {args.batch} x {args.length}")
+    print(f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, batch {args.batch} x {args.length}; "
+          f"bfloat16 in hardware: {cpu_has_native_bf16()}")
     ids = torch.randint(0, config.vocab_size, (args.batch, args.length))
     for _ in range(args.repeats):
         for bf16 in (False, True):

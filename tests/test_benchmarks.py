@@ -468,8 +468,10 @@ def test_long_horizon_failures(runs):
 
 
 def test_cpu_bf16(runs):
-    """One forward and backward in float32 and under bfloat16 autocast, each timed."""
+    """One forward and backward in float32 and under bfloat16 autocast, each timed; whether the CPU has bfloat16 in
+    hardware, said first."""
     (out,) = outputs(runs, "cpu_bf16")
+    assert re.search(r"; bfloat16 in hardware: (True|False)$", out, re.M), out
     assert re.search(rf"^ +float32: {NUMBER} s$", out, re.M) and re.search(rf"^bfloat16 autocast: {NUMBER} s$", out, re.M)
 
 

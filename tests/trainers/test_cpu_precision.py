@@ -1,5 +1,6 @@
-"""On a CPU (``use_cpu=True``, or no GPU at all) our configs leave TRL's default ``bf16=True`` unset: bfloat16
-autocast on a CPU makes every step several times slower (docs/trl-differences.md). A value the user gives is kept."""
+"""On a CPU (``use_cpu=True``, or no GPU at all) our configs leave TRL's default ``bf16=True`` unset: float32, the same
+numbers on every CPU; bfloat16 autocast makes every step several times slower on a CPU without bfloat16 in hardware
+(docs/trl-differences.md). A value the user gives is kept, with a warning only where it is slow."""
 
 from __future__ import annotations
 
@@ -10,15 +11,30 @@ from trl_agentic import AgenticGRPOConfig, AgenticPPOConfig
 
 
 @pytest.mark.parametrize("config_class", [AgenticGRPOConfig, AgenticPPOConfig])
-def test_use_cpu_trains_in_float32_unless_bf16_is_asked_for(config_class, tmp_path, recwarn):
+def test_use_cpu_trains_in_float32_unless_bf16_is_asked_for(config_class, tmp_path, recwarn, monkeypatch):
     from trl import GRPOConfig
+
+    from trl_agentic import device
 
     assert GRPOConfig(output_dir=str(tmp_path), use_cpu=True).bf16  # TRL's default, the difference we document
     assert config_class(output_dir=str(tmp_path), use_cpu=True).bf16 is False
-    assert not [w for w in recwarn if "bf16" in str(w.message)]  # the fast default says nothing
-    with pytest.warns(UserWarning, match="bf16=True on a CPU"):
+    assert not [w for w in recwarn if "bf16" in str(w.message)]  # the default says nothing
+    monkeypatch.setattr(device, "cpu_has_native_bf16", lambda: False)
+    with pytest.warns(UserWarning, match="bf16=True on a CPU without bfloat16 in hardware"):
         assert config_class(output_dir=str(tmp_path), use_cpu=True, bf16=True).bf16 is True
+    monkeypatch.setattr(device, "cpu_has_native_bf16", lambda: True)  # AVX512-BF16 or AMX: asked for, and fast
+    assert config_class(output_dir=str(tmp_path), use_cpu=True, bf16=True).bf16 is True
+    assert not [w for w in recwarn if "bf16" in str(w.message)]
     assert config_class(output_dir=str(tmp_path), use_cpu=True, fp16=False, bf16=False).bf16 is False
+
+
+def test_native_bf16_is_what_torch_detects(monkeypatch):
+    from trl_agentic import device
+
+    assert device.cpu_has_native_bf16() is (torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+    monkeypatch.delattr(torch.cpu, "_is_avx512_bf16_supported")  # a torch without the private check: not claimed
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    assert device.cpu_has_native_bf16() is False
 
 
 def test_without_a_gpu_the_config_runs_on_the_cpu_instead_of_refusing(tmp_path, monkeypatch):
