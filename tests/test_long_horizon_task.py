@@ -237,7 +237,7 @@ def test_speed_split_takes_medians_and_names_the_missing_stage(tmp_path):
 def test_environment_of_each_stage():
     """The stages that read the per-turn signal get ``ShapedWalkEnvironment``; the outcome-only ones (GiGPO among
     them: its step returns are the outcome's alone) ``WalkEnvironment``; the shaped GRPO adds the turn rewards' sum
-    with weight 1, the logged metrics keep weight 0."""
+    with weight 1, the logged metrics keep weight 0; training is float32 unless ``--bf16``."""
     args = run.make_parser().parse_args(["--task", "walk", "--train-size", "4", "--test-size", "2"])
     task = run.make_task(args)
     factories = {name: run.environment_kwargs(task, args, name)["environment_factory"]
@@ -251,6 +251,9 @@ def test_environment_of_each_stage():
     assert [getattr(f, "__name__", "") for f in shaped][0] == "shaping"
     assert run.rl_config_values(task, args, "grpo_shaped")["reward_weights"] == [1.0, 0.0, 0.0, 0.0, 0.0]
     assert run.rl_config_values(task, args, "grpo")["reward_weights"] == [0.0, 0.0, 0.0, 0.0]
+    assert run.rl_config_values(task, args, "grpo")["bf16"] is False  # float32 unless --bf16
+    args.bf16 = run.make_parser().parse_args(["--task", "walk", "--bf16"]).bf16
+    assert run.rl_config_values(task, args, "gigpo")["bf16"] is True
 
 
 @pytest.mark.parametrize("argv, message", [(["--interface", "tools"], "--task walk runs through environment_factory"),

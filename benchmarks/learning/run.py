@@ -90,6 +90,9 @@ def make_parser(description: str | None = __doc__, stages: tuple[str, ...] = STA
     p.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=True,
                    help="recompute activations in the backward pass (SFT and RL): a fraction of the memory per "
                         "sample for about a third more compute")
+    p.add_argument("--bf16", action="store_true",
+                   help="bfloat16 autocast in SFT and RL training (default float32; on a CPU with bfloat16 in "
+                        "hardware, AVX512-BF16 or AMX, autocast is the faster: docs/trl-differences.md)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--test-size", type=int, default=100, help="held-out questions evaluated")
     p.add_argument("--eval-batch-size", type=int, default=100,
@@ -291,7 +294,7 @@ def train_lora(model: Any, dataset: Any, tokenizer: Any, args: argparse.Namespac
         output_dir=str(args.out / name / "trainer"), num_train_epochs=args.sft_epochs, learning_rate=args.sft_lr,
         per_device_train_batch_size=args.sft_batch_size, lr_scheduler_type="cosine", warmup_steps=0.1,
         logging_steps=4, save_strategy="no", report_to="none", seed=args.seed, use_cpu=args.device == "cpu",
-        max_length=None, bf16=False, gradient_checkpointing=args.gradient_checkpointing,
+        max_length=None, bf16=args.bf16, gradient_checkpointing=args.gradient_checkpointing,
     )
     trainer = SFTTrainer(model=model, args=config, train_dataset=dataset, processing_class=tokenizer,
                          peft_config=lora_config(args))
@@ -381,7 +384,7 @@ def run_rl(task: Task, args: argparse.Namespace, name: str) -> dict[str, Any]:
     common = dict(
         output_dir=str(args.out / name / "trainer"), max_steps=args.rl_steps, learning_rate=args.rl_lr,
         lr_scheduler_type="constant", logging_steps=1, save_strategy="no", report_to="none", seed=args.seed,
-        use_cpu=args.device == "cpu", bf16=False, temperature=args.temperature, beta=args.beta,
+        use_cpu=args.device == "cpu", bf16=args.bf16, temperature=args.temperature, beta=args.beta,
         mask_observations=name != "grpo_unmasked", rollout_mode="text", max_turns=args.max_turns,
         max_tokens_per_turn=args.max_tokens_per_turn, max_completion_length=args.max_completion_length,
         max_observation_tokens=args.max_completion_length, gradient_checkpointing=args.gradient_checkpointing,

@@ -350,7 +350,7 @@ def rl_config_values(task: NativeTask | ArithmeticTask, args: argparse.Namespace
     return dict(
         output_dir=str(args.out / name / "trainer"), max_steps=args.rl_steps, learning_rate=args.rl_lr,
         lr_scheduler_type="constant", logging_steps=1, save_strategy="no", report_to="none", seed=args.seed,
-        use_cpu=args.device == "cpu", bf16=False, temperature=args.temperature, beta=args.beta,
+        use_cpu=args.device == "cpu", bf16=args.bf16, temperature=args.temperature, beta=args.beta,
         num_generations=args.num_generations, per_device_train_batch_size=per_step // args.grad_accum,
         gradient_accumulation_steps=args.grad_accum, max_completion_length=args.max_completion_length,
         max_tool_calling_iterations=args.max_turns - 1, num_iterations=args.num_iterations,
