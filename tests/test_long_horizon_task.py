@@ -270,8 +270,8 @@ def test_walk_refuses_other_interfaces_before_loading_anything(tmp_path, argv, m
 def _call_messages(steps, reply=True):
     messages = []
     for step in steps:
-        messages += [{"role": "assistant", "content": "", "tool_calls": [{"type": "function",
-                                                                          "function": {"name": step, "arguments": {}}}]},
+        call = {"type": "function", "function": {"name": step, "arguments": {}}}
+        messages += [{"role": "assistant", "content": "", "tool_calls": [call]},
                      {"role": "tool", "name": step, "content": "..."}]
     return messages + ([{"role": "assistant", "content": walk.REPLY}] if reply else [])
 

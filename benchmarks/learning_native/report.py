@@ -15,8 +15,8 @@ the runs (seeds), held-out EM mean and standard deviation and each run's, EM on 
 generator's questions, ``--transfer``), searches, malformed calls and turns per trajectory, an RL stage's seconds
 per step, and minutes.
 ``docs/benchmarks.md`` carries that output verbatim between ``<!-- native-table -->`` markers (the arithmetic task's
-between ``<!-- arithmetic-table -->``, the walk's between ``<!-- walk-table -->``; ``docs`` writes it there; ``tests/test_learning_native.py`` checks that they
-agree), so the docs cannot drift from the runs. ``plot`` draws
+between ``<!-- arithmetic-table -->``, the walk's between ``<!-- walk-table -->``; ``docs`` writes it there;
+``tests/test_learning_native.py`` checks that they agree), so the docs cannot drift from the runs. ``plot`` draws
 held-out EM per stage with each run's point, beside the transfer task's; ``curves`` the RL stages' sampled reward and
 seconds per step, one line per run.
 """

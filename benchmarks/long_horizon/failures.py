@@ -53,8 +53,10 @@ def replay(row: dict[str, Any], calls: list[str]) -> dict[str, Any]:
     for k, name in enumerate(calls, 1):
         if env._done:
             break
-        carrying = env._carrying
-        progress = env._progress[-1] if name in walk.MOVES and env._step(name) else 0.0
+        carrying, progress = env._carrying, 0.0
+        if name in walk.MOVES:
+            env._step(name)
+            progress = env._progress[-1]
         if first_wrong is None and progress <= 0:
             first_wrong, carrying_then = k, carrying
     if env.get_reward() == 1.0:
