@@ -378,6 +378,10 @@ def test_the_transfer_task_scores_every_stage(onehop, tmp_path, tool_model_dir):
         report = json.loads((out / stage / "report.json").read_text())
         assert {"transfer_em", "transfer_mean_searches", "transfer_malformed_per_trajectory"} <= set(report)
         assert "transfer_messages" not in report
+        lines = [json.loads(line) for line in (out / stage / "transfer.jsonl").read_text().splitlines()]
+        questions = [json.loads(q)["question"] for q in (transfer / "test.jsonl").read_text().splitlines()]
+        assert len(lines) == 2 and [line["question"] for line in lines] == questions[:2]
+        assert all(line["messages"][-1]["role"] == "assistant" for line in lines)
 
 
 def test_report_collects_runs_and_builds_the_table_and_plot(tmp_path):
@@ -500,6 +504,7 @@ def test_arithmetic_stages_run_end_to_end_on_a_local_model(tmp_path, tool_model_
     for stage in ("zero_shot", "sft", "grpo"):
         report = json.loads((out / stage / "report.json").read_text())
         assert {"em", "transfer_em", "mean_calculations", "malformed_per_trajectory"} <= set(report), stage
+        assert len((out / stage / "transfer.jsonl").read_text().splitlines()) == 2, stage  # the transfer stories
     sft = json.loads((out / "sft" / "report.json").read_text())
     assert sft["demonstrations"] == 4 and sft["trained_tokens"] > 0
     grpo = json.loads((out / "grpo" / "report.json").read_text())

@@ -200,6 +200,13 @@ def test_walk_stages_run_end_to_end_on_a_local_model(tmp_path, walk_model_dir):
     for stage in ("zero_shot", "sft", "trl_grpo", "grpo", "grpo_shaped", "gigpo", "ppo"):
         report = json.loads((out / stage / "report.json").read_text())
         assert {"em", "final_em", "transfer_em", "mean_calls", "mean_turns"} <= set(report), stage
+    # each set's greedy walks are kept and replay in their worlds (failures.py), each split to its own score
+    from benchmarks.long_horizon import failures
+
+    for split, key in (("heldout", "em"), ("transfer", "transfer_em")):
+        for name, counts in failures.failures([out], split).items():
+            report = json.loads((tmp_path / name / "report.json").read_text())
+            assert counts["walks"] == 2 and counts["arrived"] / 2 == report[key] == counts["em"], (split, name)
     sft = json.loads((out / "sft" / "report.json").read_text())
     assert sft["demonstrations"] == 4 and sft["trained_tokens"] > 0
     for stage in ("trl_grpo", "grpo", "grpo_shaped", "gigpo", "ppo"):
@@ -311,6 +318,13 @@ def test_failures_sorts_each_held_out_walk_by_its_first_wrong_step(tmp_path):
     assert counts["first_wrong_turn"] == round(sum(firsts) / 3, 2) and counts["walks"] == 5
     assert failures.replay(rows[0], ["jump", *walk.shortest_walk(rows[0])])["first_wrong"] == 1  # not a step: wrong
     assert "| m_s3/gigpo | 5 | 2 | 1 | 1 | 1 |" in failures.table({name: counts})
+    transfer = walk.task_rows(40, 5, seed=3)["transfer"]  # the other split: its own file, its own worlds
+    (stage / "transfer.jsonl").write_text("".join(json.dumps({"question": row["question"], "messages": _call_messages(
+        walk.shortest_walk(row))}) + "\n" for row in transfer))
+    [(_, other)] = failures.failures([tmp_path / "m_s3"], "transfer").items()
+    assert other["arrived"] == 5 and other["em"] is None and other["first_wrong_turn"] is None
     (stage / "report.json").write_text(json.dumps({"command": command.replace("--data-seed 3", "--data-seed 4")}))
     with pytest.raises(SystemExit, match="the held-out walks are not"):
         failures.failures([tmp_path / "m_s3"])
+    with pytest.raises(SystemExit, match="the transfer walks are not"):
+        failures.failures([tmp_path / "m_s3"], "transfer")

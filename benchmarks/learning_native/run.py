@@ -46,7 +46,8 @@ Every stage is scored by :func:`trl_agentic.evaluate.evaluate` on the first ``--
 greedy: ``em`` (the interface's reward: ``get_reward``'s exact match read from the rollout, or the last message's),
 ``final_em`` (the last message's, for both), searches, turns, malformed calls (a ``<tool_call>`` block the response
 template could not read) per trajectory and as a share of call attempts, truncation; each held-out conversation
-goes to ``<out>/<stage>/heldout.jsonl``. RL stages write curves under
+goes to ``<out>/<stage>/heldout.jsonl``, each transfer conversation (where the task has a second set) to
+``transfer.jsonl``. RL stages write curves under
 ``"curves"``: held-out EM on the first ``--curve-size`` questions every ``--eval-every`` steps, and per step the
 sampled reward, searches, malformed calls and turns per trajectory (reward functions of weight 0 that both trainers
 log) and the step's seconds; ``--plot`` (default ``<out>/curves.png``) draws them. ``--summary`` prints the table of
@@ -295,6 +296,12 @@ def make_task(args: argparse.Namespace) -> NativeTask | ArithmeticTask | WalkTas
     return {"arithmetic": ArithmeticTask, "walk": WalkTask}.get(args.task, NativeTask)(args)
 
 
+def write_conversations(path: Path, rows: list[dict[str, Any]], messages: list[list[dict[str, Any]]]) -> None:
+    """One JSON line per evaluated question: its question, golden answers and the greedy conversation."""
+    path.write_text("".join(json.dumps({"question": row["question"], "golden_answers": row["golden_answers"],
+                                        "messages": m}, default=str) + "\n" for row, m in zip(rows, messages)))
+
+
 def evaluate_stage(model: Any, tokenizer: Any, task: NativeTask, args: argparse.Namespace) -> dict[str, Any]:
     """Greedy, on the held-out questions, with :func:`trl_agentic.evaluate.evaluate` (the module docstring lists the
     figures); the same code for every stage and for the curves."""
@@ -314,7 +321,7 @@ def evaluate_stage(model: Any, tokenizer: Any, task: NativeTask, args: argparse.
     transfer = {}
     if task.transfer is not None:
         other = evaluate_stage(model, tokenizer, task.transfer, args)
-        transfer = {f"transfer_{key}": value for key, value in other.items() if key not in ("examples", "messages")}
+        transfer = {f"transfer_{key}": value for key, value in other.items() if key != "examples"}
     return {**transfer, "em": report.accuracy,
             "final_em": sum(task.final_reward(messages, golden_answers=golds)) / count,
             f"mean_{task.metrics[0]}": sum(s[task.metrics[0]] for s in stats) / count,
@@ -568,10 +575,10 @@ def main(argv: list[str] | None = None) -> int:
         report.update(seconds=time.perf_counter() - start, cpu_seconds=time.process_time() - cpu,
                       interface=args.interface, **provenance(argv))
         (args.out / stage).mkdir(parents=True, exist_ok=True)
-        heldout = report.pop("messages")
-        (args.out / stage / "heldout.jsonl").write_text(
-            "".join(json.dumps({"question": row["question"], "golden_answers": row["golden_answers"], "messages": m},
-                               default=str) + "\n" for row, m in zip(task.test, heldout)))
+        write_conversations(args.out / stage / "heldout.jsonl", task.test, report.pop("messages"))
+        if task.transfer is not None:
+            write_conversations(args.out / stage / "transfer.jsonl", task.transfer.test,
+                                report.pop("transfer_messages"))
         (args.out / stage / "report.json").write_text(json.dumps(report, indent=1, default=str))
         tool = task.metrics[0]
         print(f"== {stage}: EM {report['em']:.3f}  {tool} {report[f'mean_{tool}']:.2f}  turns "

@@ -1,12 +1,12 @@
-"""Where a run's walks go wrong: every held-out walk of a run folder's stages replayed against its world and sorted
-by its first step that did not shorten the way to the current target (the item, then the goal).
+"""Where a run's walks go wrong: every held-out (or transfer) walk of a run folder's stages replayed against its
+world and sorted by its first step that did not shorten the way to the current target (the item, then the goal).
 
-    python benchmarks/long_horizon/failures.py runs/w59/m_s0 runs/w59/m_s1 [--json failures.json]
+    python benchmarks/long_horizon/failures.py runs/w59/m_s0 runs/w59/m_s1 [--split transfer] [--json failures.json]
 
-A stage's ``<out>/<stage>/heldout.jsonl`` (``run.py`` writes the greedy held-out conversations there) holds the
-model's calls; the worlds are drawn again from the stage's ``report.json`` command (``--train-size``,
-``--test-size``, ``--data-seed``: ``walk.task_rows``), each checked against the conversation's question. Each walk is
-replayed in a :class:`walk.WalkEnvironment` and counted as one of:
+A stage's ``<out>/<stage>/heldout.jsonl`` (``run.py`` writes the greedy held-out conversations there, the transfer
+ones to ``transfer.jsonl``) holds the model's calls; the worlds are drawn again from the stage's ``report.json``
+command (``--train-size``, ``--test-size``, ``--data-seed``: ``walk.task_rows``), each checked against the
+conversation's question. Each walk is replayed in a :class:`walk.WalkEnvironment` and counted as one of:
 
 - ``arrived``: it reached the goal with the item (the outcome 1; it may have taken wrong steps on the way);
 - ``wrong_to_item``: its first wrong step (progress 0 or -1) came before the item was picked up: the way the
@@ -35,6 +35,8 @@ if str(ROOT) not in sys.path:
 from benchmarks.long_horizon import walk  # noqa: E402
 
 KINDS = ("arrived", "wrong_to_item", "wrong_to_goal", "stopped")
+SPLITS = {"heldout": "test", "transfer": "transfer"}
+"""Each conversation file's name (``<split>.jsonl``) and the set of ``walk.task_rows`` its walks come from."""
 
 
 def tool_calls(messages: list[dict[str, Any]]) -> list[str]:
@@ -68,36 +70,37 @@ def replay(row: dict[str, Any], calls: list[str]) -> dict[str, Any]:
     return {"kind": kind, "first_wrong": first_wrong}
 
 
-def stage_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """The held-out walks of the run that wrote ``report`` (its command's sizes and data seed)."""
+def stage_rows(report: dict[str, Any], split: str = "heldout") -> list[dict[str, Any]]:
+    """The held-out (or transfer) walks of the run that wrote ``report`` (its command's sizes and data seed)."""
     from benchmarks.learning_native import run
 
     args = run.make_parser().parse_args(shlex.split(report["command"])[2:])
-    return walk.task_rows(args.train_size, args.test_size, args.data_seed)["test"]
+    return walk.task_rows(args.train_size, args.test_size, args.data_seed)[SPLITS[split]]
 
 
-def stage_failures(stage_dir: Path) -> dict[str, Any]:
-    """The counts of each kind over a stage's held-out walks, and the mean turn of the first wrong step."""
+def stage_failures(stage_dir: Path, split: str = "heldout") -> dict[str, Any]:
+    """The counts of each kind over a stage's walks of ``split``, and the mean turn of the first wrong step."""
     report = json.loads((stage_dir / "report.json").read_text())
-    walks = [json.loads(line) for line in (stage_dir / "heldout.jsonl").read_text().splitlines() if line.strip()]
-    rows = stage_rows(report)
+    walks = [json.loads(line) for line in (stage_dir / f"{split}.jsonl").read_text().splitlines() if line.strip()]
+    rows = stage_rows(report, split)
     counts = dict.fromkeys(KINDS, 0)
     first = []
     for row, walked in zip(rows, walks, strict=True):
         if walked["question"] != row["question"]:
-            raise SystemExit(f"{stage_dir}: the held-out walks are not {report['command']!r}'s")
+            raise SystemExit(f"{stage_dir}: the {'held-out' if split == 'heldout' else split} walks are not "
+                             f"{report['command']!r}'s")
         result = replay(row, tool_calls(walked["messages"]))
         counts[result["kind"]] += 1
         if result["first_wrong"] is not None:
             first.append(result["first_wrong"])
-    return {**counts, "walks": len(walks), "em": report.get("em"),
+    return {**counts, "walks": len(walks), "em": report.get("em" if split == "heldout" else "transfer_em"),
             "first_wrong_turn": round(sum(first) / len(first), 2) if first else None}
 
 
-def failures(outs: list[Path]) -> dict[str, dict[str, Any]]:
-    """``{"<run folder>/<stage>": counts}`` for every stage folder of ``outs`` with held-out walks."""
-    return {f"{out.name}/{stage.name}": stage_failures(stage) for out in outs
-            for stage in sorted(p for p in out.iterdir() if (p / "heldout.jsonl").exists())}
+def failures(outs: list[Path], split: str = "heldout") -> dict[str, dict[str, Any]]:
+    """``{"<run folder>/<stage>": counts}`` for every stage folder of ``outs`` with walks of ``split``."""
+    return {f"{out.name}/{stage.name}": stage_failures(stage, split) for out in outs
+            for stage in sorted(p for p in out.iterdir() if (p / f"{split}.jsonl").exists())}
 
 
 def table(results: dict[str, dict[str, Any]]) -> str:
@@ -112,9 +115,12 @@ def table(results: dict[str, dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", type=Path, help="run.py --out folders of the walk")
+    parser.add_argument("--split", choices=SPLITS, default="heldout",
+                        help="which walks: heldout.jsonl's or transfer.jsonl's (run.py writes both; runs before "
+                             "the transfer file existed have the first only)")
     parser.add_argument("--json", type=Path, help="also write the counts here")
     args = parser.parse_args(argv)
-    results = failures(args.runs)
+    results = failures(args.runs, args.split)
     print(table(results))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1) + "\n")
