@@ -35,8 +35,10 @@ if str(ROOT) not in sys.path:
 from benchmarks.long_horizon import walk  # noqa: E402
 
 KINDS = ("arrived", "wrong_to_item", "wrong_to_goal", "stopped")
-SPLITS = {"heldout": "test", "transfer": "transfer"}
-"""Each conversation file's name (``<split>.jsonl``) and the set of ``walk.task_rows`` its walks come from."""
+SPLITS = {"heldout": {"rows": "test", "name": "held-out", "em": "em"},
+          "transfer": {"rows": "transfer", "name": "transfer", "em": "transfer_em"}}
+"""Each conversation file (``<split>.jsonl``): the set of ``walk.task_rows`` its walks come from, its name in
+messages and its EM's key in the stage's report."""
 
 
 def tool_calls(messages: list[dict[str, Any]]) -> list[str]:
@@ -75,7 +77,7 @@ def stage_rows(report: dict[str, Any], split: str = "heldout") -> list[dict[str,
     from benchmarks.learning_native import run
 
     args = run.make_parser().parse_args(shlex.split(report["command"])[2:])
-    return walk.task_rows(args.train_size, args.test_size, args.data_seed)[SPLITS[split]]
+    return walk.task_rows(args.train_size, args.test_size, args.data_seed)[SPLITS[split]["rows"]]
 
 
 def stage_failures(stage_dir: Path, split: str = "heldout") -> dict[str, Any]:
@@ -87,13 +89,12 @@ def stage_failures(stage_dir: Path, split: str = "heldout") -> dict[str, Any]:
     first = []
     for row, walked in zip(rows, walks, strict=True):
         if walked["question"] != row["question"]:
-            raise SystemExit(f"{stage_dir}: the {'held-out' if split == 'heldout' else split} walks are not "
-                             f"{report['command']!r}'s")
+            raise SystemExit(f"{stage_dir}: the {SPLITS[split]['name']} walks are not {report['command']!r}'s")
         result = replay(row, tool_calls(walked["messages"]))
         counts[result["kind"]] += 1
         if result["first_wrong"] is not None:
             first.append(result["first_wrong"])
-    return {**counts, "walks": len(walks), "em": report.get("em" if split == "heldout" else "transfer_em"),
+    return {**counts, "walks": len(walks), "em": report.get(SPLITS[split]["em"]),
             "first_wrong_turn": round(sum(first) / len(first), 2) if first else None}
 
 
